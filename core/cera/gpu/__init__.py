@@ -1,0 +1,3 @@
+"""The GPU side of the core: dispatch builders per kernel family and the per-token plan.
+
+Nothing here imports a host: kernels are compiled and bound through cera.device.Device."""

@@ -1,0 +1,87 @@
+"""WGSL sources from `shaders/`, a tiny preprocessor, and a pipeline cache.
+
+Shader files use `#include "file.wgsl"`, `#ifdef NAME` / `#ifndef NAME` /
+`#else` / `#endif`. Every define with a value is also emitted as a WGSL
+`const NAME = value;` at the top, so sizes can be used in `@workgroup_size`
+and array lengths; a define whose value is True is a flag for `#ifdef` only.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+_sources: dict[str, str] = {}
+
+
+def source(name: str) -> str:
+    """The raw text of shaders/{name} (cached)."""
+    if name not in _sources:
+        _sources[name] = resources.files("cera.shaders").joinpath(name).read_text()
+    return _sources[name]
+
+
+def wgsl_value(value) -> str:
+    """A Python define value as WGSL: ints unsigned, floats as f32 literals."""
+    if isinstance(value, bool):
+        raise TypeError("flags are not values")
+    if isinstance(value, int):
+        return f"{value}u"
+    if isinstance(value, float):
+        return f"{value!r}f" if "e" not in repr(value) else f"{value:.9e}f"
+    return str(value)
+
+
+def preprocess(name: str, defines: dict) -> str:
+    """Expand includes and conditionals of shaders/{name} for `defines`."""
+    consts = [f"const {k} = {wgsl_value(v)};" for k, v in sorted(defines.items()) if v is not True]
+    return "\n".join(consts + _expand(name, defines, set())) + "\n"
+
+
+def _expand(name: str, defines: dict, seen: set) -> list[str]:
+    if name in seen:
+        return []   # each include once
+    seen.add(name)
+    out, stack = [], []   # stack of (active, any_branch_taken)
+    for lineno, line in enumerate(source(name).splitlines(), 1):
+        word = line.strip().split(maxsplit=1)
+        directive = word[0] if word and word[0].startswith("#") else None
+        active = all(a for a, _ in stack)
+        if directive in ("#ifdef", "#ifndef"):
+            cond = (word[1].strip() in defines) == (directive == "#ifdef")
+            stack.append((cond, cond))
+        elif directive == "#else":
+            if not stack:
+                raise ValueError(f"{name}:{lineno}: #else without #ifdef")
+            _, taken = stack.pop()
+            stack.append((not taken, True))
+        elif directive == "#endif":
+            if not stack:
+                raise ValueError(f"{name}:{lineno}: #endif without #ifdef")
+            stack.pop()
+        elif directive == "#include":
+            if active:
+                out += _expand(word[1].strip().strip('"'), defines, seen)
+        elif directive is not None:
+            raise ValueError(f"{name}:{lineno}: unknown directive {directive}")
+        elif active:
+            out.append(line)
+    if stack:
+        raise ValueError(f"{name}: unterminated #ifdef")
+    return out
+
+
+class Kernels:
+    """Compiles each (shader, defines) variant once per device."""
+
+    def __init__(self, device):
+        self.device = device
+        self._cache = {}
+
+    def get(self, name: str, **defines):
+        key = (name, tuple(sorted(defines.items())))
+        if key not in self._cache:
+            label = name + "".join(f" {k}={v}" for k, v in key[1])
+            self._cache[key] = self.device.kernel(label, preprocess(name, defines))
+        return self._cache[key]
+
+    def __len__(self):
+        return len(self._cache)

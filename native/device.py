@@ -1,0 +1,127 @@
+"""cera.device.Device on wgpu-py."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
+import wgpu  # noqa: E402
+
+from cera.device import Binding, Copy, Dispatch, Limits  # noqa: E402
+
+_LIMIT_NAMES = {   # cera.device.Limits field -> WebGPU limit name
+    "max_storage_buffer_binding_size": "max-storage-buffer-binding-size",
+    "max_buffer_size": "max-buffer-size",
+    "min_storage_buffer_offset_alignment": "min-storage-buffer-offset-alignment",
+    "max_compute_invocations_per_workgroup": "max-compute-invocations-per-workgroup",
+    "max_compute_workgroup_storage_size": "max-compute-workgroup-storage-size",
+    "max_storage_buffers_per_shader_stage": "max-storage-buffers-per-shader-stage",
+    "max_compute_workgroups_per_dimension": "max-compute-workgroups-per-dimension",
+}
+_WANTED_FEATURES = ("shader-f16", "subgroup")
+_STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+_UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+
+
+class NativeDevice:
+    """A wgpu-py device with the adapter's limits requested at their maximum."""
+
+    def __init__(self, power_preference: str = "high-performance"):
+        adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
+        if adapter is None:
+            raise RuntimeError("no WebGPU adapter found (natively: install a Vulkan driver, "
+                               "e.g. Debian's mesa-vulkan-drivers)")
+        info = adapter.info
+        self.adapter_name = f"{info['device']} via {info['backend_type']}"
+        features = [f for f in _WANTED_FEATURES if f in adapter.features]
+        required = {name: adapter.limits[name] for name in _LIMIT_NAMES.values()}
+        self._device = adapter.request_device_sync(required_features=features, required_limits=required)
+        self.features = frozenset(features)
+        self.limits = Limits(**{field: self._device.limits[name] for field, name in _LIMIT_NAMES.items()})
+        self._staging = {}   # size -> MAP_READ buffer
+
+    def buffer(self, size: int, label: str, uniform: bool = False):
+        size = max(4, (size + 3) // 4 * 4)
+        return self._device.create_buffer(size=size, usage=_UNIFORM if uniform else _STORAGE, label=label)
+
+    def write(self, buffer, data, offset: int = 0) -> None:
+        self._device.queue.write_buffer(buffer, offset, memoryview(data).cast("B"))
+
+    def upload(self, buffer, source, src_offset: int, size: int, dst_offset: int = 0) -> None:
+        chunk = 64 << 20
+        for start in range(0, size, chunk):
+            data = source.read(src_offset + start, min(chunk, size - start))
+            self.write(buffer, data, dst_offset + start)
+
+    def kernel(self, name: str, code: str):
+        try:
+            module = self._device.create_shader_module(code=code, label=name)
+            return self._device.create_compute_pipeline(
+                layout="auto", compute={"module": module, "entry_point": "main"}, label=name)
+        except Exception as err:   # wgpu raises GPUValidationError et al. with the compiler's message
+            raise RuntimeError(f"shader {name} failed to compile: {err}") from err
+
+    def bind(self, kernel, bindings):
+        entries = [{"binding": i, "resource": {"buffer": b.buffer, "offset": b.offset,
+                                               "size": b.buffer.size - b.offset if b.size is None else b.size}}
+                   for i, b in enumerate(bindings)]
+        return self._device.create_bind_group(layout=kernel.get_bind_group_layout(0), entries=entries)
+
+    def schedule(self, steps):
+        """Group consecutive dispatches into compute passes; copies go between passes."""
+        segments = []
+        for step in steps:
+            if isinstance(step, Dispatch):
+                if not segments or not isinstance(segments[-1], list):
+                    segments.append([])
+                segments[-1].append((step.kernel, step.bind_group, step.groups))
+            elif isinstance(step, Copy):
+                segments.append(step)
+            else:
+                raise TypeError(f"not a schedule step: {step!r}")
+        return segments
+
+    def _encode(self, schedule, read: Binding | None):
+        encoder = self._device.create_command_encoder()
+        for segment in schedule:
+            if isinstance(segment, Copy):
+                encoder.copy_buffer_to_buffer(segment.src, segment.src_offset, segment.dst,
+                                              segment.dst_offset, segment.size)
+                continue
+            compute = encoder.begin_compute_pass()
+            for kernel, bind_group, (x, y, z) in segment:
+                compute.set_pipeline(kernel)
+                compute.set_bind_group(0, bind_group)
+                compute.dispatch_workgroups(x, y, z)
+            compute.end()
+        staging = None
+        if read is not None:
+            staging = self._staging_buffer(read.size)
+            encoder.copy_buffer_to_buffer(read.buffer, read.offset, staging, 0, read.size)
+        self._device.queue.submit([encoder.finish()])
+        return staging
+
+    def _staging_buffer(self, size: int):
+        if size not in self._staging:
+            self._staging[size] = self._device.create_buffer(
+                size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label=f"staging {size}")
+        return self._staging[size]
+
+    def submit(self, schedule, read: Binding | None = None) -> bytes | None:
+        """Synchronous run(): the native loop needs no event loop."""
+        staging = self._encode(schedule, read)
+        if staging is None:
+            return None
+        staging.map_sync(wgpu.MapMode.READ, 0, read.size)
+        data = bytes(staging.read_mapped(0, read.size))
+        staging.unmap()
+        return data
+
+    async def run(self, schedule, read: Binding | None = None) -> bytes | None:
+        return self.submit(schedule, read)
+
+    def read_sync(self, buffer, offset: int, size: int) -> bytes:
+        return self.submit([], Binding(buffer, offset, size))
+
+    async def read(self, buffer, offset: int, size: int) -> bytes:
+        return self.read_sync(buffer, offset, size)
