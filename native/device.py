@@ -47,7 +47,7 @@ class NativeDevice:
     def write(self, buffer, data, offset: int = 0) -> None:
         self._device.queue.write_buffer(buffer, offset, memoryview(data).cast("B"))
 
-    def upload(self, buffer, source, src_offset: int, size: int, dst_offset: int = 0) -> None:
+    async def upload(self, buffer, source, src_offset: int, size: int, dst_offset: int = 0) -> None:
         chunk = 64 << 20
         for start in range(0, size, chunk):
             data = source.read(src_offset + start, min(chunk, size - start))

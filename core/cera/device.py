@@ -65,7 +65,7 @@ class Device(Protocol):
     def write(self, buffer: Any, data: bytes | memoryview, offset: int = 0) -> None:
         """Queue a write of host bytes into `buffer` at `offset` (a multiple of 4)."""
 
-    def upload(self, buffer: Any, source: Any, src_offset: int, size: int, dst_offset: int = 0) -> None:
+    async def upload(self, buffer: Any, source: Any, src_offset: int, size: int, dst_offset: int = 0) -> None:
         """Copy `size` bytes of a byte source (cera.gguf.ByteSource) into `buffer`.
 
         Hosts that can move bytes without passing them through Python (the browser,
