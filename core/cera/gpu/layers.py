@@ -1,0 +1,134 @@
+"""Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
+shortconv, swiglu).
+
+Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
+binds the buffers in the shader's order and returns a `cera.device.Dispatch` sized for the
+most rows a step of the schedule carries. Outputs come first, like `matmul(out, x, w, ...)`.
+Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
+f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.step).
+Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
+dispatch built for `max_tokens` rows serves every step of up to that many tokens.
+"""
+from __future__ import annotations
+
+import math
+
+from cera.device import Binding, Dispatch
+
+ATTENTION_MAX_HEAD_DIM = 256   # attention.wgsl keeps a head in one 256-invocation workgroup
+
+
+def _binding(b) -> Binding:
+    return b if isinstance(b, Binding) else Binding(b)
+
+
+def _check_groups(device, *counts: int) -> None:
+    limit = device.limits.max_compute_workgroups_per_dimension
+    for n in counts:
+        if not 1 <= n <= limit:
+            raise ValueError(f"dispatch of {n} workgroups in one dimension (limit {limit})")
+
+
+def _dispatch(kernels, device, shader, bindings, groups, label, **defines) -> Dispatch:
+    _check_groups(device, *groups)
+    kernel = kernels.get(shader, **defines)
+    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)
+
+
+def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
+             rows_per_token: int = 1, max_tokens: int = 1, label: str = "rms_norm") -> Dispatch:
+    """out = rms_norm(x) * w over rows of length n.
+
+    x, out (tokens, rows_per_token, n); w (n,). rows_per_token = 1 normalizes hidden states
+    (n = hidden); rows_per_token = n_heads with n = head_dim is per-head QK-norm."""
+    wg = 64 if n <= 256 else 256
+    return _dispatch(kernels, device, "rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1),
+                     label, N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
+
+
+def add_rms_norm(kernels, device, out, residual, delta, w, step, *, n: int, eps: float,
+                 delta_scale: float = 1.0, max_tokens: int = 1, label: str = "add_rms_norm") -> Dispatch:
+    """residual += delta * delta_scale (in place), then out = rms_norm(residual) * w.
+
+    residual, delta, out (tokens, n); w (n,). delta_scale is Granite's residual_scale (else 1)."""
+    wg = 64 if n <= 256 else 256
+    return _dispatch(kernels, device, "rms_norm.wgsl", [residual, w, out, step, delta], (1, max_tokens, 1),
+                     label, N=n, ROWS_PER_TOKEN=1, EPS=float(eps), WG=wg, ADD=True,
+                     DELTA_SCALE=float(delta_scale))
+
+
+def rope_kv(kernels, device, q, k_cache, v_cache, k, v, step, *, head_dim: int, n_heads: int,
+            n_kv_heads: int, theta: float, neox: bool, n_rot: int | None = None, freq_factors=None,
+            q_norm=None, k_norm=None, eps: float | None = None, max_tokens: int = 1,
+            label: str = "rope_kv") -> Dispatch:
+    """[QK-norm] + RoPE of q in place and of k into the KV cache, and v into the cache.
+
+    q (tokens, n_heads*head_dim), rotated in place; k, v (tokens, n_kv_heads*head_dim);
+    k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t.
+    neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
+    n_rot: rotated dims (default head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
+    q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2), with eps."""
+    n_rot = head_dim if n_rot is None else n_rot
+    if n_rot % 2 or not 0 < n_rot <= head_dim:
+        raise ValueError(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+    _check_heads(n_heads, n_kv_heads)
+    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta))
+    bindings = [q, k, v, k_cache, v_cache, step]
+    if neox:
+        defines["NEOX"] = True
+    if freq_factors is not None:
+        defines["FREQ_FACTORS"] = True
+        bindings.append(freq_factors)
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("QK-norm needs both q_norm and k_norm")
+    if q_norm is not None:
+        if eps is None:
+            raise ValueError("QK-norm needs eps")
+        defines.update(QK_NORM=True, EPS=float(eps))
+        bindings += [q_norm, k_norm]
+    return _dispatch(kernels, device, "rope.wgsl", bindings, (n_heads + n_kv_heads, max_tokens, 1),
+                     label, **defines)
+
+
+def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
+              n_kv_heads: int, scale: float | None = None, max_tokens: int = 1,
+              label: str = "attention") -> Dispatch:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t.
+
+    q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
+    written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale)."""
+    if head_dim > ATTENTION_MAX_HEAD_DIM:
+        raise ValueError(f"attention: head_dim {head_dim} is above the kernel's maximum "
+                         f"{ATTENTION_MAX_HEAD_DIM}")
+    _check_heads(n_heads, n_kv_heads)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale))
+    if head_dim % 4 == 0:
+        defines["VEC4"] = True
+    return _dispatch(kernels, device, "attention.wgsl", [q, k_cache, v_cache, out, step],
+                     (n_heads, max_tokens, 1), label, **defines)
+
+
+def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
+              label: str = "shortconv") -> Dispatch:
+    """LFM2's gated short conv for the step's rows in order, updating `state` in place.
+
+    bcx (tokens, 3*hidden) = in_proj output split B, C, x; conv_w (hidden, kernel) =
+    blk.N.shortconv.conv.weight; state (kernel-1, hidden) f32, zeroed at sequence start;
+    out (tokens, hidden). Any number of rows per step (the kernel loops over them)."""
+    if kernel < 2:
+        raise ValueError(f"shortconv: kernel {kernel} must be at least 2")
+    return _dispatch(kernels, device, "shortconv.wgsl", [bcx, conv_w, state, out, step],
+                     (-(-hidden // 64), 1, 1), label, HIDDEN=hidden, KERNEL=kernel)
+
+
+def swiglu(kernels, device, out, gate, up, step, *, n: int, max_tokens: int = 1,
+           label: str = "swiglu") -> Dispatch:
+    """out = silu(gate) * up; gate, up, out (tokens, n)."""
+    return _dispatch(kernels, device, "swiglu.wgsl", [gate, up, out, step], (-(-n // 256), max_tokens, 1),
+                     label, N=n)
+
+
+def _check_heads(n_heads: int, n_kv_heads: int) -> None:
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise ValueError(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")

@@ -1,0 +1,119 @@
+"""Numpy oracles for the non-matmul ops of a forward pass, as llama.cpp computes them.
+
+Plain float32 numpy, written to be read (llama2.c style): the numpy reference forward
+pass (cera.reference) is built from these, and every GPU kernel is tested against them.
+Shapes are in the comments; T is the number of tokens in a step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x * 1/sqrt(mean(x^2) + eps) * w over the last axis (ggml_rms_norm then ggml_mul).
+
+    x (..., n), w (n,) -> (..., n). Per-head QK-norm is the same call on (T, n_heads, head_dim)
+    with w (head_dim,)."""
+    x = x.astype(np.float32)
+    ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+    return (x * (1.0 / np.sqrt(ms + np.float32(eps)))).astype(np.float32) * w.astype(np.float32)
+
+
+def rope_angles(pos: np.ndarray, theta: float, n_rot: int, freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """Rotation angle of each pair i < n_rot/2 at each position: pos * theta^(-2i/n_rot) / ff[i].
+
+    pos (T,) -> (T, n_rot/2). `freq_factors` is Llama-3's `rope_freqs.weight` (n_rot/2,)."""
+    inv_freq = theta ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)   # (n_rot/2,)
+    if freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)
+    return np.asarray(pos, dtype=np.float64)[:, None] * inv_freq[None, :]
+
+
+def rope(x: np.ndarray, pos, theta: float, neox: bool, n_rot: int | None = None,
+         freq_factors: np.ndarray | None = None) -> np.ndarray:
+    """Rotary position embedding (ggml_rope_ext with freq_scale 1, no YaRN).
+
+    x (T, n_heads, head_dim), pos (T,) ints -> (T, n_heads, head_dim).
+    NORM layout (llama, granite) rotates interleaved pairs (2i, 2i+1); NEOX layout (qwen2,
+    qwen3, lfm2) rotates (i, i + n_rot/2). Only the first n_rot dims rotate; the rest pass."""
+    T, n_heads, head_dim = x.shape
+    n_rot = head_dim if n_rot is None else n_rot
+    assert n_rot % 2 == 0 and n_rot <= head_dim, (n_rot, head_dim)
+    angle = rope_angles(np.asarray(pos).reshape(T), theta, n_rot, freq_factors)   # (T, n_rot/2)
+    cos = np.cos(angle).astype(np.float32)[:, None, :]   # (T, 1, n_rot/2)
+    sin = np.sin(angle).astype(np.float32)[:, None, :]
+    out = x.astype(np.float32).copy()
+    if neox:
+        x0, x1 = x[..., : n_rot // 2], x[..., n_rot // 2: n_rot]   # (T, n_heads, n_rot/2) each
+        out[..., : n_rot // 2] = x0 * cos - x1 * sin
+        out[..., n_rot // 2: n_rot] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float) -> np.ndarray:
+    """Causal grouped-query attention of T query rows against a KV cache.
+
+    q (T, n_heads, hd) for tokens at positions pos (T,); k, v (S, n_kv_heads, hd) caches
+    holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p.
+    Head h reads kv head h // (n_heads // n_kv_heads). -> (T, n_heads, hd)."""
+    T, n_heads, hd = q.shape
+    S, n_kv_heads, _ = k.shape
+    assert n_heads % n_kv_heads == 0, (n_heads, n_kv_heads)
+    group = n_heads // n_kv_heads
+    pos = np.asarray(pos).reshape(T)
+    assert pos.max() < S, (pos.max(), S)
+    future = np.arange(S)[None, :] > pos[:, None]                     # (T, S) keys a row may not see
+    out = np.zeros((T, n_heads, hd), dtype=np.float32)
+    for kh in range(n_kv_heads):
+        heads = slice(kh * group, (kh + 1) * group)                   # the query heads reading kv head kh
+        qh = q[:, heads, :].transpose(1, 0, 2)                        # (group, T, hd)
+        scores = (qh @ k[:, kh, :].T) * np.float32(scale)             # (group, T, S)
+        att = softmax(np.where(future, -np.inf, scores))              # (group, T, S)
+        out[:, heads, :] = (att @ v[:, kh, :]).transpose(1, 0, 2)     # (T, group, hd)
+    return out
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):   # exp(-x) overflows to inf for x < -88: silu is then -0
+        return x / (1.0 + np.exp(-x))
+
+
+def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up (llama.cpp LLM_FFN_SILU + LLM_FFN_PAR). (..., n) each -> (..., n)."""
+    return (silu(gate.astype(np.float32)) * up).astype(np.float32)
+
+
+def shortconv(bcx: np.ndarray, conv_w: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LFM2's gated short convolution for T consecutive tokens (llm_build_lfm2 shortconv block).
+
+    bcx (T, 3*hidden): the in_proj output (`blk.N.shortconv.in_proj.weight`), split in this
+        order as llama.cpp does: B = bcx[:, :hidden], C = bcx[:, hidden:2h], x = bcx[:, 2h:].
+    conv_w (hidden, kernel): `blk.N.shortconv.conv.weight`, GGUF shape [kernel, hidden]
+        (ggml ne order), so row ch holds channel ch's taps, oldest first.
+    state (kernel-1, hidden): the previous kernel-1 rows of B*x, oldest first (zeros at start).
+    Returns y (T, hidden) = C * conv, and the new state (kernel-1, hidden): the last kernel-1
+    rows of concat(state, B*x). conv[t, ch] = sum_j conv_w[ch, j] * window[t + j, ch]
+    (ggml_ssm_conv), window = concat(state, B*x) along time; no activation follows."""
+    T, three_h = bcx.shape
+    hidden = three_h // 3
+    kernel = conv_w.shape[1]
+    assert conv_w.shape == (hidden, kernel) and state.shape == (kernel - 1, hidden)
+    b, c, x = bcx[:, :hidden], bcx[:, hidden: 2 * hidden], bcx[:, 2 * hidden:]   # (T, hidden) each
+    bx = (b * x).astype(np.float32)                                               # (T, hidden)
+    window = np.concatenate([state.astype(np.float32), bx], axis=0)               # (kernel-1+T, hidden)
+    conv = np.zeros((T, hidden), dtype=np.float32)
+    for t in range(T):
+        conv[t] = np.sum(window[t: t + kernel] * conv_w.T, axis=0)               # (hidden,)
+    y = (c * conv).astype(np.float32)
+    new_state = window[T:].copy()                                                 # (kernel-1, hidden)
+    return y, new_state

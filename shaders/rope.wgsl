@@ -1,0 +1,122 @@
+// Fused per-token attention prologue: [per-head QK-norm] -> RoPE on q (in place) and k, and the
+// KV-cache write. Row t of the step is the token at position p = step.pos + t:
+//   q[t, h, :]            <- rope(norm(q[t, h, :]) * q_norm, p)     h < N_HEADS
+//   k_cache[p, kh, :]     <- rope(norm(k[t, kh, :]) * k_norm, p)    kh < N_KV_HEADS
+//   v_cache[p, kh, :]     <- v[t, kh, :]
+// (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
+// (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
+//
+// RoPE (ggml_rope_ext, freq_scale 1): pair i < N_ROT/2 turns by p * THETA^(-2i/N_ROT)
+// [/ freq_factors[i] with flag FREQ_FACTORS (Llama-3 rope_freqs.weight)]. Flag NEOX pairs
+// (i, i + N_ROT/2), else NORM pairs (2i, 2i+1). Dims >= N_ROT pass through.
+//
+// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [EPS with QK_NORM]; flags NEOX,
+// FREQ_FACTORS, QK_NORM.
+// Bindings: q, k, v, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
+// Layouts: q (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM), separate buffers;
+// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
+#include "common.wgsl"
+
+const WG = 64u;
+const TWO_PI = 6.283185307179586;
+
+@group(0) @binding(0) var<storage, read_write> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(5) var<uniform> step: Step;
+#ifdef FREQ_FACTORS
+@group(0) @binding(6) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
+#ifdef QK_NORM
+@group(0) @binding(7) var<storage, read> q_norm: array<f32>;         // (HEAD_DIM,)
+@group(0) @binding(8) var<storage, read> k_norm: array<f32>;         // (HEAD_DIM,)
+#endif
+#else
+#ifdef QK_NORM
+@group(0) @binding(6) var<storage, read> q_norm: array<f32>;
+@group(0) @binding(7) var<storage, read> k_norm: array<f32>;
+#endif
+#endif
+
+var<workgroup> row: array<f32, HEAD_DIM>;
+var<workgroup> partial: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.y;
+    if (t >= step.n_tokens) {
+        return;   // uniform: whole workgroup
+    }
+    let p = step.pos + t;
+    let is_q = wid.x < N_HEADS;
+    let kh = wid.x - N_HEADS;                                   // kv head when !is_q
+    let q_base = (t * N_HEADS + wid.x) * HEAD_DIM;
+    let k_base = (t * N_KV_HEADS + kh) * HEAD_DIM;
+    let cache_base = (p * N_KV_HEADS + kh) * HEAD_DIM;
+
+    var sum = 0.0;
+    for (var i = lid; i < HEAD_DIM; i += WG) {
+        var value: f32;
+        if (is_q) {
+            value = q[q_base + i];
+        } else {
+            value = k[k_base + i];
+            v_cache[cache_base + i] = v[k_base + i];
+        }
+        row[i] = value;
+        sum += value * value;
+    }
+#ifdef QK_NORM
+    partial[lid] = sum;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let scale = inverseSqrt(partial[0] / f32(HEAD_DIM) + EPS);
+    for (var i = lid; i < HEAD_DIM; i += WG) {
+        row[i] = row[i] * scale * select(k_norm[i], q_norm[i], is_q);
+    }
+#endif
+    workgroupBarrier();
+
+    // Rotate pairs; each invocation writes only its pair's two elements.
+    for (var i = lid; i < N_ROT / 2u; i += WG) {
+#ifdef NEOX
+        let i0 = i;
+        let i1 = i + N_ROT / 2u;
+#else
+        let i0 = 2u * i;
+        let i1 = 2u * i + 1u;
+#endif
+        var inv_freq = pow(THETA, -2.0 * f32(i) / f32(N_ROT));
+#ifdef FREQ_FACTORS
+        inv_freq = inv_freq / freq_factors[i];
+#endif
+        var angle = f32(p) * inv_freq;
+        angle = angle - TWO_PI * round(angle / TWO_PI);   // keep sin/cos in their accurate range
+        let c = cos(angle);
+        let s = sin(angle);
+        let x0 = row[i0];
+        let x1 = row[i1];
+        let y0 = x0 * c - x1 * s;
+        let y1 = x0 * s + x1 * c;
+        if (is_q) {
+            q[q_base + i0] = y0;
+            q[q_base + i1] = y1;
+        } else {
+            k_cache[cache_base + i0] = y0;
+            k_cache[cache_base + i1] = y1;
+        }
+    }
+    for (var i = N_ROT + lid; i < HEAD_DIM; i += WG) {
+        if (is_q) {
+            q[q_base + i] = row[i];
+        } else {
+            k_cache[cache_base + i] = row[i];
+        }
+    }
+}

@@ -1,0 +1,247 @@
+"""The non-matmul layer kernels (rms_norm, rope_kv, attention, shortconv, swiglu) against the
+numpy oracles in cera.ops, on the native device (lavapipe here)."""
+import numpy as np
+import pytest
+
+from cera import ops
+from cera.gpu import layers
+from cera.gpu.step import STEP_BYTES, pack_step
+from cera.kernels import Kernels
+
+wgpu = pytest.importorskip("wgpu")
+
+
+@pytest.fixture(scope="module")
+def device():
+    from cera.native.device import NativeDevice
+    return NativeDevice()
+
+
+@pytest.fixture(scope="module")
+def kernels(device):
+    return Kernels(device)
+
+
+def upload(device, array, label="test"):
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    buf = device.buffer(array.nbytes, label)
+    device.write(buf, array.tobytes())
+    return buf
+
+
+def zeros(device, shape, label="test"):
+    return upload(device, np.zeros(shape, np.float32), label)
+
+
+def download(device, buf, shape):
+    n = int(np.prod(shape))
+    return np.frombuffer(device.read_sync(buf, 0, 4 * n), dtype=np.float32).reshape(shape)
+
+
+def step_buffer(device, pos, n_tokens):
+    buf = device.buffer(STEP_BYTES, "step", uniform=True)
+    device.write(buf, pack_step(pos, n_tokens))
+    return buf
+
+
+def run(device, *dispatches):
+    device.submit(device.schedule(list(dispatches)))
+
+
+def check(name, got, ref, atol=1e-4, rtol=1e-4):
+    got, ref = np.asarray(got), np.asarray(ref)
+    assert got.shape == ref.shape, (name, got.shape, ref.shape)
+    bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
+    if bad.any():
+        idx = np.argwhere(bad)[:8]
+        lines = [f"  {tuple(int(j) for j in i)}: got {got[tuple(i)]:.6g} ref {ref[tuple(i)]:.6g}" for i in idx]
+        pytest.fail(f"{name}: {bad.sum()} of {bad.size} mismatch; first:\n" + "\n".join(lines))
+
+
+rng = np.random.default_rng(1234)
+
+
+def randn(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# --- rms_norm ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,rows_per_token", [(64, 1), (576, 1), (100, 1), (80, 9), (128, 2)])
+def test_rms_norm(device, kernels, n, rows_per_token):
+    max_tokens, n_tokens, eps = 4, 3, 1e-5
+    x = randn(max_tokens, rows_per_token, n, scale=3.0)
+    w = randn(n)
+    xb, wb, out = upload(device, x), upload(device, w), zeros(device, x.shape)
+    step = step_buffer(device, 7, n_tokens)
+    run(device, layers.rms_norm(kernels, device, out, xb, wb, step, n=n, eps=eps,
+                                rows_per_token=rows_per_token, max_tokens=max_tokens))
+    got = download(device, out, x.shape)
+    check("rms_norm", got[:n_tokens], ops.rms_norm(x[:n_tokens], w, eps))
+    assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
+
+
+@pytest.mark.parametrize("n,delta_scale", [(576, 1.0), (100, 0.22), (64, 1.0)])
+def test_add_rms_norm(device, kernels, n, delta_scale):
+    max_tokens, n_tokens, eps = 3, 2, 1e-6
+    res, delta, w = randn(max_tokens, n), randn(max_tokens, n), randn(n)
+    rb, db, wb, out = upload(device, res), upload(device, delta), upload(device, w), zeros(device, res.shape)
+    step = step_buffer(device, 0, n_tokens)
+    run(device, layers.add_rms_norm(kernels, device, out, rb, db, wb, step, n=n, eps=eps,
+                                    delta_scale=delta_scale, max_tokens=max_tokens))
+    summed = res[:n_tokens] + delta[:n_tokens] * np.float32(delta_scale)
+    check("residual", download(device, rb, res.shape)[:n_tokens], summed, atol=1e-6, rtol=1e-6)
+    check("residual rows past n_tokens", download(device, rb, res.shape)[n_tokens:], res[n_tokens:], 0, 0)
+    check("add_rms_norm", download(device, out, res.shape)[:n_tokens], ops.rms_norm(summed, w, eps))
+
+
+# --- rope_kv ----------------------------------------------------------------------------------
+
+ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm
+    (64, 9, 3, False, None, False, False),    # SmolLM2
+    (64, 4, 2, False, None, True, False),     # Llama-3 rope_freqs
+    (128, 12, 2, True, None, False, False),   # Qwen2.5
+    (80, 6, 6, True, None, False, True),      # Qwen3 / LFM2 QK-norm
+    (16, 4, 2, False, None, True, True),
+    (256, 4, 2, True, 192, False, True),      # partial rotation
+    (80, 9, 3, False, 48, True, False),
+]
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm", ROPE_CASES)
+def test_rope_kv(device, kernels, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm):
+    max_tokens, max_ctx, theta, eps = 4, 300, 10000.0, 1e-6
+    rot = head_dim if n_rot is None else n_rot
+    q, k, v = randn(max_tokens, n_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim)
+    ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
+    qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
+    qb, kb, vb = upload(device, q), upload(device, k), upload(device, v)
+    kc, vc = zeros(device, (max_ctx, n_kv_heads, head_dim)), zeros(device, (max_ctx, n_kv_heads, head_dim))
+    step = device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatch = layers.rope_kv(
+        kernels, device, qb, kc, vc, kb, vb, step, head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads,
+        theta=theta, neox=neox, n_rot=n_rot, eps=eps if qk_norm else None, max_tokens=max_tokens,
+        freq_factors=upload(device, ff) if with_ff else None,
+        q_norm=upload(device, qn) if qk_norm else None, k_norm=upload(device, kn) if qk_norm else None)
+    for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
+        device.write(qb, q.tobytes())
+        device.write(step, pack_step(pos, n_tokens))
+        run(device, dispatch)
+        positions = np.arange(pos, pos + n_tokens)
+        q_ref, k_ref = q[:n_tokens], k[:n_tokens]
+        if qk_norm:
+            q_ref, k_ref = ops.rms_norm(q_ref, qn, eps), ops.rms_norm(k_ref, kn, eps)
+        q_ref = ops.rope(q_ref, positions, theta, neox, n_rot, ff)
+        k_ref = ops.rope(k_ref, positions, theta, neox, n_rot, ff)
+        q_got = download(device, qb, q.shape)
+        check(f"q pos {pos}", q_got[:n_tokens], q_ref)
+        check(f"q rows past n_tokens pos {pos}", q_got[n_tokens:], q[n_tokens:], 0, 0)
+        k_cache, v_cache = download(device, kc, (max_ctx, n_kv_heads, head_dim)), download(device, vc, (max_ctx, n_kv_heads, head_dim))
+        check(f"k_cache pos {pos}", k_cache[positions], k_ref)
+        check(f"v_cache pos {pos}", v_cache[positions], v[:n_tokens], 0, 0)
+    written = {0, *range(261, 264), *range(296, 300)}
+    untouched = [s for s in range(max_ctx) if s not in written]
+    assert not k_cache[untouched].any() and not v_cache[untouched].any(), "only slots pos..pos+n-1 are written"
+
+
+# --- attention --------------------------------------------------------------------------------
+
+ATTENTION_SHAPES = [(16, 4, 2), (64, 9, 3), (80, 12, 2), (128, 6, 6), (256, 4, 2), (100, 3, 1),
+                    (18, 4, 2)]   # 18: not a multiple of 4, the scalar key path
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", ATTENTION_SHAPES)
+def test_attention(device, kernels, head_dim, n_heads, n_kv_heads):
+    max_tokens, max_ctx = 5, 310
+    scale = 1.0 / np.sqrt(head_dim) if head_dim != 80 else 0.0078125   # 80: a Granite-like scale
+    k_cache = randn(max_ctx, n_kv_heads, head_dim)
+    v_cache = randn(max_ctx, n_kv_heads, head_dim)
+    q = randn(max_tokens, n_heads, head_dim, scale=2.0)
+    qb, kc, vc = upload(device, q), upload(device, k_cache), upload(device, v_cache)
+    out = zeros(device, q.shape)
+    step = device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatch = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+                                n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens)
+    # KV lengths 1, 2, 255..257 (a chunk edge), 300, and multi-row steps across the chunk edge.
+    for pos, n_tokens in [(0, 1), (1, 1), (254, 1), (255, 1), (256, 1), (299, 1), (0, 5), (253, 5), (303, 4)]:
+        device.write(out, np.zeros(q.shape, np.float32).tobytes())
+        device.write(step, pack_step(pos, n_tokens))
+        run(device, dispatch)
+        got = download(device, out, q.shape)
+        ref = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
+                            np.arange(pos, pos + n_tokens), scale)
+        check(f"attention pos {pos} n_tokens {n_tokens}", got[:n_tokens], ref)
+        assert not got[n_tokens:].any()
+
+
+def test_attention_head_dim_limit(device, kernels):
+    buf = device.buffer(4096, "x")
+    with pytest.raises(ValueError, match="head_dim 320 is above the kernel's maximum 256"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, n_heads=4, n_kv_heads=2)
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4)
+
+
+def test_rope_then_attention_over_steps(device, kernels):
+    """A prefill chunk then decode steps through rope_kv + attention, against the oracles."""
+    head_dim, n_heads, n_kv_heads, theta, eps, max_ctx, max_tokens = 64, 6, 2, 1e6, 1e-6, 40, 7
+    qn, kn = randn(head_dim), randn(head_dim)
+    qb = zeros(device, (max_tokens, n_heads, head_dim))
+    kb, vb = zeros(device, (max_tokens, n_kv_heads, head_dim)), zeros(device, (max_tokens, n_kv_heads, head_dim))
+    kc, vc = zeros(device, (max_ctx, n_kv_heads, head_dim)), zeros(device, (max_ctx, n_kv_heads, head_dim))
+    out, step = zeros(device, (max_tokens, n_heads, head_dim)), device.buffer(STEP_BYTES, "step", uniform=True)
+    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens)
+    schedule = device.schedule([
+        layers.rope_kv(kernels, device, qb, kc, vc, kb, vb, step, theta=theta, neox=True, q_norm=upload(device, qn),
+                       k_norm=upload(device, kn), eps=eps, **shape),
+        layers.attention(kernels, device, out, qb, kc, vc, step, **shape)])
+    k_all, v_all = np.zeros((0, n_kv_heads, head_dim), np.float32), np.zeros((0, n_kv_heads, head_dim), np.float32)
+    pos = 0
+    for n_tokens in [7, 1, 1, 3]:
+        q, k, v = randn(n_tokens, n_heads, head_dim), randn(n_tokens, n_kv_heads, head_dim), randn(n_tokens, n_kv_heads, head_dim)
+        for buf, a in ((qb, q), (kb, k), (vb, v)):
+            device.write(buf, a.tobytes())
+        device.write(step, pack_step(pos, n_tokens))
+        device.submit(schedule)
+        positions = np.arange(pos, pos + n_tokens)
+        q_ref = ops.rope(ops.rms_norm(q, qn, eps), positions, theta, True)
+        k_all = np.concatenate([k_all, ops.rope(ops.rms_norm(k, kn, eps), positions, theta, True)])
+        v_all = np.concatenate([v_all, v])
+        ref = ops.attention(q_ref, k_all, v_all, positions, 1.0 / np.sqrt(head_dim))
+        check(f"attention after step at pos {pos}", download(device, out, (max_tokens, n_heads, head_dim))[:n_tokens], ref)
+        pos += n_tokens
+
+
+# --- shortconv, swiglu ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hidden,kernel", [(100, 3), (64, 3), (576, 4)])
+def test_shortconv_over_steps(device, kernels, hidden, kernel):
+    max_tokens = 6
+    conv_w = randn(hidden, kernel)
+    bcx_b, out = zeros(device, (max_tokens, 3 * hidden)), zeros(device, (max_tokens, hidden))
+    state_b, step = zeros(device, (kernel - 1, hidden)), device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatch = layers.shortconv(kernels, device, out, bcx_b, upload(device, conv_w), state_b, step,
+                                hidden=hidden, kernel=kernel)
+    state, pos = np.zeros((kernel - 1, hidden), np.float32), 0
+    for n_tokens in [3, 1, 1, 6, 1]:
+        bcx = randn(n_tokens, 3 * hidden)
+        device.write(bcx_b, bcx.tobytes())
+        device.write(step, pack_step(pos, n_tokens))
+        run(device, dispatch)
+        y, state = ops.shortconv(bcx, conv_w, state)
+        check(f"shortconv y at pos {pos}", download(device, out, (max_tokens, hidden))[:n_tokens], y)
+        check(f"shortconv state at pos {pos}", download(device, state_b, state.shape), state, 1e-6, 1e-6)
+        pos += n_tokens
+
+
+@pytest.mark.parametrize("n", [100, 1536, 257])
+def test_swiglu(device, kernels, n):
+    max_tokens, n_tokens = 3, 2
+    gate, up = randn(max_tokens, n, scale=4.0), randn(max_tokens, n)
+    out = zeros(device, gate.shape)
+    step = step_buffer(device, 5, n_tokens)
+    run(device, layers.swiglu(kernels, device, out, upload(device, gate), upload(device, up), step, n=n,
+                              max_tokens=max_tokens))
+    got = download(device, out, gate.shape)
+    check("swiglu", got[:n_tokens], ops.swiglu(gate[:n_tokens], up[:n_tokens]))
+    assert not got[n_tokens:].any()
