@@ -1,6 +1,6 @@
-// Fused per-token attention prologue: [per-head QK-norm] -> RoPE on q (in place) and k, and the
+// Fused per-token attention prologue: [per-head QK-norm] -> RoPE on q (into q_out) and k, and the
 // KV-cache write. Row t of the step is the token at position p = step.pos + t:
-//   q[t, h, :]            <- rope(norm(q[t, h, :]) * q_norm, p)     h < N_HEADS
+//   q_out[t, h, :]        <- rope(norm(q[t, h, :]) * q_norm, p)     h < N_HEADS
 //   k_cache[p, kh, :]     <- rope(norm(k[t, kh, :]) * k_norm, p)    kh < N_KV_HEADS
 //   v_cache[p, kh, :]     <- v[t, kh, :]
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
@@ -12,30 +12,32 @@
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [EPS with QK_NORM]; flags NEOX,
 // FREQ_FACTORS, QK_NORM.
-// Bindings: q, k, v, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
-// Layouts: q (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM), separate buffers;
+// Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
+// Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
+// read, so they may be ranges of one buffer (a stacked QKV matvec's output);
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
 #include "common.wgsl"
 
 const WG = 64u;
 const TWO_PI = 6.283185307179586;
 
-@group(0) @binding(0) var<storage, read_write> q: array<f32>;
+@group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(4) var<storage, read_write> v_cache: array<f32>;
-@group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> q_out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
+@group(0) @binding(6) var<uniform> step: Step;
 #ifdef FREQ_FACTORS
-@group(0) @binding(6) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
+@group(0) @binding(7) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 #ifdef QK_NORM
-@group(0) @binding(7) var<storage, read> q_norm: array<f32>;         // (HEAD_DIM,)
-@group(0) @binding(8) var<storage, read> k_norm: array<f32>;         // (HEAD_DIM,)
+@group(0) @binding(8) var<storage, read> q_norm: array<f32>;         // (HEAD_DIM,)
+@group(0) @binding(9) var<storage, read> k_norm: array<f32>;         // (HEAD_DIM,)
 #endif
 #else
 #ifdef QK_NORM
-@group(0) @binding(6) var<storage, read> q_norm: array<f32>;
-@group(0) @binding(7) var<storage, read> k_norm: array<f32>;
+@group(0) @binding(7) var<storage, read> q_norm: array<f32>;
+@group(0) @binding(8) var<storage, read> k_norm: array<f32>;
 #endif
 #endif
 
@@ -105,8 +107,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let y0 = x0 * c - x1 * s;
         let y1 = x0 * s + x1 * c;
         if (is_q) {
-            q[q_base + i0] = y0;
-            q[q_base + i1] = y1;
+            q_out[q_base + i0] = y0;
+            q_out[q_base + i1] = y1;
         } else {
             k_cache[cache_base + i0] = y0;
             k_cache[cache_base + i1] = y1;
@@ -114,7 +116,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     for (var i = N_ROT + lid; i < HEAD_DIM; i += WG) {
         if (is_q) {
-            q[q_base + i] = row[i];
+            q_out[q_base + i] = row[i];
         } else {
             k_cache[cache_base + i] = row[i];
         }

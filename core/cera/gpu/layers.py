@@ -57,13 +57,15 @@ def add_rms_norm(kernels, device, out, residual, delta, w, step, *, n: int, eps:
                      DELTA_SCALE=float(delta_scale))
 
 
-def rope_kv(kernels, device, q, k_cache, v_cache, k, v, step, *, head_dim: int, n_heads: int,
+def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
             n_kv_heads: int, theta: float, neox: bool, n_rot: int | None = None, freq_factors=None,
             q_norm=None, k_norm=None, eps: float | None = None, max_tokens: int = 1,
             label: str = "rope_kv") -> Dispatch:
-    """[QK-norm] + RoPE of q in place and of k into the KV cache, and v into the cache.
+    """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
 
-    q (tokens, n_heads*head_dim), rotated in place; k, v (tokens, n_kv_heads*head_dim);
+    q, q_out (tokens, n_heads*head_dim); k, v (tokens, n_kv_heads*head_dim): q, k, v are only
+    read, so they may be ranges of one buffer (WebGPU forbids a buffer bound both read-write
+    and read-only in one dispatch, so q cannot be rotated in place when they share one);
     k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t.
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (default head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
@@ -73,7 +75,7 @@ def rope_kv(kernels, device, q, k_cache, v_cache, k, v, step, *, head_dim: int, 
         raise ValueError(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
     _check_heads(n_heads, n_kv_heads)
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta))
-    bindings = [q, k, v, k_cache, v_cache, step]
+    bindings = [q, k, v, q_out, k_cache, v_cache, step]
     if neox:
         defines["NEOX"] = True
     if freq_factors is not None:

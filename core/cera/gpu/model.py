@@ -28,9 +28,8 @@ class GpuModel:
     def __init__(self, cfg: ModelConfig, gguf_file, device, ctx: int):
         self.cfg, self.gguf, self.device, self.ctx = cfg, gguf_file, device, ctx
         self.kernels = Kernels(device)
-        self.buffers: dict[str, object] = {}     # weight name -> GPU buffer (raw GGUF bytes or f32)
+        self.buffers: dict[str, Binding] = {}    # name -> weights (raw GGUF bytes or f32) or activations
         self._pending = []                      # (buffer, tensor info[, dst offset]) uploads to do
-        self._sizes: dict[str, int] = {}         # activation/state buffer name -> bytes
         self._gpu_token = None                  # the token id tokens[0] holds (argmax wrote it)
         self.dispatches_per_token = 0
 
@@ -40,8 +39,9 @@ class GpuModel:
         if name not in self.buffers:
             info = self.gguf.tensors[name]
             self._check_binding(name, info.nbytes)
-            self.buffers[name] = self.device.buffer(info.nbytes, name)
-            self._pending.append((self.buffers[name], info))
+            buffer = self.device.buffer(info.nbytes, name)
+            self._pending.append((buffer, info))
+            self.buffers[name] = Binding(buffer)
         return self.buffers[name]
 
     def _f32(self, name: str):
@@ -49,10 +49,13 @@ class GpuModel:
         if name not in self.buffers:
             if self.gguf.tensors[name].ggml_type == F32:
                 return self._tensor(name)
-            data = weights.tensor(self.gguf, name).astype(np.float32)
-            self.buffers[name] = self.device.buffer(data.nbytes, name)
-            self.device.write(self.buffers[name], data.tobytes())
+            self.buffers[name] = self._upload_f32(name, weights.tensor(self.gguf, name))
         return self.buffers[name]
+
+    def _upload_f32(self, name: str, data: np.ndarray) -> Binding:
+        buffer = self.device.buffer(data.nbytes, name)
+        self.device.write(buffer, data.astype(np.float32).tobytes())
+        return Binding(buffer)
 
     def _check_binding(self, name: str, nbytes: int) -> None:
         if nbytes > self.device.limits.max_buffer_size:
@@ -72,17 +75,17 @@ class GpuModel:
         self._pending.clear()
 
     # --- the schedule --------------------------------------------------------------------
-    def _act(self, name: str, *shape: int):
-        """An f32 activation buffer; the shape comment lives at the call."""
-        self._sizes[name] = 4 * int(np.prod(shape))
-        self.buffers[name] = self.device.buffer(self._sizes[name], name)
+    def _act(self, name: str, *shape: int) -> Binding:
+        """An f32 activation or state buffer; the shape comment lives at the call."""
+        nbytes = 4 * int(np.prod(shape))
+        self.buffers[name] = Binding(self.device.buffer(nbytes, name), 0, nbytes)
         return self.buffers[name]
 
     def _build(self) -> None:
         cfg, dev, k = self.cfg, self.device, self.kernels
         h, ff = cfg.hidden, cfg.ff
-        self.step = dev.buffer(STEP_BYTES, "step", uniform=True)
-        self.tokens = dev.buffer(4, "tokens")                 # (1,) u32: the current token id
+        self.step = Binding(dev.buffer(STEP_BYTES, "step", uniform=True), 0, STEP_BYTES)
+        self.tokens = Binding(dev.buffer(4, "tokens"), 0, 4)  # (1,) u32: the current token id
         x = self._act("x", h)                                 # residual stream
         xb = self._act("xb", h)                               # normed input of a block
         hb = self._act("hb", ff)                              # ffn hidden: silu(gate) * up
@@ -94,33 +97,35 @@ class GpuModel:
         if cfg.attention_layers:
             kv_max = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             qkv = self._act("qkv", cfg.q_dim + 2 * kv_max)   # q, k, v of the current token, stacked
+            q_rot = self._act("q_rot", cfg.q_dim)              # q after [QK-norm and] RoPE
             att = self._act("att", cfg.q_dim)
         freq = self._f32("rope_freqs.weight") if cfg.rope_freq_factors else None
         if cfg.rope_freq_scale != 1.0:
             raise ValueError("linear RoPE scaling is not implemented on the GPU yet")
 
         embd = self.gguf.tensors["token_embd.weight"]
-        steps = [matmul.embed(k, dev, x, self._tensor("token_embd.weight"), self.tokens, self.step,
-                              wtype=embd.ggml_type, k=h, max_rows=1, scale=cfg.embedding_scale)]
+        steps = matmul.embed_tiled(k, dev, x, self._tensor("token_embd.weight"), self.tokens, self.step,
+                                   wtype=embd.ggml_type, k=h, rows=cfg.embedding_rows, max_rows=1,
+                                   scale=cfg.embedding_scale)
         for i in range(cfg.n_layers):
             b = f"blk.{i}."
             steps.append(layers.rms_norm(k, dev, xb, x, self._f32(b + "attn_norm.weight"), self.step,
                                          n=h, eps=cfg.eps, label=f"{b}attn_norm"))
             if cfg.block_kinds[i] == ATTENTION:
                 kv = cfg.kv_dim(i)
-                q, kb, vb = (Binding(qkv, 0, 4 * cfg.q_dim), Binding(qkv, 4 * cfg.q_dim, 4 * kv),
-                             Binding(qkv, 4 * (cfg.q_dim + kv), 4 * kv))
+                q, kb, vb = (Binding(qkv.buffer, 0, 4 * cfg.q_dim), Binding(qkv.buffer, 4 * cfg.q_dim, 4 * kv),
+                             Binding(qkv.buffer, 4 * (cfg.q_dim + kv), 4 * kv))
                 steps += self._qkv(i, xb, qkv, q, kb, vb)
                 k_cache = self._act(f"{b}key_cache", self.ctx, kv)     # (ctx, n_kv_heads, head_dim)
                 v_cache = self._act(f"{b}value_cache", self.ctx, kv)
                 qk_norm = dict(q_norm=self._f32(b + "attn_q_norm.weight"),
                                k_norm=self._f32(b + "attn_k_norm.weight"), eps=cfg.eps) if cfg.qk_norm else {}
                 steps.append(layers.rope_kv(
-                    k, dev, q, k_cache, v_cache, kb, vb, self.step,
+                    k, dev, q_rot, k_cache, v_cache, q, kb, vb, self.step,
                     head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                     theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot, freq_factors=freq,
                     label=f"{b}rope", **qk_norm))
-                steps.append(layers.attention(k, dev, att, q, k_cache, v_cache, self.step,
+                steps.append(layers.attention(k, dev, att, q_rot, k_cache, v_cache, self.step,
                                               head_dim=cfg.head_dim, n_heads=cfg.n_heads,
                                               n_kv_heads=cfg.n_kv_heads[i], scale=cfg.attention_scale,
                                               label=f"{b}attention"))
@@ -146,8 +151,7 @@ class GpuModel:
         steps.append(matmul.argmax(k, dev, self.tokens, self.logits, n=cfg.vocab_size))
         self.decode_schedule = dev.schedule(steps)
         self.dispatches_per_token = len(steps)
-        self._state = [(buf, self._sizes[name]) for name, buf in self.buffers.items()
-                       if name.endswith(("_cache", "conv_state"))]
+        self._state = [b for name, b in self.buffers.items() if name.endswith(("_cache", "conv_state"))]
 
     def _matvec(self, out, name: str, x, *, rows: int | None = None, **kw):
         info = self.gguf.tensors[name]
@@ -168,16 +172,16 @@ class GpuModel:
                     for p, name, out in zip("qkv", names, (q, k, v))]
         label, rows = f"{b}attn_qkv.weight", sum(t.shape[0] for t in infos)
         self._check_binding(label, sum(t.nbytes for t in infos))
-        w = self.buffers[label] = dev.buffer(sum(t.nbytes for t in infos), label)
+        w = dev.buffer(sum(t.nbytes for t in infos), label)
         offsets = np.cumsum([0] + [t.nbytes for t in infos[:-1]])
         self._pending += [(w, t, int(o)) for t, o in zip(infos, offsets)]
+        self.buffers[label] = Binding(w)
         bias = None
         if cfg.qkv_bias:
-            data = np.concatenate([weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in "qkv"])
-            bias = self.buffers[f"{b}attn_qkv.bias"] = dev.buffer(data.nbytes, f"{b}attn_qkv.bias")
-            dev.write(bias, data.astype(np.float32).tobytes())
-        return [matmul.matvec(self.kernels, dev, Binding(qkv, 0, 4 * rows), w, xb, wtype=infos[0].ggml_type,
-                              k=cfg.hidden, m=rows, bias=bias)]
+            bias = self.buffers[f"{b}attn_qkv.bias"] = self._upload_f32(f"{b}attn_qkv.bias", np.concatenate(
+                [weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in "qkv"]))
+        return [matmul.matvec(self.kernels, dev, Binding(qkv.buffer, 0, 4 * rows), Binding(w), xb,
+                              wtype=infos[0].ggml_type, k=cfg.hidden, m=rows, bias=bias)]
 
     def _ffn(self, i: int, xb, hb) -> list:
         """hb = silu(Wgate xb) * (Wup xb): one fused matvec when gate and up share a type."""
@@ -192,21 +196,15 @@ class GpuModel:
         """logits = W_head xb / logit_scale, in row tiles that fit the binding limit."""
         cfg, dev = self.cfg, self.device
         info = self.gguf.tensors[cfg.lm_head]
-        w = self._tensor(cfg.lm_head)
-        row_bytes = matmul.row_bytes(info.ggml_type, cfg.hidden)
-        steps = []
-        for start, n in matmul.row_tiles(info.ggml_type, cfg.hidden, cfg.vocab_size, dev.limits):
-            steps.append(matmul.matvec(
-                self.kernels, dev, Binding(self.logits, 4 * start, 4 * n),
-                Binding(w, start * row_bytes, n * row_bytes), xb,
-                wtype=info.ggml_type, k=cfg.hidden, m=n, scale=1.0 / cfg.logit_scale))
-        return steps
+        return matmul.matvec_tiled(self.kernels, dev, self.logits, self._tensor(cfg.lm_head), xb,
+                                   wtype=info.ggml_type, k=cfg.hidden, m=cfg.vocab_size,
+                                   scale=1.0 / cfg.logit_scale)
 
     # --- running -------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the sequence: clear the KV caches and conv states."""
-        for buf, nbytes in self._state:
-            self.device.write(buf, bytes(nbytes))
+        for b in self._state:
+            self.device.write(b.buffer, bytes(b.size))
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. one submission each; return the greedy next token after
@@ -214,16 +212,16 @@ class GpuModel:
         rows = []
         for t, token in enumerate(tokens):
             if token != self._gpu_token:   # after a greedy step the GPU already holds it
-                self.device.write(self.tokens, np.array([token], np.uint32).tobytes())
-            self.device.write(self.step, pack_step(pos0 + t, 1))
+                self.device.write(self.tokens.buffer, np.array([token], np.uint32).tobytes())
+            self.device.write(self.step.buffer, pack_step(pos0 + t, 1))
             if t + 1 < len(tokens) and logits != "all":
                 await self.device.run(self.body_schedule)
                 self._gpu_token = token
                 continue
-            out = await self.device.run(self.decode_schedule, Binding(self.tokens, 0, 4))
+            out = await self.device.run(self.decode_schedule, self.tokens)
             self._gpu_token = int(np.frombuffer(out, np.uint32)[0])
             if logits:
-                raw = await self.device.read(self.logits, 0, 4 * self.cfg.vocab_size)
+                raw = await self.device.read(self.logits.buffer, 0, self.logits.size)
                 rows.append(np.frombuffer(raw, np.float32))
         if logits == "all":
             return self._gpu_token, np.stack(rows)
