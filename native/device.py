@@ -51,7 +51,7 @@ class NativeDevice:
         chunk = 64 << 20
         for start in range(0, size, chunk):
             data = source.read(src_offset + start, min(chunk, size - start))
-            self.write(buffer, data, dst_offset + start)
+            self.write(buffer, data + bytes(-len(data) % 4), dst_offset + start)   # writes are whole words
 
     def kernel(self, name: str, code: str):
         try:

@@ -160,13 +160,13 @@ class GpuModel:
 
     def _qkv(self, i: int, xb, qkv, q, k, v) -> list:
         """q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv). When the three matrices share a type
-        and their outputs stay offset-aligned, they are stacked into one buffer at load and one
-        matvec writes all of `qkv`; otherwise three matvecs write its parts."""
+        and both their bytes and their outputs stay aligned, they are stacked into one buffer at
+        load and one matvec writes all of `qkv`; otherwise three matvecs write its parts."""
         b, cfg, dev = f"blk.{i}.", self.cfg, self.device
         names = [f"{b}attn_{p}.weight" for p in "qkv"]
         infos = [self.gguf.tensors[n] for n in names]
         align = dev.limits.min_storage_buffer_offset_alignment
-        if len({t.ggml_type for t in infos}) > 1 or any(t.shape[0] * 4 % align for t in infos):
+        if len({t.ggml_type for t in infos}) > 1 or any(t.shape[0] * 4 % align or t.nbytes % 4 for t in infos):
             bias = {p: self._f32(f"{b}attn_{p}.bias") for p in "qkv"} if cfg.qkv_bias else {}
             return [self._matvec(out, name, xb, bias=bias.get(p))
                     for p, name, out in zip("qkv", names, (q, k, v))]

@@ -1,0 +1,245 @@
+"""Model configuration per architecture, read from a GGUF header and checked at load.
+
+`ModelConfig.from_gguf(gguf_file)` reads the hyperparameters under their GGUF key names
+(`{arch}.attention.head_count_kv`, ...), derives what the forward pass needs (head_dim,
+RoPE layout, attention scale, per-layer block kinds) and gates every per-arch difference on
+metadata and tensor presence, on one code path. Anything the engine cannot run correctly
+raises a ValueError that names what is wrong, never a silent default.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2")
+
+# RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
+# NORM rotates interleaved pairs (2i, 2i+1); NEOX rotates split halves (i, i + n_rot/2).
+ROPE_NORM, ROPE_NEOX = "norm", "neox"
+ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
+               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX}
+
+MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
+
+ATTENTION, CONV = "attention", "conv"   # per-layer block kinds (lfm2 mixes them)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    arch: str
+    n_layers: int
+    hidden: int                      # embedding_length
+    ff: int                          # feed_forward_length
+    n_heads: int
+    n_kv_heads: tuple[int, ...]      # per layer; 0 for a layer without attention (lfm2 conv)
+    head_dim: int
+    n_rot: int                       # rotated dims per head (rope.dimension_count)
+    rope_theta: float                # rope.freq_base
+    rope_layout: str                 # ROPE_NORM or ROPE_NEOX
+    rope_freq_scale: float           # 1 / rope.scaling.factor for linear scaling, else 1
+    eps: float                       # RMSNorm epsilon
+    vocab_size: int
+    embedding_rows: int              # rows of token_embd.weight (>= vocab_size)
+    context_length: int
+    block_kinds: tuple[str, ...]     # per layer: ATTENTION or CONV
+    conv_kernel: int                 # shortconv.l_cache (lfm2), else 0
+    tied_embeddings: bool            # no output.weight: the LM head is token_embd.weight
+    qkv_bias: bool                   # blk.N.attn_{q,k,v}.bias (qwen2)
+    qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2)
+    rope_freq_factors: bool          # rope_freqs.weight (Llama 3)
+    attention_scale: float           # attention.scale, else 1/sqrt(head_dim)
+    embedding_scale: float           # granite; 1 elsewhere
+    residual_scale: float            # granite; 1 elsewhere
+    logit_scale: float               # granite: logits are divided by it; 1 elsewhere
+    final_norm: str                  # tensor name of the norm before the LM head
+    lm_head: str                     # tensor name of the LM head
+
+    # --- derived -------------------------------------------------------------------------
+    @property
+    def rope_neox(self) -> bool:
+        return self.rope_layout == ROPE_NEOX
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    def kv_dim(self, layer: int) -> int:
+        return self.n_kv_heads[layer] * self.head_dim
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.block_kinds) if k == ATTENTION)
+
+    @property
+    def conv_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.block_kinds) if k == CONV)
+
+    def context(self, requested: int | None = None) -> int:
+        """The context to allocate: the requested one capped at the model's context_length."""
+        if requested is None:
+            return self.context_length
+        if requested <= 0:
+            raise ValueError(f"requested context {requested} must be positive")
+        return min(requested, self.context_length)
+
+    def check_tokens(self, tokens) -> None:
+        for t in tokens:
+            if not 0 <= int(t) < self.vocab_size:
+                raise ValueError(f"token id {int(t)} out of range: vocab_size is {self.vocab_size}")
+
+    def layer_tensors(self, layer: int) -> dict[str, tuple[int, ...]]:
+        """Every tensor layer `layer` needs -> its numpy shape."""
+        b, h, hd = f"blk.{layer}.", self.hidden, self.head_dim
+        t = {b + "attn_norm.weight": (h,), b + "ffn_norm.weight": (h,),
+             b + "ffn_gate.weight": (self.ff, h), b + "ffn_up.weight": (self.ff, h),
+             b + "ffn_down.weight": (h, self.ff)}
+        if self.block_kinds[layer] == CONV:
+            t[b + "shortconv.in_proj.weight"] = (3 * h, h)
+            t[b + "shortconv.conv.weight"] = (h, self.conv_kernel)
+            t[b + "shortconv.out_proj.weight"] = (h, h)
+            return t
+        kv = self.kv_dim(layer)
+        t[b + "attn_q.weight"] = (self.q_dim, h)
+        t[b + "attn_k.weight"] = (kv, h)
+        t[b + "attn_v.weight"] = (kv, h)
+        t[b + "attn_output.weight"] = (h, self.q_dim)
+        if self.qkv_bias:
+            t.update({b + "attn_q.bias": (self.q_dim,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
+        if self.qk_norm:
+            t.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
+        return t
+
+    def all_tensors(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor the model needs -> its numpy shape (the LM head's rows are checked apart)."""
+        t = {"token_embd.weight": (self.embedding_rows, self.hidden), self.final_norm: (self.hidden,)}
+        if self.rope_freq_factors:
+            t["rope_freqs.weight"] = (self.n_rot // 2,)
+        for i in range(self.n_layers):
+            t.update(self.layer_tensors(i))
+        return t
+
+    # --- loading -------------------------------------------------------------------------
+    @classmethod
+    def from_gguf(cls, gguf_file) -> "ModelConfig":
+        md, tensors = gguf_file.metadata, gguf_file.tensors
+        arch = md.get("general.architecture")
+        if arch not in SUPPORTED_ARCHS:
+            raise ValueError(f"unsupported architecture {arch!r}: cera runs {', '.join(SUPPORTED_ARCHS)}")
+        if arch not in ROPE_LAYOUT:
+            raise ValueError(f"architecture {arch!r} has no RoPE layout mapping")
+
+        def key(name, default=None, required=False):
+            k = f"{arch}.{name}"
+            if k in md:
+                return md[k]
+            if required:
+                raise ValueError(f"GGUF metadata key {k} missing")
+            return default
+
+        def need(name):
+            if name not in tensors:
+                raise ValueError(f"tensor {name} missing")
+            return tensors[name]
+
+        n_layers = int(key("block_count", required=True))
+        hidden = int(key("embedding_length", required=True))
+        ff = int(key("feed_forward_length", required=True))
+        n_heads = _uniform(key("attention.head_count", required=True), f"{arch}.attention.head_count")
+        kv_raw = key("attention.head_count_kv", n_heads)
+        n_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layers
+        if len(n_kv) != n_layers:
+            raise ValueError(f"{arch}.attention.head_count_kv has {len(n_kv)} entries for {n_layers} layers")
+        if n_heads <= 0:
+            raise ValueError(f"{arch}.attention.head_count is {n_heads}: must be positive")
+
+        # block kind per layer from tensor presence; head_count_kv 0 must agree (llama.cpp's test)
+        kinds = []
+        for i in range(n_layers):
+            has_attn = f"blk.{i}.attn_q.weight" in tensors
+            has_conv = f"blk.{i}.shortconv.in_proj.weight" in tensors
+            if has_conv and arch != "lfm2":
+                raise ValueError(f"layer {i} has short-conv tensors, which {arch} does not use")
+            if has_attn == has_conv:
+                raise ValueError(f"tensor blk.{i}.attn_q.weight missing" if not has_attn else
+                                 f"layer {i} has both attention and short-conv tensors")
+            kinds.append(ATTENTION if has_attn else CONV)
+            if has_attn and (n_kv[i] <= 0 or n_heads % n_kv[i]):
+                raise ValueError(f"layer {i}: head_count {n_heads} is not a positive multiple of "
+                                 f"head_count_kv {n_kv[i]}")
+            if has_conv and n_kv[i] != 0:
+                raise ValueError(f"layer {i} is a short-conv block but head_count_kv is {n_kv[i]} (expected 0)")
+
+        head_dim = int(key("attention.key_length", 0)) or hidden // n_heads
+        if not key("attention.key_length") and hidden % n_heads:
+            raise ValueError(f"embedding_length {hidden} is not a multiple of head_count {n_heads}")
+        v_len = key("attention.value_length")
+        if v_len is not None and int(v_len) != head_dim:
+            raise ValueError(f"attention.value_length {v_len} != key_length {head_dim}: unsupported")
+        if head_dim > MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {head_dim} exceeds the attention kernels' maximum {MAX_HEAD_DIM}")
+        n_rot = int(key("rope.dimension_count", head_dim))
+        if n_rot % 2 or n_rot > head_dim:
+            raise ValueError(f"rope.dimension_count {n_rot} must be even and <= head_dim {head_dim}")
+
+        scaling = key("rope.scaling.type", "none")
+        factor = float(key("rope.scaling.factor", 1.0) or 1.0)
+        if scaling == "linear":
+            freq_scale = 1.0 / factor
+        elif scaling == "none" or factor == 1.0:
+            freq_scale = 1.0
+        else:
+            raise ValueError(f"rope scaling {scaling!r} (factor {factor}) is not supported")
+
+        embd = need("token_embd.weight")
+        if len(embd.shape) != 2 or embd.shape[1] != hidden:
+            raise ValueError(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
+        vocab_size = int(key("vocab_size", 0)) or embd.shape[0]
+        if embd.shape[0] < vocab_size:
+            raise ValueError(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+
+        tied = "output.weight" not in tensors
+        lm_head = "token_embd.weight" if tied else "output.weight"
+        head = tensors[lm_head]
+        if len(head.shape) != 2 or head.shape[1] != hidden:
+            raise ValueError(f"LM head {lm_head} has k = {head.shape[-1]}, expected hidden_size {hidden}")
+        if head.shape[0] < vocab_size:
+            raise ValueError(f"LM head {lm_head} has {head.shape[0]} rows, fewer than vocab_size {vocab_size}")
+
+        # lfm2 names its final norm token_embd_norm (gguf-py's mapping of model.embedding_norm)
+        final_norm = "output_norm.weight"
+        if final_norm not in tensors and arch == "lfm2" and "token_embd_norm.weight" in tensors:
+            final_norm = "token_embd_norm.weight"
+
+        first_attn = next((i for i, k in enumerate(kinds) if k == ATTENTION), None)
+        has = (lambda suffix: first_attn is not None and f"blk.{first_attn}.{suffix}" in tensors)
+        conv_kernel = int(key("shortconv.l_cache", 0)) if CONV in kinds else 0
+        if CONV in kinds and conv_kernel < 2:
+            raise ValueError(f"{arch}.shortconv.l_cache is {conv_kernel}: a short-conv model needs >= 2")
+        attn_scale = float(key("attention.scale", 0.0) or 0.0) or 1.0 / math.sqrt(head_dim)
+
+        cfg = cls(
+            arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=n_kv,
+            head_dim=head_dim, n_rot=n_rot, rope_theta=float(key("rope.freq_base", 10000.0)),
+            rope_layout=ROPE_LAYOUT[arch], rope_freq_scale=freq_scale,
+            eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
+            vocab_size=vocab_size, embedding_rows=embd.shape[0], context_length=int(key("context_length", required=True)),
+            block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
+            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight"),
+            rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
+            embedding_scale=float(key("embedding_scale", 1.0) or 1.0),
+            residual_scale=float(key("residual_scale", 1.0) or 1.0),
+            logit_scale=float(key("logit_scale", 1.0) or 1.0),
+            final_norm=final_norm, lm_head=lm_head)
+        for name, shape in cfg.all_tensors().items():
+            if need(name).shape != shape:
+                raise ValueError(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
+        return cfg
+
+
+def _uniform(value, key: str) -> int:
+    """A per-layer array whose entries must all be equal, or a scalar."""
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise ValueError(f"{key} varies per layer ({value}): unsupported")
+        return int(value[0])
+    return int(value)

@@ -1,0 +1,185 @@
+"""Dispatch builders for the decode weight kernels: matrix-vector products, embedding
+lookups and the greedy argmax (shaders/matvec.wgsl, embed.wgsl, argmax.wgsl).
+
+Weights are raw GGUF bytes bound as `array<u32>` and decoded in the shader
+(shaders/quant.wgsl); activations are f32. The builders hide the defines, binding
+order and workgroup geometry. A matrix too big for one storage binding (the tied LM
+head) is split into row tiles bound at aligned offsets: `row_tiles`, `matvec_tiled`,
+`embed_tiled`.
+"""
+from __future__ import annotations
+
+from math import gcd
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+from cera.device import Binding, Dispatch
+
+MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
+                          T.Q4_K, T.Q5_K, T.Q6_K})
+
+WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
+EMBED_WORKGROUP = 64     # shaders/embed.wgsl WG
+_FLOAT_UNIT = 8          # elements per unit of the float types (shaders/quant.wgsl)
+
+
+def _type(wtype: int) -> T:
+    t = T(wtype)
+    if t not in MATVEC_TYPES:
+        raise ValueError(f"no matvec kernel for weight type {t.name}")
+    return t
+
+
+def row_bytes(wtype: int, k: int) -> int:
+    """Bytes of one row of k elements of type `wtype` (k a multiple of the block size)."""
+    block, size = GGML_QUANT_SIZES[T(wtype)]
+    if k % block:
+        raise ValueError(f"row length {k} is not a multiple of {T(wtype).name}'s block of {block}")
+    return k // block * size
+
+
+def units_per_row(wtype: int, k: int) -> int:
+    """Work items per row in shaders/quant.wgsl: quarter blocks, sixteenth K-blocks, or
+    8 elements of a float row."""
+    block, _ = GGML_QUANT_SIZES[_type(wtype)]
+    if block == 1:
+        return -(-k // _FLOAT_UNIT)
+    return k // block * (4 if block == 32 else 16)
+
+
+def threads_per_row(units: int, m: int) -> int:
+    """Threads per row: a power of two from 8 to WORKGROUP (WORKGROUP / tpr rows per
+    workgroup), about 2^18 threads in all but no more than the row has units.
+
+    Measured on an H200: tall matrices (an LM head) run best with few threads per row and
+    many rows per workgroup (more loads in flight per thread), short ones (576-1536 rows)
+    with a whole workgroup per row."""
+    tpr = 8
+    while tpr < WORKGROUP and tpr * 2 * m <= 1 << 18 and tpr * 2 <= units:
+        tpr *= 2
+    return tpr
+
+
+def _groups(n: int, limits) -> tuple[int, int, int]:
+    """n workgroups as (x, y, 1) within the per-dimension limit (the kernel flattens them)."""
+    most = limits.max_compute_workgroups_per_dimension
+    if n <= most:
+        return (max(n, 1), 1, 1)
+    y = -(-n // most)
+    return (-(-n // y), y, 1)
+
+
+def _flags(**flags) -> dict:
+    return {name: True for name, on in flags.items() if on}
+
+
+def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
+           scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
+           w_up: Binding | None = None, tpr: int | None = None) -> Dispatch:
+    """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
+    out = scale * silu(W @ x) * (W_up @ x). W and W_up: raw GGUF rows of `wtype`.
+
+    `tpr` overrides the threads per row (a power of two <= 256), for tuning."""
+    t = _type(wtype)
+    if w_up is not None and bias is not None:
+        raise ValueError("matvec: GLU with a bias is not supported")
+    units = units_per_row(t, k)
+    tpr = tpr or threads_per_row(units, m)
+    rows = WORKGROUP // tpr
+    defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
+                   **_flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
+                               "ACCUMULATE": accumulate, "GLU": w_up is not None}))
+    if scale is not None and scale != 1.0:
+        defines["SCALE"] = float(scale)
+    kernel = kernels.get("matvec.wgsl", **defines)
+    bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
+    label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" +=" if accumulate else "")
+    return Dispatch(kernel, device.bind(kernel, bindings), _groups(-(-m // rows), device.limits), label)
+
+
+def row_tiles(wtype: int, k: int, m: int, limits) -> list[tuple[int, int]]:
+    """Split m rows into (row_start, n_rows) tiles whose weight bytes fit one storage
+    binding and whose starts are aligned for both the weights (row_start * row_bytes) and
+    an f32 output bound at the same row (row_start * 4)."""
+    rb = row_bytes(wtype, k)
+    most = limits.max_storage_buffer_binding_size
+    if m * rb <= most and m * 4 <= most:
+        return [(0, m)]
+    align = limits.min_storage_buffer_offset_alignment
+    step_w = align // gcd(align, rb)     # rows per aligned weight offset
+    step_o = align // gcd(align, 4)      # rows per aligned f32 offset
+    step = step_w * step_o // gcd(step_w, step_o)
+    per_tile = min(most // rb, most // 4) // step * step
+    if per_tile == 0:
+        raise ValueError(f"{T(wtype).name} rows of {rb} bytes: {step} aligned rows exceed the "
+                         f"storage binding limit of {most} bytes")
+    return [(start, min(per_tile, m - start)) for start in range(0, m, per_tile)]
+
+
+def _rows(b: Binding | None, start: int, size: int) -> Binding | None:
+    """Bytes [start, start+size) of the range bound by b, the size rounded up to 4."""
+    if b is None:
+        return None
+    return Binding(b.buffer, b.offset + start, (size + 3) // 4 * 4)
+
+
+def _check_aligned(what: str, b: Binding, limits) -> None:
+    if b.offset % limits.min_storage_buffer_offset_alignment:
+        raise ValueError(f"{what} starts at byte {b.offset}, not a multiple of "
+                         f"{limits.min_storage_buffer_offset_alignment}: it cannot be tiled")
+
+
+def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
+                 scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
+                 w_up: Binding | None = None, limits=None) -> list[Dispatch]:
+    """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
+    bound at the tile's rows. `limits` defaults to the device's."""
+    limits = limits or device.limits
+    tiles = row_tiles(wtype, k, m, limits)
+    if len(tiles) == 1:
+        return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
+                       accumulate=accumulate, w_up=w_up)]
+    for what, b in (("w", w), ("w_up", w_up), ("out", out), ("bias", bias)):
+        if b is not None:
+            _check_aligned(what, b, limits)
+    rb = row_bytes(wtype, k)
+    return [matvec(kernels, device, _rows(out, start * 4, n * 4), _rows(w, start * rb, n * rb), x,
+                   wtype=wtype, k=k, m=n, scale=scale, bias=_rows(bias, start * 4, n * 4),
+                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb))
+            for start, n in tiles]
+
+
+def embed(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *, wtype: int,
+          k: int, max_rows: int, scale: float | None = None, row0: int = 0,
+          n_rows: int | None = None) -> Dispatch:
+    """out (n_tokens, k) = scale * E[tokens[t], :] for t < Step.n_tokens <= max_rows.
+
+    `w` holds table rows [row0, row0 + n_rows) (a tile; n_rows None: no upper bound);
+    tokens outside them are skipped, leaving their output rows to another tile."""
+    t = _type(wtype)
+    defines = {t.name: True, "K": k, "ROW0": row0, "N_ROWS": 0xFFFFFFFF - row0 if n_rows is None else n_rows}
+    if scale is not None and scale != 1.0:
+        defines["SCALE"] = float(scale)
+    kernel = kernels.get("embed.wgsl", **defines)
+    groups = (-(-units_per_row(t, k) // EMBED_WORKGROUP), max_rows, 1)
+    return Dispatch(kernel, device.bind(kernel, [w, tokens, out, step]), groups, f"embed {t.name} k={k}")
+
+
+def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *,
+                wtype: int, k: int, rows: int, max_rows: int, scale: float | None = None,
+                limits=None) -> list[Dispatch]:
+    """embed from a table of `rows` rows, one dispatch per row tile (`row_tiles`)."""
+    limits = limits or device.limits
+    tiles = row_tiles(wtype, k, rows, limits)
+    if len(tiles) > 1:
+        _check_aligned("w", w, limits)
+    rb = row_bytes(wtype, k)
+    return [embed(kernels, device, out, _rows(w, start * rb, n * rb) if len(tiles) > 1 else w, tokens, step,
+                  wtype=wtype, k=k, max_rows=max_rows, scale=scale, row0=start, n_rows=n)
+            for start, n in tiles]
+
+
+def argmax(kernels, device, out: Binding, logits: Binding, *, n: int) -> Dispatch:
+    """out[0] (u32) = argmax(logits[0..n)), the first index on ties."""
+    kernel = kernels.get("argmax.wgsl", N=n)
+    return Dispatch(kernel, device.bind(kernel, [logits, out]), (1, 1, 1), f"argmax {n}")

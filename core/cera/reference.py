@@ -1,0 +1,197 @@
+"""The numpy reference forward pass: the oracle every GPU kernel and whole model is tested against.
+
+Written to be read top to bottom (llama2.c style): `Reference._layer` walks one layer in
+order, a comment per step; activations are named x (residual), xb (normed / block output),
+q k v, att, hb (FFN hidden), logits; the KV cache is key_cache / value_cache and LFM2's
+short-conv blocks keep a rolling conv_state. Every array carries its shape in a comment;
+T is the number of tokens in a step, S the cached positions, H / KVH the query / KV heads,
+hd the head size.
+
+One code path covers every supported arch; the differences are read from ModelConfig:
+Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 per-head QK-norm, NORM / NEOX RoPE
+with Llama-3 frequency factors, tied or untied LM head, and LFM2's conv blocks.
+Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops, weights
+from .config import CONV, ModelConfig
+from .gguf_file import GGUFFile
+
+
+class Reference:
+    """A model in numpy: `forward(tokens, pos0) -> logits (T, vocab)`, with a persistent KV cache
+    (and LFM2 conv state) that `reset()` clears.
+
+    kv_dtype: the precision K and V are stored in (np.float16 mimics llama.cpp's default F16
+    cache); computation is float32 throughout."""
+
+    def __init__(self, gguf_file: GGUFFile, ctx: int | None = None, kv_dtype=np.float32):
+        self.gguf = gguf_file
+        self.cfg = cfg = ModelConfig.from_gguf(gguf_file)
+        self.ctx = cfg.context(ctx)
+        self._weights: dict[str, np.ndarray] = {}   # tensor name -> float32, dequantized once
+        self.freq_factors = self.w("rope_freqs.weight") if cfg.rope_freq_factors else None   # (n_rot/2,)
+        # caches, allocated once
+        self.key_cache = {il: np.zeros((self.ctx, cfg.n_kv_heads[il], cfg.head_dim), kv_dtype)
+                          for il in cfg.attention_layers}   # layer -> (ctx, KVH, hd)
+        self.value_cache = {il: np.zeros_like(self.key_cache[il]) for il in cfg.attention_layers}
+        self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
+                           for il in cfg.conv_layers}       # layer -> (kernel-1, hidden), oldest first
+        self.n_past = 0   # positions 0..n_past-1 are in the caches
+
+    def w(self, name: str) -> np.ndarray:
+        """Tensor `name` as float32 in numpy shape, dequantized on first use and kept."""
+        if name not in self._weights:
+            self._weights[name] = weights.tensor(self.gguf, name)
+        return self._weights[name]
+
+    def matmul(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x (T, n) @ W.T for the weight matrix `name`, W (d, n) -> (T, d)."""
+        return x @ self.w(name).T
+
+    def reset(self) -> None:
+        """Forget every cached position (KV cache and conv state)."""
+        for cache in (*self.key_cache.values(), *self.value_cache.values(), *self.conv_state.values()):
+            cache.fill(0)
+        self.n_past = 0
+
+    # --- the forward pass ----------------------------------------------------------------
+    def forward(self, tokens, pos0: int) -> np.ndarray:
+        """Run tokens at positions pos0, pos0+1, ... -> logits (T, vocab_size) float32.
+
+        Positions 0..pos0-1 must already be in the caches (pos0 <= n_past); a model with
+        conv blocks can only continue where it stopped (pos0 == n_past) or restart at 0."""
+        cfg, T = self.cfg, len(tokens)
+        cfg.check_tokens(tokens)
+        if T == 0:
+            raise ValueError("forward needs at least one token")
+        if not 0 <= pos0 <= self.n_past:
+            raise ValueError(f"pos0 {pos0} skips positions: the caches hold 0..{self.n_past - 1}")
+        if pos0 + T > self.ctx:
+            raise ValueError(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
+        if cfg.conv_layers and pos0 not in (0, self.n_past):
+            raise ValueError(f"pos0 {pos0}: a short-conv state cannot rewind (continue at {self.n_past} or restart at 0)")
+        if pos0 == 0:
+            for state in self.conv_state.values():
+                state.fill(0)
+        pos = np.arange(pos0, pos0 + T)                         # (T,)
+
+        x = self._embed(tokens) * np.float32(cfg.embedding_scale)   # (T, hidden)
+        for il in range(cfg.n_layers):
+            x = self._layer(il, x, pos)
+        # final norm and LM head
+        x = ops.rms_norm(x, self.w(cfg.final_norm), cfg.eps)        # (T, hidden)
+        logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
+        if cfg.logit_scale != 1.0:
+            logits = logits * np.float32(1.0 / cfg.logit_scale)
+        self.n_past = pos0 + T
+        return logits.astype(np.float32, copy=False)
+
+    def _embed(self, tokens) -> np.ndarray:
+        """Token embedding rows (T, hidden). An untied embedding is read row by row, never whole."""
+        if self.cfg.tied_embeddings or "token_embd.weight" in self._weights:
+            return self.w("token_embd.weight")[np.asarray(tokens)]
+        return weights.rows(self.gguf, "token_embd.weight", tokens)
+
+    def _layer(self, il: int, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """One layer: x (T, hidden) at positions pos (T,) -> x (T, hidden)."""
+        cfg, b = self.cfg, f"blk.{il}."
+        w = lambda name: self.w(b + name)
+        matmul = lambda x, name: self.matmul(x, b + name)
+        residual_scale = np.float32(cfg.residual_scale)
+
+        # mixer: attention, or LFM2's gated short convolution
+        xb = ops.rms_norm(x, w("attn_norm.weight"), cfg.eps)            # (T, hidden)
+        if cfg.block_kinds[il] == CONV:
+            xb = self._shortconv(il, xb)                                 # (T, hidden)
+        else:
+            xb = self._attention(il, xb, pos)                            # (T, hidden)
+        x = x + xb * residual_scale                                      # residual (granite scales it)
+
+        # feed-forward: SwiGLU
+        xb = ops.rms_norm(x, w("ffn_norm.weight"), cfg.eps)             # (T, hidden)
+        hb = ops.swiglu(matmul(xb, "ffn_gate.weight"), matmul(xb, "ffn_up.weight"))   # (T, ff)
+        xb = matmul(hb, "ffn_down.weight")                               # (T, hidden)
+        return x + xb * residual_scale
+
+    def _attention(self, il: int, xb: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Causal GQA self-attention of xb (T, hidden), normed, -> (T, hidden)."""
+        cfg, b = self.cfg, f"blk.{il}."
+        w = lambda name: self.w(b + name)
+        matmul = lambda x, name: self.matmul(x, b + name)
+        T, H, KVH, hd = len(pos), cfg.n_heads, cfg.n_kv_heads[il], cfg.head_dim
+
+        # projections (+ Qwen2's biases)
+        q = matmul(xb, "attn_q.weight")                                  # (T, H*hd)
+        k = matmul(xb, "attn_k.weight")                                  # (T, KVH*hd)
+        v = matmul(xb, "attn_v.weight")                                  # (T, KVH*hd)
+        if cfg.qkv_bias:
+            q, k, v = q + w("attn_q.bias"), k + w("attn_k.bias"), v + w("attn_v.bias")
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, KVH, hd), v.reshape(T, KVH, hd)
+
+        # per-head QK-norm (Qwen3, LFM2), before RoPE
+        if cfg.qk_norm:
+            q = ops.rms_norm(q, w("attn_q_norm.weight"), cfg.eps)       # (T, H, hd)
+            k = ops.rms_norm(k, w("attn_k_norm.weight"), cfg.eps)       # (T, KVH, hd)
+
+        # RoPE on q and k (linear scaling stretches positions by 1/freq_scale)
+        rope_pos = pos * cfg.rope_freq_scale if cfg.rope_freq_scale != 1.0 else pos
+        q = ops.rope(q, rope_pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+        k = ops.rope(k, rope_pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+
+        # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
+        key_cache, value_cache = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
+        key_cache[pos], value_cache[pos] = k, v
+        S = int(pos[-1]) + 1
+        att = ops.attention(q, key_cache[:S].astype(np.float32), value_cache[:S].astype(np.float32),
+                            pos, cfg.attention_scale)                    # (T, H, hd)
+
+        # output projection
+        return matmul(att.reshape(T, H * hd), "attn_output.weight")     # (T, hidden)
+
+    def _shortconv(self, il: int, xb: np.ndarray) -> np.ndarray:
+        """LFM2's gated short convolution of xb (T, hidden), normed, -> (T, hidden)."""
+        b = f"blk.{il}."
+        bcx = self.matmul(xb, b + "shortconv.in_proj.weight")           # (T, 3*hidden): B, C, x
+        y, new_state = ops.shortconv(bcx, self.w(b + "shortconv.conv.weight"),
+                                     self.conv_state[il])               # (T, hidden), (kernel-1, hidden)
+        self.conv_state[il][...] = new_state                             # roll the state forward
+        return self.matmul(y, b + "shortconv.out_proj.weight")          # (T, hidden)
+
+    # --- helpers -------------------------------------------------------------------------
+    def prefill(self, tokens, chunk: int = 512) -> np.ndarray:
+        """Run a prompt from position 0 in chunks of `chunk` tokens -> the last row's logits (vocab,)."""
+        self.reset()
+        for start in range(0, len(tokens), chunk):
+            logits = self.forward(tokens[start: start + chunk], start)
+        return logits[-1]
+
+    def greedy(self, tokens, n: int, chunk: int = 512) -> list[int]:
+        """Prefill `tokens` from position 0, then pick the argmax n times -> the n new tokens."""
+        logits = self.prefill(tokens, chunk)
+        out: list[int] = []
+        for i in range(n):
+            out.append(int(np.argmax(logits)))
+            if i + 1 < n:
+                logits = self.forward([out[-1]], len(tokens) + i)[-1]
+        return out
+
+    def perplexity(self, tokens, chunk: int = 512) -> float:
+        """exp(mean NLL) of positions 0..n-2 predicting 1..n-1 (one window from position 0),
+        log-softmax in float64; the window is run in chunks of `chunk` tokens."""
+        if len(tokens) < 2:
+            raise ValueError("perplexity needs at least 2 tokens")
+        self.reset()
+        nll, count = 0.0, 0
+        for start in range(0, len(tokens) - 1, chunk):
+            window = tokens[start: min(start + chunk, len(tokens) - 1)]
+            logits = self.forward(window, start).astype(np.float64)     # (t, vocab)
+            logits -= logits.max(axis=-1, keepdims=True)
+            log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+            targets = np.asarray(tokens[start + 1: start + 1 + len(window)])
+            nll -= log_probs[np.arange(len(window)), targets].sum()
+            count += len(window)
+        return float(np.exp(nll / count))

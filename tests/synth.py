@@ -1,0 +1,422 @@
+"""Deterministic tiny GGUF models of every arch cera runs, for tests and llama.cpp goldens.
+
+    write_model(path, "qwen3", wtype="q4_0", seed=0)       # -> path
+
+The same arguments give a byte-identical file (the golden JSONs record each file's
+sha256 and the exact arguments). Weights are random with scales that give
+non-degenerate logits; 1-D norm weights are F32 near 1; biases, rope factors and
+LFM2's depthwise conv kernel stay F32 whatever `wtype` says.
+
+`wtype`: a ggml type name for every 2-D weight (f32, f16, bf16, q8_0, q4_0, q4_1,
+q5_0, q5_1, q4_k, q5_k, q6_k) or the preset `q4_k_m` (Q4_K, with Q6_K for the
+output head and for attn_v / ffn_down of even layers, as llama-quantize mixes it).
+gguf-py cannot quantize K-quants: those tensors are random *valid* blocks (random
+6-bit scales and quants, fp16 super-block scales picked for the wanted spread).
+K-quants need rows that are multiples of 256, so a K-quant `wtype` switches the
+defaults to hidden 256, head_dim 64 (qwen3: key_length 128), ff 512.
+
+Overrides (keyword arguments, all optional): n_layers, hidden, n_heads, n_kv_heads,
+head_dim, ff, context, rms_eps, rope_base, tied (no output.weight), rope_freqs
+(Llama-3 frequency factors), qkv_bias, write_vocab_size, embedding_scale,
+residual_scale, attention_scale, logit_scale (granite), layer_types
+("conv"/"attn" per layer) and l_cache (lfm2), tensor_types ({glob: type name}
+applied after wtype, e.g. {"token_embd.weight": "q8_0"}).
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+
+ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2")
+K_QUANTS = {"q4_k", "q5_k", "q6_k", "q4_k_m"}
+FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
+    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+    "q4_k": 14, "q4_k_m": 15, "q5_k": 16, "q6_k": 18, "bf16": 32,
+}
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    arch: str
+    wtype: str = "f32"
+    seed: int = 0
+    n_layers: int = 2
+    hidden: int = 64
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 16            # written as attention.key_length/value_length when != hidden/n_heads
+    ff: int = 128
+    context: int = 256
+    rms_eps: float = 1e-5
+    rope_base: float = 10000.0
+    tied: bool = True             # no output.weight: the LM head is token_embd
+    rope_freqs: bool = False      # Llama-3 rope_freqs.weight
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    write_vocab_size: bool = True
+    embedding_scale: float = 0.0  # granite scalars (0 = not written)
+    residual_scale: float = 0.0
+    attention_scale: float = 0.0
+    logit_scale: float = 0.0
+    layer_types: tuple = ()       # lfm2: "conv" / "attn" per layer
+    l_cache: int = 3              # lfm2 conv kernel width (state keeps l_cache-1 rows)
+    tensor_types: dict = field(default_factory=dict)
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+
+ARCH_DEFAULTS = {
+    "llama": dict(ff=160, tied=False),
+    "qwen2": dict(ff=128, tied=False, qkv_bias=True, rms_eps=1e-6),
+    "qwen3": dict(ff=160, head_dim=32, qk_norm=True, rms_eps=1e-6),
+    "granite": dict(ff=128, tied=False, embedding_scale=12.0, residual_scale=0.22,
+                    attention_scale=0.15, logit_scale=3.0),
+    "lfm2": dict(n_layers=4, ff=160, layer_types=("conv", "attn", "conv", "attn"),
+                 rope_base=1000000.0, qk_norm=True),
+}
+KQUANT_DEFAULTS = dict(hidden=256, head_dim=64, ff=512)
+OUT_GAIN = 4.0  # std of projections back into the residual, times 1/sqrt(fan_in)
+
+
+def config_for(arch: str, *, wtype: str = "f32", seed: int = 0, **overrides) -> SynthConfig:
+    """The full configuration write_model uses for these arguments."""
+    if arch not in ARCHS:
+        raise ValueError(f"unknown synthetic arch {arch!r} (have {', '.join(ARCHS)})")
+    wtype = wtype.lower()
+    if wtype not in FILE_TYPES:
+        raise ValueError(f"unknown wtype {wtype!r} (have {', '.join(FILE_TYPES)})")
+    unknown = set(overrides) - (set(SynthConfig.__dataclass_fields__) - {"arch", "wtype", "seed"})
+    if unknown:
+        raise ValueError(f"unknown override(s) {sorted(unknown)}")
+    params = dict(ARCH_DEFAULTS[arch])
+    if wtype in K_QUANTS:
+        params.update(KQUANT_DEFAULTS)
+        if arch == "qwen3":
+            params["head_dim"] = 128
+    params.update(overrides)
+    if "layer_types" in params:
+        params["layer_types"] = tuple(params["layer_types"])
+        if arch == "lfm2" and "n_layers" not in overrides:
+            params["n_layers"] = len(params["layer_types"])
+    cfg = SynthConfig(arch=arch, wtype=wtype, seed=seed, **params)
+    if arch == "lfm2" and len(cfg.layer_types) != cfg.n_layers:
+        raise ValueError(f"lfm2 layer_types has {len(cfg.layer_types)} entries for {cfg.n_layers} layers")
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise ValueError(f"n_heads {cfg.n_heads} is not a multiple of n_kv_heads {cfg.n_kv_heads}")
+    return cfg
+
+
+# ---- tokenizer: GPT-2 byte-level BPE, tiny ----
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's byte -> symbol table, in GPT-2's vocabulary order (printable bytes first)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+# (left, right) in rank order; every part is a byte symbol or an earlier merge
+MERGES = [
+    ("Ġ", "t"), ("h", "e"), ("Ġ", "a"), ("i", "n"), ("Ġt", "he"), ("e", "r"), ("o", "n"),
+    ("r", "e"), ("Ġ", "s"), ("a", "t"), ("e", "n"), ("Ġ", "o"), ("Ġ", "w"), ("o", "r"),
+    ("i", "s"), ("e", "s"), ("a", "n"), ("Ġ", "c"), ("i", "t"), ("Ġ", "b"), ("a", "r"),
+    ("Ġ", "f"), ("Ġ", "p"), ("n", "d"), ("in", "g"), ("Ġa", "nd"), ("Ġo", "f"), ("Ġ", "i"),
+    ("Ġ", "in"), ("Ġt", "o"), ("e", "d"), ("Ġ", "m"), ("o", "u"), ("Ġ", "d"), ("l", "e"),
+    ("Ġi", "s"), ("Ġ", "Ġ"), ("ĠĠ", "ĠĠ"), ("Ċ", "Ċ"), ("d", "e"), ("de", "f"), ("(", ")"),
+    ("Ġ", "1"), ("0", "0"), ("Ġ", "T"), ("ĠT", "he"), ("Ġ", "l"), ("l", "l"),
+]
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+
+
+def tokenizer_vocab() -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token_types, merges) of the synthetic vocabulary (gguf token types)."""
+    tokens = _bytes_to_unicode()
+    for left, right in MERGES:
+        assert left in tokens and right in tokens, (left, right)
+        assert left + right not in tokens, left + right
+        tokens.append(left + right)
+    types = [int(gguf.TokenType.NORMAL)] * len(tokens) + [int(gguf.TokenType.CONTROL)] * len(SPECIAL_TOKENS)
+    tokens += SPECIAL_TOKENS
+    return tokens, types, [f"{a} {b}" for a, b in MERGES]
+
+
+VOCAB_SIZE = 256 + len(MERGES) + len(SPECIAL_TOKENS)
+BOS_ID = 256 + len(MERGES)
+EOS_ID = BOS_ID + 1
+PAD_ID = BOS_ID + 2
+
+
+# ---- random weights ----
+
+def _rng(cfg: SynthConfig, name: str) -> np.random.Generator:
+    """One generator per tensor, so adding a tensor never changes another's values."""
+    return np.random.default_rng([cfg.seed, zlib.crc32(name.encode())])
+
+
+def _normal(cfg, name, shape, std) -> np.ndarray:
+    return (_rng(cfg, name).standard_normal(shape) * std).astype(np.float32)
+
+
+def _near_one(cfg, name, n) -> np.ndarray:
+    return (1.0 + _rng(cfg, name).standard_normal(n) * 0.1).astype(np.float32)
+
+
+# std of one dequantized value for unit super-block scale d (dmin as set below):
+# Q4_K/Q5_K: d*sc*q - dmin*m with sc, m, q uniform; Q6_K: d*sc*(q-32), sc uniform in [-64, 64)
+_KQ_SPREAD = {T.Q4_K: 257.2, T.Q5_K: 524.5, T.Q6_K: 682.8}
+_KQ_DMIN = {T.Q4_K: 7.5, T.Q5_K: 15.5}   # dmin/d that centres the values near zero
+
+
+def random_kquant(rng: np.random.Generator, rows: int, cols: int, qtype: T, std: float) -> np.ndarray:
+    """Random valid K-quant blocks, (rows, cols/256*type_size) uint8, values spread about `std`."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    nb = rows * cols // block
+    raw = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+    d = np.full(nb, std / _KQ_SPREAD[qtype], np.float32) * rng.uniform(0.75, 1.25, nb).astype(np.float32)
+    if qtype == T.Q6_K:   # ql[128] qh[64] scales[16] (int8) d
+        raw[:, 192:208] = rng.integers(-64, 64, size=(nb, 16)).astype(np.int8).view(np.uint8)
+        raw[:, 208:210] = d.astype(np.float16).view(np.uint8).reshape(nb, 2)
+    else:                 # d dmin scales[12] (6-bit sc/m packed) [qh[32]] qs[128]
+        raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(nb, 2)
+        raw[:, 2:4] = (d * _KQ_DMIN[qtype]).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    return raw.reshape(rows, cols // block * size)
+
+
+def _tensor_type(cfg: SynthConfig, name: str, layer: int | None) -> str:
+    t = cfg.wtype
+    if t == "q4_k_m":
+        six = name == "output.weight" or (layer is not None and layer % 2 == 0
+                                          and name.endswith(("attn_v.weight", "ffn_down.weight")))
+        t = "q6_k" if six else "q4_k"
+    for pattern, override in cfg.tensor_types.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            t = override.lower()
+    return t
+
+
+def _encode(cfg: SynthConfig, name: str, w: np.ndarray, layer: int | None):
+    """(array, raw_dtype) for GGUFWriter.add_tensor: w (rows, cols) stored as this tensor's type."""
+    tname = _tensor_type(cfg, name, layer)
+    qtype = T[tname.upper()]
+    block = GGML_QUANT_SIZES[qtype][0]
+    if w.shape[-1] % block:
+        raise ValueError(f"{name}: row length {w.shape[-1]} is not a multiple of {qtype.name}'s "
+                         f"block size {block}")
+    if qtype == T.F32:
+        return w, None
+    if qtype == T.F16:
+        return w.astype(np.float16), None
+    if qtype in _KQ_SPREAD:
+        std = float(w.std())
+        return random_kquant(_rng(cfg, name + "#kq"), w.shape[0], w.shape[1], qtype, std), qtype
+    return gguf.quants.quantize(w, qtype), qtype
+
+
+# ---- the model ----
+
+def _tensors(cfg: SynthConfig):
+    """Yield (name, float32 array in numpy order, layer or None, quantizable)."""
+    h, ff = cfg.hidden, cfg.ff
+    # logits ~ N(0, 3): head rows of std 3/sqrt(h) against a unit-rms normed state. Projections
+    # back into the residual (attn_output, ffn_down, out_proj) are 2x "unit" so that the layers,
+    # not the token's own embedding, dominate the residual stream (else a tied head mostly
+    # predicts its input token). Granite's embedding_scale multiplies the embeddings: undo it.
+    embd_std = 3 / h ** 0.5 / (cfg.embedding_scale or 1.0)
+    yield "token_embd.weight", _normal(cfg, "token_embd.weight", (VOCAB_SIZE, h), embd_std), None, True
+    if cfg.rope_freqs:
+        yield "rope_freqs.weight", _llama3_rope_factors(cfg), None, False
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        kind = cfg.layer_types[i] if cfg.layer_types else "attn"
+        yield p + "attn_norm.weight", _near_one(cfg, p + "attn_norm.weight", h), i, False
+        if kind == "conv":
+            # ggml_ssm_conv kernel: ne {l_cache, hidden}; column l_cache-1 weighs the current token
+            yield p + "shortconv.conv.weight", _normal(cfg, p + "shortconv.conv.weight",
+                                                       (h, cfg.l_cache), 0.5), i, False
+            yield p + "shortconv.in_proj.weight", _normal(cfg, p + "shortconv.in_proj.weight",
+                                                          (3 * h, h), h ** -0.5), i, True
+            yield p + "shortconv.out_proj.weight", _normal(cfg, p + "shortconv.out_proj.weight",
+                                                           (h, h), OUT_GAIN * h ** -0.5), i, True
+        else:
+            for proj, rows in (("attn_q", cfg.q_dim), ("attn_k", cfg.kv_dim), ("attn_v", cfg.kv_dim)):
+                yield p + proj + ".weight", _normal(cfg, p + proj + ".weight", (rows, h), h ** -0.5), i, True
+                if cfg.qkv_bias:
+                    yield p + proj + ".bias", _normal(cfg, p + proj + ".bias", rows, 0.2), i, False
+            if cfg.qk_norm:
+                yield p + "attn_q_norm.weight", _near_one(cfg, p + "attn_q_norm.weight", cfg.head_dim), i, False
+                yield p + "attn_k_norm.weight", _near_one(cfg, p + "attn_k_norm.weight", cfg.head_dim), i, False
+            yield p + "attn_output.weight", _normal(cfg, p + "attn_output.weight",
+                                                    (h, cfg.q_dim), OUT_GAIN * cfg.q_dim ** -0.5), i, True
+        yield p + "ffn_norm.weight", _near_one(cfg, p + "ffn_norm.weight", h), i, False
+        yield p + "ffn_gate.weight", _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5), i, True
+        yield p + "ffn_up.weight", _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5), i, True
+        yield p + "ffn_down.weight", _normal(cfg, p + "ffn_down.weight", (h, ff), OUT_GAIN * ff ** -0.5), i, True
+    # llama.cpp names LFM2's final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2), though it is
+    # applied after the last layer
+    norm = "token_embd_norm.weight" if cfg.arch == "lfm2" else "output_norm.weight"
+    yield norm, _near_one(cfg, norm, h), None, False
+    if not cfg.tied:
+        yield "output.weight", _normal(cfg, "output.weight", (VOCAB_SIZE, h), 3 / h ** 0.5), None, True
+
+
+def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
+    """Llama-3 rope_freqs (factor 8, low/high frequency factors 1 and 4), with the original
+    context set to the model's tiny one so that the pairs span all three regimes
+    (factor 1, smoothly interpolated, factor 8)."""
+    factor, low, high, old_ctx = 8.0, 1.0, 4.0, cfg.context
+    dim = cfg.head_dim
+    freqs = cfg.rope_base ** -(np.arange(0, dim, 2, dtype=np.float64) / dim)
+    out = []
+    for f in freqs:
+        wavelen = 2 * np.pi / f
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
+def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
+    a = cfg.arch
+    w.add_name(f"cera-synth-{a}-{cfg.wtype}")
+    w.add_file_type(FILE_TYPES[cfg.wtype])
+    if cfg.wtype not in ("f32", "f16", "bf16"):
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(cfg.context)
+    w.add_embedding_length(cfg.hidden)
+    w.add_block_count(cfg.n_layers)
+    w.add_feed_forward_length(cfg.ff)
+    w.add_head_count(cfg.n_heads)
+    if a == "lfm2":   # per-layer: 0 marks a conv layer (llama.cpp: is_recurrent(il) = n_head_kv(il) == 0)
+        w.add_head_count_kv([cfg.n_kv_heads if t == "attn" else 0 for t in cfg.layer_types])
+    else:
+        w.add_head_count_kv(cfg.n_kv_heads)
+    if cfg.head_dim != cfg.hidden // cfg.n_heads:
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_base)
+    w.add_layer_norm_rms_eps(cfg.rms_eps)
+    if cfg.write_vocab_size:
+        w.add_vocab_size(VOCAB_SIZE)
+    if a == "granite":
+        w.add_embedding_scale(cfg.embedding_scale)
+        w.add_residual_scale(cfg.residual_scale)
+        w.add_attention_scale(cfg.attention_scale)
+        w.add_logit_scale(cfg.logit_scale)
+    if a == "lfm2":
+        w.add_shortconv_l_cache(cfg.l_cache)
+    tokens, types, merges = tokenizer_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_pad_token_id(PAD_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)
+
+
+def write_model(path: str | os.PathLike, arch: str, *, wtype: str = "f32", seed: int = 0,
+                **overrides) -> Path:
+    """Write a tiny deterministic GGUF of `arch` to `path`; returns the path."""
+    cfg = config_for(arch, wtype=wtype, seed=seed, **overrides)
+    path = Path(path)
+    w = gguf.GGUFWriter(path, arch)
+    _write_metadata(w, cfg)
+    for name, arr, layer, quantizable in _tensors(cfg):
+        if quantizable:
+            data, raw_dtype = _encode(cfg, name, arr, layer)
+            w.add_tensor(name, data, raw_dtype=raw_dtype)
+        else:
+            w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# The variants goldens exist for: name -> write_model keyword arguments (besides the path).
+VARIANTS: dict[str, dict] = {
+    "llama_f32": dict(arch="llama"),
+    "llama_f32_tied": dict(arch="llama", tied=True),
+    "llama_f32_ropefreqs": dict(arch="llama", rope_freqs=True),
+    "llama_f16": dict(arch="llama", wtype="f16"),
+    "llama_bf16": dict(arch="llama", wtype="bf16"),
+    "llama_q8_0": dict(arch="llama", wtype="q8_0"),
+    "llama_q4_0": dict(arch="llama", wtype="q4_0"),
+    # SmolLM2-like: tied head, Q4_1 layers, Q8_0 embedding
+    "llama_q4_1_tied": dict(arch="llama", wtype="q4_1", tied=True,
+                            tensor_types={"token_embd.weight": "q8_0"}),
+    "llama_q5_0": dict(arch="llama", wtype="q5_0"),
+    "llama_q5_1": dict(arch="llama", wtype="q5_1"),
+    "llama_q4_k": dict(arch="llama", wtype="q4_k"),
+    "llama_q5_k": dict(arch="llama", wtype="q5_k"),
+    "llama_q6_k": dict(arch="llama", wtype="q6_k"),
+    "qwen2_f32": dict(arch="qwen2"),
+    "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
+    "qwen2_q4_k_m": dict(arch="qwen2", wtype="q4_k_m"),
+    "qwen3_f32": dict(arch="qwen3"),
+    "qwen3_f16": dict(arch="qwen3", wtype="f16"),
+    "qwen3_q4_0": dict(arch="qwen3", wtype="q4_0"),
+    "granite_f32": dict(arch="granite"),
+    "granite_q5_1": dict(arch="granite", wtype="q5_1"),
+    "lfm2_f32": dict(arch="lfm2"),
+    "lfm2_q8_0": dict(arch="lfm2", wtype="q8_0"),
+    "lfm2_q4_k": dict(arch="lfm2", wtype="q4_k"),
+}
+
+
+def write_variant(path: str | os.PathLike, name: str) -> Path:
+    kwargs = dict(VARIANTS[name])
+    return write_model(path, kwargs.pop("arch"), **kwargs)
+
+
+def describe(cfg: SynthConfig) -> dict:
+    """The configuration as plain JSON-able data."""
+    d = asdict(cfg)
+    d["layer_types"] = list(cfg.layer_types)
+    return d

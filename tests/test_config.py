@@ -1,0 +1,222 @@
+"""ModelConfig from tiny GGUFs of every arch, and each load-time check's message."""
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+import pytest
+
+from cera.config import ATTENTION, CONV, MAX_HEAD_DIM, ROPE_NEOX, ROPE_NORM, ModelConfig
+from cera.gguf_file import GGUFFile
+
+HIDDEN, FF, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 96, 4, 2, 3, 50
+
+
+def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV_HEADS,
+               meta: dict | None = None, drop=(), extra: dict | None = None, vocab_key=True,
+               embd_rows=VOCAB, head_shape=None, conv_layers=(1,)):
+    """(metadata, tensors) of a small model of `arch`; weights are zeros (only shapes matter here).
+
+    meta overrides/extends the `{arch}.` keys (None deletes one); drop removes tensors."""
+    hd = head_dim or HIDDEN // n_heads
+    md = {"block_count": LAYERS, "context_length": 128, "embedding_length": HIDDEN,
+          "feed_forward_length": FF, "attention.head_count": n_heads,
+          "attention.head_count_kv": n_kv, "rope.freq_base": 10000.0,
+          "attention.layer_norm_rms_epsilon": 1e-5}
+    if vocab_key:
+        md["vocab_size"] = VOCAB
+    if head_dim:
+        md["attention.key_length"] = md["attention.value_length"] = head_dim
+    if arch == "granite":
+        md.update({"embedding_scale": 12.0, "residual_scale": 0.22, "attention.scale": 0.0078125,
+                   "logit_scale": 8.0})
+    is_conv = (lambda i: arch == "lfm2" and i in conv_layers)
+    if arch == "lfm2":
+        md["shortconv.l_cache"] = 3
+        md["attention.head_count_kv"] = [0 if is_conv(i) else n_kv for i in range(LAYERS)]
+    md.update(meta or {})
+    md = {k: v for k, v in md.items() if v is not None}
+
+    z = lambda *shape: np.zeros(shape, np.float32)
+    t = {"token_embd.weight": z(embd_rows, HIDDEN),
+         ("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight"): z(HIDDEN)}
+    if arch in ("qwen2", "granite"):
+        t["output.weight"] = z(*(head_shape or (VOCAB, HIDDEN)))
+    for i in range(LAYERS):
+        b = f"blk.{i}."
+        t.update({b + "attn_norm.weight": z(HIDDEN), b + "ffn_norm.weight": z(HIDDEN),
+                  b + "ffn_gate.weight": z(FF, HIDDEN), b + "ffn_up.weight": z(FF, HIDDEN),
+                  b + "ffn_down.weight": z(HIDDEN, FF)})
+        if is_conv(i):
+            t.update({b + "shortconv.in_proj.weight": z(3 * HIDDEN, HIDDEN),
+                      b + "shortconv.conv.weight": z(HIDDEN, 3),
+                      b + "shortconv.out_proj.weight": z(HIDDEN, HIDDEN)})
+            continue
+        t.update({b + "attn_q.weight": z(n_heads * hd, HIDDEN), b + "attn_k.weight": z(n_kv * hd, HIDDEN),
+                  b + "attn_v.weight": z(n_kv * hd, HIDDEN), b + "attn_output.weight": z(HIDDEN, n_heads * hd)})
+        if arch == "qwen2":
+            t.update({b + "attn_q.bias": z(n_heads * hd), b + "attn_k.bias": z(n_kv * hd),
+                      b + "attn_v.bias": z(n_kv * hd)})
+        if arch in ("qwen3", "lfm2"):
+            t.update({b + "attn_q_norm.weight": z(hd), b + "attn_k_norm.weight": z(hd)})
+    t.update(extra or {})
+    for name in drop:
+        del t[name]
+    return md, t
+
+
+def write(path, arch, md, tensors):
+    w = gguf.GGUFWriter(str(path), arch)
+    for k, v in md.items():
+        k = f"{arch}.{k}"
+        if isinstance(v, list):
+            w.add_array(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        else:
+            w.add_uint32(k, v)
+    for name, a in tensors.items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return GGUFFile.open(path)
+
+
+def load(tmp_path, arch="llama", **kw):
+    md, t = tiny_model(arch, **kw)
+    return ModelConfig.from_gguf(write(tmp_path / f"{arch}.gguf", arch, md, t))
+
+
+def test_llama(tmp_path):
+    cfg = load(tmp_path, "llama")
+    assert (cfg.arch, cfg.n_layers, cfg.hidden, cfg.ff, cfg.n_heads) == ("llama", LAYERS, HIDDEN, FF, HEADS)
+    assert cfg.n_kv_heads == (KV_HEADS,) * LAYERS and cfg.kv_dim(0) == KV_HEADS * 16
+    assert cfg.head_dim == 16 and cfg.n_rot == 16 and cfg.q_dim == HIDDEN
+    assert cfg.rope_layout == ROPE_NORM and not cfg.rope_neox and cfg.rope_theta == 10000.0
+    assert cfg.tied_embeddings and cfg.lm_head == "token_embd.weight" and cfg.final_norm == "output_norm.weight"
+    assert not (cfg.qkv_bias or cfg.qk_norm or cfg.rope_freq_factors)
+    assert cfg.block_kinds == (ATTENTION,) * LAYERS and cfg.conv_layers == () and cfg.conv_kernel == 0
+    assert math.isclose(cfg.attention_scale, 0.25)
+    assert (cfg.embedding_scale, cfg.residual_scale, cfg.logit_scale) == (1.0, 1.0, 1.0)
+    assert cfg.vocab_size == VOCAB and cfg.context_length == 128 and math.isclose(cfg.eps, 1e-5, rel_tol=1e-6)
+
+
+def test_llama3_freq_factors(tmp_path):
+    cfg = load(tmp_path, "llama", extra={"rope_freqs.weight": np.ones(8, np.float32)})
+    assert cfg.rope_freq_factors
+
+
+def test_qwen2(tmp_path):
+    cfg = load(tmp_path, "qwen2")
+    assert cfg.rope_layout == ROPE_NEOX and cfg.qkv_bias and not cfg.qk_norm
+    assert not cfg.tied_embeddings and cfg.lm_head == "output.weight"
+
+
+def test_qwen3_key_length(tmp_path):
+    cfg = load(tmp_path, "qwen3", head_dim=32)
+    assert cfg.head_dim == 32 and cfg.n_rot == 32 and cfg.q_dim == HEADS * 32
+    assert cfg.rope_neox and cfg.qk_norm and not cfg.qkv_bias
+    assert math.isclose(cfg.attention_scale, 1 / math.sqrt(32))
+
+
+def test_granite_scalars(tmp_path):
+    cfg = load(tmp_path, "granite")
+    assert cfg.rope_layout == ROPE_NORM
+    assert (cfg.embedding_scale, cfg.logit_scale) == (12.0, 8.0)
+    assert math.isclose(cfg.residual_scale, 0.22, rel_tol=1e-6)
+    assert cfg.attention_scale == 0.0078125
+
+
+def test_lfm2_hybrid(tmp_path):
+    cfg = load(tmp_path, "lfm2")
+    assert cfg.block_kinds == (ATTENTION, CONV, ATTENTION)
+    assert cfg.n_kv_heads == (KV_HEADS, 0, KV_HEADS) and cfg.kv_dim(1) == 0
+    assert cfg.attention_layers == (0, 2) and cfg.conv_layers == (1,) and cfg.conv_kernel == 3
+    assert cfg.rope_neox and cfg.qk_norm and cfg.tied_embeddings
+    assert cfg.final_norm == "token_embd_norm.weight"
+
+
+def test_vocab_falls_back_to_embedding_rows(tmp_path):
+    assert load(tmp_path, "llama", vocab_key=False, embd_rows=70).vocab_size == 70
+
+
+def test_context_caps_request(tmp_path):
+    cfg = load(tmp_path)
+    assert cfg.context(64) == 64 and cfg.context(4096) == 128 and cfg.context() == 128
+    with pytest.raises(ValueError, match="must be positive"):
+        cfg.context(0)
+
+
+def test_token_ids_checked(tmp_path):
+    cfg = load(tmp_path)
+    cfg.check_tokens([0, VOCAB - 1])
+    with pytest.raises(ValueError, match=f"token id {VOCAB} out of range: vocab_size is {VOCAB}"):
+        cfg.check_tokens([1, VOCAB])
+
+
+def test_unknown_arch(tmp_path):
+    md, t = tiny_model("llama")
+    g = write(tmp_path / "gpt2.gguf", "gpt2", md, t)
+    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2': cera runs llama, qwen2, qwen3, granite, lfm2"):
+        ModelConfig.from_gguf(g)
+
+
+@pytest.mark.parametrize("n_kv", [3, 0])
+def test_heads_not_multiple_of_kv_heads(tmp_path, n_kv):
+    with pytest.raises(ValueError, match=f"head_count {HEADS} is not a positive multiple of head_count_kv {n_kv}"):
+        load(tmp_path, n_kv=n_kv)
+
+
+def test_lm_head_k_mismatch(tmp_path):
+    with pytest.raises(ValueError, match=f"LM head output.weight has k = 32, expected hidden_size {HIDDEN}"):
+        load(tmp_path, "qwen2", head_shape=(VOCAB, 32))
+
+
+def test_lm_head_too_few_rows(tmp_path):
+    with pytest.raises(ValueError, match=f"LM head output.weight has 40 rows, fewer than vocab_size {VOCAB}"):
+        load(tmp_path, "granite", head_shape=(40, HIDDEN))
+
+
+def test_head_dim_over_kernel_max(tmp_path):
+    with pytest.raises(ValueError, match=f"head_dim 512 exceeds the attention kernels' maximum {MAX_HEAD_DIM}"):
+        load(tmp_path, "qwen3", head_dim=512)
+
+
+@pytest.mark.parametrize("arch,name", [("llama", "blk.2.ffn_up.weight"), ("llama", "output_norm.weight"),
+                                       ("qwen2", "blk.1.attn_k.bias"), ("qwen3", "blk.0.attn_k_norm.weight"),
+                                       ("lfm2", "blk.1.shortconv.conv.weight"), ("llama", "blk.1.attn_q.weight")])
+def test_missing_tensor_named(tmp_path, arch, name):
+    with pytest.raises(ValueError, match=f"tensor {name} missing"):
+        load(tmp_path, arch, drop=[name])
+
+
+def test_wrong_tensor_shape_named(tmp_path):
+    with pytest.raises(ValueError, match=r"tensor blk.1.ffn_down.weight has shape \(64, 32\), expected \(64, 96\)"):
+        load(tmp_path, extra={"blk.1.ffn_down.weight": np.zeros((HIDDEN, 32), np.float32)})
+
+
+def test_missing_key_named(tmp_path):
+    with pytest.raises(ValueError, match="GGUF metadata key llama.attention.layer_norm_rms_epsilon missing"):
+        load(tmp_path, meta={"attention.layer_norm_rms_epsilon": None})
+
+
+def test_lfm2_kv_heads_must_match_block_kind(tmp_path):
+    with pytest.raises(ValueError, match="layer 1 is a short-conv block but head_count_kv is 2"):
+        load(tmp_path, "lfm2", meta={"attention.head_count_kv": [KV_HEADS] * LAYERS})
+
+
+def test_unsupported_rope_scaling(tmp_path):
+    md, t = tiny_model("llama")
+    w = gguf.GGUFWriter(str(tmp_path / "yarn.gguf"), "llama")
+    for k, v in md.items():
+        (w.add_float32 if isinstance(v, float) else w.add_uint32)(f"llama.{k}", v)
+    w.add_string("llama.rope.scaling.type", "yarn")
+    w.add_float32("llama.rope.scaling.factor", 4.0)
+    for name, a in t.items():
+        w.add_tensor(name, a)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(ValueError, match="rope scaling 'yarn' \\(factor 4.0\\) is not supported"):
+        ModelConfig.from_gguf(GGUFFile.open(tmp_path / "yarn.gguf"))

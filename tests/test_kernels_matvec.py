@@ -1,0 +1,264 @@
+"""Decode weight kernels (matvec, embed, argmax) against numpy, on the native device.
+
+The references are gguf.quants.dequantize of the same raw bytes (bit-exact with ggml).
+Shapes include row counts that are not multiples of the rows per workgroup, float rows
+of odd length (f16 rows at 2-byte offsets, a ragged last unit), and long rows that take
+a whole workgroup."""
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import numpy as np
+import pytest
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+from cera.device import Binding
+from cera.gpu import matmul
+from cera.gpu.step import pack_step
+from cera.kernels import Kernels
+from quantdata import padded, random_rows
+
+TYPES = sorted(matmul.MATVEC_TYPES, key=lambda t: t.name)
+IDS = [t.name for t in TYPES]
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    native = pytest.importorskip("cera.native")
+    device = native.NativeDevice()
+    return types.SimpleNamespace(device=device, kernels=Kernels(device))
+
+
+def upload(gpu, data, label="data"):
+    data = padded(np.ascontiguousarray(data))
+    buffer = gpu.device.buffer(len(data), label)
+    gpu.device.write(buffer, data)
+    return buffer
+
+
+def run(gpu, dispatches, buffer, count, dtype=np.float32, offset=0):
+    """Submit dispatches and read `count` items of `dtype` from `buffer`."""
+    size = count * np.dtype(dtype).itemsize
+    data = gpu.device.submit(gpu.device.schedule(dispatches), read=Binding(buffer, offset, size))
+    return np.frombuffer(data, dtype)
+
+
+def assert_close(got, want, atol, rtol, what=""):
+    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
+    assert got.shape == want.shape, (got.shape, want.shape)
+    bad = np.flatnonzero(~(np.abs(got - want) <= atol + rtol * np.abs(want)))
+    if bad.size:
+        lines = [f"  [{i}] got {got[i]:.7g} want {want[i]:.7g} diff {got[i] - want[i]:.3g}" for i in bad[:8]]
+        pytest.fail(f"{what}: {bad.size} of {got.size} mismatch (atol {atol:.3g}, rtol {rtol:.3g})\n"
+                    + "\n".join(lines))
+
+
+def block_of(t):
+    return GGML_QUANT_SIZES[t][0]
+
+
+def shapes(t):
+    """(m, k) cases for a type: one block, a few, many (a whole workgroup per row)."""
+    block = block_of(t)
+    if block == 1:       # float rows: odd lengths too (ragged last unit, f16 rows at 2 mod 4)
+        return [(1, 1), (7, 13), (67, 100), (300, 64), (3, 4100)]
+    if block == 32:
+        return [(1, 32), (7, 96), (67, 320), (300, 64), (3, 4096)]
+    return [(1, 256), (7, 768), (67, 512), (300, 256), (3, 8192)]
+
+
+def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, tpr=None,
+                device=None):
+    """Run one matvec on the GPU; return (got, want)."""
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal(k).astype(np.float32)
+    out0 = rng.standard_normal(m).astype(np.float32)
+    out_buf = upload(gpu, out0, "out")
+    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr)
+    want = w.astype(np.float64) @ x
+    if glu:
+        raw_up, w_up = random_rows(t, m, k, rng)
+        kw["w_up"] = Binding(upload(gpu, raw_up, "w_up"))
+        want = want / (1 + np.exp(-want)) * (w_up.astype(np.float64) @ x)
+    if scale is not None:
+        want = want * scale
+    if bias:
+        b = rng.standard_normal(m).astype(np.float32)
+        kw["bias"] = Binding(upload(gpu, b, "bias"))
+        want = want + b
+    if accumulate:
+        want = want + out0
+    dispatch = matmul.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
+                             Binding(upload(gpu, x, "x")), **kw)
+    return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
+
+
+def check_matvec(got, want, magnitude, what):
+    # f32 accumulation in another order: error grows with sum |w x|
+    assert_close(got, want, atol=1e-6 * magnitude.max() + 1e-6, rtol=1e-5, what=what)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=IDS)
+def test_matvec_shapes(gpu, t):
+    rng = np.random.default_rng(int(t))
+    for m, k in shapes(t):
+        got, want, mag = matvec_case(gpu, t, m, k, rng)
+        check_matvec(got, want, mag, f"{t.name} m={m} k={k}")
+
+
+@pytest.mark.parametrize("t", TYPES, ids=IDS)
+def test_matvec_variants(gpu, t):
+    rng = np.random.default_rng(100 + int(t))
+    m, k = shapes(t)[2]
+    got, want, mag = matvec_case(gpu, t, m, k, rng, scale=0.375, bias=True, accumulate=True)
+    check_matvec(got, want, mag, f"{t.name} scale+bias+accumulate")
+    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True)
+    check_matvec(got, want, mag * mag, f"{t.name} glu")
+    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True, scale=2.0, accumulate=True)
+    check_matvec(got, want, mag * mag, f"{t.name} glu+scale+accumulate")
+
+
+@pytest.mark.parametrize("variant", ["bias", "accumulate", "scale"])
+def test_matvec_single_flags(gpu, variant):
+    rng = np.random.default_rng(7)
+    got, want, mag = matvec_case(gpu, T.Q4_0, 33, 160, rng, **{variant: 0.5 if variant == "scale" else True})
+    check_matvec(got, want, mag, variant)
+
+
+@pytest.mark.parametrize("tpr", [4, 8, 16, 32, 64, 128, 256])
+def test_matvec_threads_per_row(gpu, tpr):
+    rng = np.random.default_rng(tpr)
+    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr)
+    check_matvec(got, want, mag, f"tpr={tpr}")
+
+
+def test_matvec_2d_dispatch(gpu):
+    """More workgroups than one dimension allows: the grid becomes (x, y), rows flattened."""
+    limits = dataclasses.replace(gpu.device.limits, max_compute_workgroups_per_dimension=5)
+    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits)
+    rng = np.random.default_rng(3)
+    got, want, mag = matvec_case(gpu, T.Q8_0, 300, 64, rng, device=small)   # 38 workgroups of 8 rows
+    check_matvec(got, want, mag, "2-D")
+    assert matmul._groups(38, limits) == (5, 8, 1)
+
+
+def small_limits(gpu, binding_size, align=256):
+    return dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=binding_size,
+                               min_storage_buffer_offset_alignment=align)
+
+
+@pytest.mark.parametrize("t,k,size", [(T.Q4_0, 64, 4096), (T.F16, 13, 8192), (T.Q6_K, 256, 40000),
+                                      (T.Q8_0, 96, 16384)], ids=["Q4_0", "F16", "Q6_K", "Q8_0"])
+def test_row_tiles(gpu, t, k, size):
+    limits = small_limits(gpu, size)
+    m = 1000
+    rb = matmul.row_bytes(t, k)
+    tiles = matmul.row_tiles(t, k, m, limits)
+    assert len(tiles) > 1
+    assert [s for s, _ in tiles] == list(np.cumsum([0] + [n for _, n in tiles[:-1]]))
+    assert sum(n for _, n in tiles) == m
+    for start, n in tiles:
+        assert start * rb % 256 == 0 and start * 4 % 256 == 0
+        assert (n * rb + 3) // 4 * 4 <= size
+    assert matmul.row_tiles(t, k, m, gpu.device.limits) == [(0, m)]
+
+
+def test_row_tiles_too_small(gpu):
+    with pytest.raises(ValueError, match="exceed the storage binding limit"):
+        matmul.row_tiles(T.Q8_0, 96, 1000, small_limits(gpu, 2048))   # 128 aligned rows of 102 bytes
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["bias", "glu"])
+def test_matvec_tiled(gpu, glu):
+    """A matrix bigger than a (forced small) binding limit, bound in aligned row tiles."""
+    t, m, k = T.Q4_0, 300, 64                   # 36-byte rows: tiles of 64 rows
+    limits = small_limits(gpu, 4096)
+    rng = np.random.default_rng(11)
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal(k).astype(np.float32)
+    want = w.astype(np.float64) @ x
+    kw = {}
+    if glu:
+        raw_up, w_up = random_rows(t, m, k, rng)
+        kw["w_up"] = Binding(upload(gpu, raw_up))
+        want = want / (1 + np.exp(-want)) * (w_up.astype(np.float64) @ x)
+    else:
+        b = rng.standard_normal(m).astype(np.float32)
+        kw["bias"] = Binding(upload(gpu, b))
+        want = want + b
+    out = gpu.device.buffer(4 * m, "out")
+    dispatches = matmul.matvec_tiled(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw)),
+                                     Binding(upload(gpu, x)), wtype=t, k=k, m=m, limits=limits, **kw)
+    assert len(dispatches) == 5
+    got = run(gpu, dispatches, out, m)
+    mag = np.abs(w) @ np.abs(x)
+    check_matvec(got, want, mag * (mag if glu else 1), "tiled")
+
+
+def embed_case(gpu, t, k, rows, tokens, n_tokens, max_rows, scale=None, limits=None, seed=0):
+    rng = np.random.default_rng(seed)
+    raw, table = random_rows(t, rows, k, rng)
+    tokens_buf = upload(gpu, np.array(tokens + [0] * (max_rows - len(tokens)), np.uint32), "tokens")
+    step_buf = gpu.device.buffer(16, "step", uniform=True)
+    gpu.device.write(step_buf, pack_step(0, n_tokens))
+    sentinel = np.full((max_rows, k), -7.0, np.float32)
+    out = upload(gpu, sentinel, "out")
+    args = (gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "table")), Binding(tokens_buf),
+            Binding(step_buf))
+    if limits is None:
+        dispatches = [matmul.embed(*args, wtype=t, k=k, max_rows=max_rows, scale=scale)]
+    else:
+        dispatches = matmul.embed_tiled(*args, wtype=t, k=k, rows=rows, max_rows=max_rows, scale=scale,
+                                        limits=limits)
+    got = run(gpu, dispatches, out, max_rows * k).reshape(max_rows, k)
+    want = sentinel.copy()
+    want[:n_tokens] = table[tokens[:n_tokens]] * (1.0 if scale is None else scale)
+    return got, want, dispatches
+
+
+@pytest.mark.parametrize("t", TYPES, ids=IDS)
+def test_embed(gpu, t):
+    k = {1: 13, 32: 96, 256: 512}[block_of(t)]
+    got, want, _ = embed_case(gpu, t, k, rows=11, tokens=[5, 0, 10, 5, 3], n_tokens=4, max_rows=6)
+    assert_close(got, want, atol=1e-6, rtol=1e-6, what=f"embed {t.name}")
+
+
+def test_embed_scale_and_tiles(gpu):
+    got, want, _ = embed_case(gpu, T.Q8_0, 64, rows=40, tokens=[39, 1, 7], n_tokens=3, max_rows=3,
+                              scale=24.0)
+    assert_close(got, want, atol=1e-5, rtol=1e-6, what="embed scale")
+    limits = small_limits(gpu, 8192)        # 68-byte rows: tiles of 64 rows
+    got, want, dispatches = embed_case(gpu, T.Q8_0, 64, rows=300, tokens=[299, 0, 64, 63, 128, 200, 7],
+                                       n_tokens=6, max_rows=8, limits=limits, seed=5)
+    assert len(dispatches) == 5
+    assert_close(got, want, atol=1e-6, rtol=1e-6, what="embed tiled")
+
+
+@pytest.mark.parametrize("n", [1, 7, 256, 1000, 4099, 151936])
+def test_argmax(gpu, n):
+    rng = np.random.default_rng(n)
+    out = gpu.device.buffer(4, "argmax")
+    cases = [rng.standard_normal(n).astype(np.float32) * 5 - 20,        # all negative
+             np.full(n, -3.0, np.float32)]                               # all tied: index 0
+    tied = rng.standard_normal(n).astype(np.float32)
+    tied[rng.integers(0, n, 3)] = 9.0                                    # ties: the first one
+    cases.append(tied)
+    if n > 300:
+        late = np.zeros(n, np.float32)
+        late[[300, 45]] = 1.0           # a tie where the later index sits in the lower thread
+        cases.append(late)
+        minus_inf = np.full(n, -np.inf, np.float32)
+        minus_inf[n - 1] = -1e30
+        cases.append(minus_inf)
+    for logits in cases:
+        dispatch = matmul.argmax(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, logits)), n=n)
+        got = int(run(gpu, [dispatch], out, 1, np.uint32)[0])
+        assert got == int(np.argmax(logits)), (n, got, int(np.argmax(logits)))
+
+
+def test_unsupported_type(gpu):
+    with pytest.raises(ValueError, match="no matvec kernel"):
+        matmul.units_per_row(T.Q2_K, 256)
+    with pytest.raises(ValueError, match="multiple"):
+        matmul.row_bytes(T.Q4_K, 100)
