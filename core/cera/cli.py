@@ -64,6 +64,12 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.add_argument("--no-gpu", action="store_true", help="do not open the GPU to report the adapter")
 
+    b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt)
+    _run_args(b)
+    b.add_argument("--prompt-tokens", type=int, default=512, help="prompt length to prefill")
+    b.add_argument("--gen-tokens", type=int, default=128, help="tokens to decode (greedy, EOS ignored)")
+    b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
+
     sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
     return ap
 
@@ -166,6 +172,30 @@ def info(args) -> dict:
     return out
 
 
+async def bench(args) -> dict:
+    import numpy as np
+    engine, device = await _engine(args)
+    if args.prompt_tokens + args.gen_tokens > engine.ctx:
+        raise ValueError(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
+    ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, args.prompt_tokens).tolist()
+    runs = []
+    for i in range(args.repeat + 1):   # the first run warms up pipelines and caches
+        r = await engine.generate(ids, args.gen_tokens, stop_at_eos=False)
+        if i:
+            runs.append(r)
+    out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
+           "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+           "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
+           "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),
+           "decode_ms_per_token": round(1000 / max(r.decode_tokens_per_s for r in runs), 3),
+           "dispatches_per_token": engine.backend.dispatches_per_token,
+           "submits_per_prefill": getattr(engine.backend, "submits_per_prefill", None)}
+    if not args.json:
+        for k, v in out.items():
+            print(f"{k:22} {v}")
+    return out
+
+
 def models(_args) -> dict:
     for m in catalogue.CATALOGUE.values():
         mark = " (default)" if m.name == catalogue.DEFAULT_MODEL else ""
@@ -177,7 +207,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize,
-                   "info": info, "models": models}[args.command]
+                   "info": info, "bench": bench, "models": models}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
             out = asyncio.run(out)

@@ -54,6 +54,7 @@ class PrefixSource:
 
     def __init__(self, prefix: bytes, size: int):
         self.prefix, self.size = prefix, size
+        self.available = len(prefix)
 
     def read(self, offset: int, n: int) -> bytes:
         end = min(offset + n, self.size)
@@ -94,8 +95,9 @@ class _Cursor:
                              f"file has {self.source.size}")
         start = self.pos - self._buf_start
         if start + n > len(self._buf):
-            want = max(n, self.CHUNK)
-            self._buf = self.source.read(self.pos, min(want, self.source.size - self.pos))
+            # read ahead a chunk, but not past what a PrefixSource holds unless this read needs it
+            limit = getattr(self.source, "available", self.source.size) - self.pos
+            self._buf = self.source.read(self.pos, n if limit < n else min(max(n, self.CHUNK), limit))
             self._buf_start, start = self.pos, 0
         self.pos += n
         return self._buf[start:start + n]

@@ -32,6 +32,7 @@ class GpuModel:
         self._pending = []                      # (buffer, tensor info[, dst offset]) uploads to do
         self._gpu_token = None                  # the token id tokens[0] holds (argmax wrote it)
         self.dispatches_per_token = 0
+        self.submits_per_prefill = 0   # submissions the last forward() took
 
     # --- weights -------------------------------------------------------------------------
     def _tensor(self, name: str):
@@ -210,6 +211,8 @@ class GpuModel:
         """Run tokens at positions pos0.. one submission each; return the greedy next token after
         the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
         rows = []
+        if len(tokens) > 1:
+            self.submits_per_prefill = len(tokens)
         for t, token in enumerate(tokens):
             if token != self._gpu_token:   # after a greedy step the GPU already holds it
                 self.device.write(self.tokens.buffer, np.array([token], np.uint32).tobytes())
