@@ -85,6 +85,7 @@ class Tokenizer:
         if not tokens:
             raise ValueError("GGUF has no tokenizer.ggml.tokens")
         self.model, self.is_spm = model, model == "llama"
+        self.pre = meta.get(K + "pre") or "default"   # absent: llama.cpp warns, uses 'default'
         n = len(tokens)
         self.tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
         self.token_to_id = {t: i for i, t in enumerate(self.tokens)}   # a duplicate: the last id
@@ -93,14 +94,28 @@ class Tokenizer:
         scores = meta.get(K + "scores")
         self.scores = [float(s) for s in scores] if scores else [0.0] * n
 
+        default_ids = self._model_defaults(meta)
+        self._ids = self._special_ids(meta, default_ids)
+        self._find_special_tokens(meta)
+
+        # byte fallback tokens (SPM) and the special tokens cut out first, longest first
+        find = self.token_to_id.get
+        self._byte_ids = [find(f"<0x{b:02X}>", find(chr(b)) if b < 0x80 else None) for b in range(256)]
+        special = [i for i in range(n) if self.attrs[i] & _SPECIAL]
+        special.sort(key=lambda i: (-len(self.tokens[i].encode("utf-8", "surrogatepass")), i))
+        self._special = [(self.tokens[i], i, self.attrs[i]) for i in special]
+        self._pieces: dict[int, bytes] = {}    # token_to_piece(special=True), filled on use
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def _model_defaults(self, meta: dict) -> dict:
+        """Flags per vocabulary type and pre-tokenizer, then the GGUF's flag keys; the
+        default special ids."""
         if self.is_spm:
-            self.pre = "default"
             self.add_space_prefix, self.clean_spaces = True, False
             self.add_bos, self.add_eos = True, False
             self._ignore_merges = False
             ids = {"bos": 1, "eos": 2, "unk": 0}
         else:
-            self.pre = meta.get(K + "pre") or "default"   # llama.cpp warns and uses 'default'
             self._split = splitter(self.pre)
             self.add_space_prefix = False
             self.clean_spaces = self.pre not in _KEEP_SPACES_PRE
@@ -115,9 +130,14 @@ class Tokenizer:
             # split at the first space after the first character.
             self._ranks = dict(zip(reversed(merges), range(len(merges) - 1, -1, -1)))
         self.add_space_prefix = bool(meta.get(K + "add_space_prefix", self.add_space_prefix))
+        self.add_bos = bool(meta.get(K + "add_bos_token", self.add_bos))
+        self.add_eos = bool(meta.get(K + "add_eos_token", self.add_eos))
+        return ids
 
-        # special ids: model defaults (dropped when out of range), then the GGUF's keys
-        ids = {k: (v if v is not None and v < n else None) for k, v in ids.items()}
+    def _special_ids(self, meta: dict, defaults: dict) -> dict:
+        """Defaults (dropped when out of range), then the GGUF's *_token_id keys."""
+        n = len(self.tokens)
+        ids = {k: (v if v is not None and v < n else None) for k, v in defaults.items()}
         for name, key in (("bos", "bos"), ("eos", "eos"), ("eot", "eot"), ("eom", "eom"),
                           ("unk", "unknown"), ("sep", "seperator"), ("pad", "padding"),
                           ("mask", "mask"), ("fim_pre", "fim_pre"), ("fim_suf", "fim_suf"),
@@ -127,19 +147,7 @@ class Tokenizer:
             v = meta.get(f"{K}{key}_token_id")
             if v is not None and 0 <= v < n:
                 ids[name] = int(v)
-        self.add_bos = bool(meta.get(K + "add_bos_token", self.add_bos))
-        self.add_eos = bool(meta.get(K + "add_eos_token", self.add_eos))
-        self._ids = ids
-        self._find_special_tokens(meta)
-
-        # byte fallback tokens (SPM) and the special tokens cut out first, longest first
-        self._byte_ids = [self.token_to_id.get(f"<0x{b:02X}>", self.token_to_id.get(chr(b)))
-                          for b in range(256)]
-        special = [i for i in range(n) if self.attrs[i] & _SPECIAL]
-        special.sort(key=lambda i: (-len(self.tokens[i].encode("utf-8", "surrogatepass")), i))
-        self._special = [(self.tokens[i], i, self.attrs[i]) for i in special]
-        self._pieces: dict[int, bytes] = {}    # token_to_piece(special=True), filled on use
-        self._cache: dict[str, tuple[int, ...]] = {}
+        return ids
 
     @classmethod
     def from_metadata(cls, meta: dict) -> "Tokenizer":

@@ -1,0 +1,446 @@
+"""cera.tokenizer against llama.cpp, the oracle.
+
+- llama.cpp's own tokenizer test cases (`models/ggml-vocab-*.gguf.inp/.out`, checked
+  there with add_special=False, parse_special=False) for every vocabulary in
+  tests/data/tokenizer/;
+- llama.cpp's tokenization and detokenization of longer passages and seeded random
+  strings, with and without special tokens (llamacpp_golden.json, made by
+  scripts/tokenizer_testdata.py with llama-cpp-python 0.3.36), plus the golden files
+  of the model tests (SmolLM2, the synthetic vocabulary) when present;
+- HF `tokenizers` built from the same vocab and merges with the equivalent
+  pre-tokenizer;
+- decode round trips, streaming UTF-8, flags and ids, speed.
+"""
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from cera import pretokenize
+from cera.tokenizer import Tokenizer
+
+DATA = Path(__file__).parent / "data"
+TOK = DATA / "tokenizer"
+GOLDEN = json.loads((TOK / "llamacpp_golden.json").read_text(encoding="utf-8"))
+VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "starcoder", "mpt", "deepseek-coder"]
+SEP = "\n__ggml_vocab_test__\n"
+# optional: the unpacked llama-cpp-python sdist's vendor/llama.cpp/models, for more vocabularies
+SDIST_MODELS = os.environ.get("CERA_LLAMA_CPP_MODELS")
+
+
+def _read_metadata(path: Path) -> dict:
+    try:
+        from cera.gguf_file import GGUFFile
+    except ImportError:   # the PyPI gguf reader: slower, same values
+        import gguf
+        reader = gguf.GGUFReader(path)
+        return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    return dict(GGUFFile.open(path).metadata)
+
+
+@pytest.fixture(scope="session")
+def vocab_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("vocab")
+
+
+@lru_cache(maxsize=None)
+def _metadata(name: str, tmp: Path) -> dict:
+    xz = TOK / ("smollm2-vocab.gguf.xz" if name == "smollm2" else f"ggml-vocab-{name}.gguf.xz")
+    path = tmp / xz.name[:-3]
+    path.write_bytes(lzma.decompress(xz.read_bytes()))
+    return _read_metadata(path)
+
+
+@lru_cache(maxsize=None)
+def _tokenizer(name: str, tmp: Path) -> Tokenizer:
+    if name == "qwen35":   # the qwen2 vocabulary under pre "qwen35", as llama.cpp's test file
+        return Tokenizer.from_metadata({**_metadata("qwen2", tmp), "tokenizer.ggml.pre": "qwen35"})
+    return Tokenizer.from_metadata(_metadata(name, tmp))
+
+
+@pytest.fixture(scope="session")
+def vocab(vocab_dir):
+    return lambda name: _tokenizer(name, vocab_dir)
+
+
+def _cases(inp: Path) -> list[tuple[str, list[int]]]:
+    """llama.cpp's .inp/.out pairs (tests/test-tokenizer-0.cpp's read_tests)."""
+    raw = inp.read_bytes().decode("utf-8")
+    texts = raw.split(SEP)
+    if raw.endswith(SEP):
+        texts.pop()
+    lines = inp.with_suffix(".out").read_bytes().decode("utf-8").split("\n")
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+
+
+def _mismatches(tok: Tokenizer, cases, add_special=False, parse_special=False) -> list[str]:
+    bad = []
+    for text, want in cases:
+        got = tok.encode(text, add_special=add_special, parse_special=parse_special)
+        if got != want:
+            bad.append(f"{text[:60]!r}: got {got[:16]} want {want[:16]}")
+    return bad
+
+
+# ---- llama.cpp's tokenizer test vocabularies ---------------------------------------
+
+@pytest.mark.parametrize("name", VOCABS + ["qwen35"])
+def test_llamacpp_vocab_cases(vocab, name):
+    cases = _cases(TOK / f"ggml-vocab-{name}.gguf.inp")
+    assert len(cases) >= 46
+    bad = _mismatches(vocab(name), cases)
+    assert not bad, f"{len(bad)}/{len(cases)} differ:\n" + "\n".join(bad[:5])
+
+
+@pytest.mark.parametrize("name", ["falcon", "refact", "command-r", "qwen35"])
+def test_llamacpp_vocab_cases_from_sdist(name):
+    """The larger vocabularies, when the llama-cpp-python sdist is unpacked locally."""
+    if not SDIST_MODELS:
+        pytest.skip("set CERA_LLAMA_CPP_MODELS to llama.cpp's models/ directory")
+    path = Path(SDIST_MODELS) / f"ggml-vocab-{name}.gguf"
+    tok = Tokenizer.from_metadata(_read_metadata(path))
+    cases = _cases(path.with_suffix(".gguf.inp"))
+    bad = _mismatches(tok, cases)
+    assert not bad, f"{len(bad)}/{len(cases)} differ:\n" + "\n".join(bad[:5])
+
+
+# ---- llama.cpp's tokenization of passages and random strings -------------------------
+
+@pytest.mark.parametrize("name", list(GOLDEN["vocabs"]))
+def test_llamacpp_golden(vocab, name):
+    tok, want = vocab(name), GOLDEN["vocabs"][name]
+    assert (tok.bos_id, tok.eos_id, tok.add_bos) == (want["bos_id"], want["eos_id"], want["add_bos"])
+    assert sorted(tok.eog_ids) == want["eog_ids"]
+    bad = []
+    for key, case in want["cases"].items():
+        text = GOLDEN["texts"][key]
+        got = {"special": tok.encode(text, add_special=True, parse_special=True),
+               "plain": tok.encode(text, add_special=False, parse_special=False),
+               "decode": tok.decode(case["special"]),
+               "decode_special": tok.decode(case["special"], special=True)}
+        bad += [f"{key} {what}: got {got[what]!r:.120} want {case[what]!r:.120}"
+                for what in got if got[what] != case[what]]
+    assert not bad, "\n".join(bad[:8])
+
+
+def _model_file(filename: str) -> Path | None:
+    from cera.catalogue import cache_dir
+    for folder in (cache_dir(), Path("/tmp/models")):
+        if (folder / filename).exists():
+            return folder / filename
+    return None
+
+
+@pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder"])
+def test_model_golden(vocab, name):
+    """The model tests' golden files: llama.cpp's tokens for the real models' passages and
+    for the perplexity text (SmolLM2 from its committed vocabulary, Qwen2.5-Coder from
+    the model file when it is cached)."""
+    path = DATA / "golden" / f"{name}.json"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    golden = json.loads(path.read_text(encoding="utf-8"))
+    if name == "smollm2":
+        tok = vocab("smollm2")
+    else:
+        model = _model_file(golden["file"])
+        if model is None:
+            pytest.skip(f"{golden['file']} not in the model cache")
+        tok = Tokenizer.from_metadata(_read_metadata(model))
+    assert (tok.bos_id, tok.eos_id, tok.add_bos) == (golden["bos_id"], golden["eos_id"], golden["add_bos"])
+    # those files' eog_ids are picked by token text; llama.cpp's set can hold more
+    # (SmolLM2: <reponame>, id 4, the FIM repo token), as test_llamacpp_golden checks
+    assert set(golden["eog_ids"]) <= tok.eog_ids
+    for case in golden["tokenization"]:
+        assert tok.encode(case["text"], case["add_bos"], case["special"]) == case["ids"], case["name"]
+    ppl = golden["perplexity"]
+    text = (Path(__file__).parents[1] / ppl["text_file"]).read_text(encoding="utf-8")
+    ids = tok.encode(text, ppl["add_bos"], ppl["special"])
+    assert len(ids) == ppl["text_tokens"] and ids[:len(ppl["tokens"])] == ppl["tokens"]
+
+
+def test_synth_vocab_golden():
+    """The synthetic models' tiny vocabulary (tests/synth.py) against llama.cpp."""
+    files = sorted((DATA / "golden").glob("synth_*.json"))
+    if not files:
+        pytest.skip("no tests/data/golden/synth_*.json")
+    synth = pytest.importorskip("synth")
+    tokens, types, merges = synth.tokenizer_vocab()
+    tok = Tokenizer.from_metadata({
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": synth.BOS_ID,
+        "tokenizer.ggml.eos_token_id": synth.EOS_ID, "tokenizer.ggml.padding_token_id": synth.PAD_ID,
+        "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": False})
+    seen = 0
+    for f in files:
+        for case in json.loads(f.read_text(encoding="utf-8")).get("tokenization", []):
+            got = tok.encode(case["text"], case["add_bos"], case["special"])
+            assert got == case["ids"], (f.name, case["name"])
+            seen += 1
+    assert seen
+
+
+# ---- HF tokenizers, same vocabulary, equivalent pre-tokenizer -------------------------
+
+_HF_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_HF_QWEN2 = _HF_LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def _hf_tokenizer(tok: Tokenizer, meta: dict):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Regex, models, pre_tokenizers
+    pre = tok.pre
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    vocab = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
+    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=pre == "llama-bpe"))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    gpt2_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    seq, split = pre_tokenizers.Sequence, pre_tokenizers.Split
+    hf.pre_tokenizer = {
+        "gpt-2": gpt2_level,
+        "llama-bpe": seq([split(Regex(_HF_LLAMA3), "isolated"), byte_level]),
+        "qwen2": seq([split(Regex(_HF_QWEN2), "isolated"), byte_level]),
+        "smollm": seq([pre_tokenizers.Digits(individual_digits=True), gpt2_level]),
+    }[pre]
+    return hf
+
+
+def _passages() -> list[str]:
+    """Long texts without special or user-defined token texts."""
+    texts = [GOLDEN["texts"][k] for k in ("prose", "code", "numbers", "unicode", "emoji", "whitespace",
+                                          "contractions")]
+    texts.append((DATA / "text" / "python_docs_execmodel_import.txt").read_text(encoding="utf-8")[:6000])
+    texts.append("".join(texts))
+    texts.append("   \n\n \t  x  \n" * 40 + "9" * 50 + " " * 300 + "end")
+    return texts
+
+
+@pytest.mark.parametrize("name", ["gpt-2", "llama-bpe", "qwen2", "smollm2"])
+def test_hf_tokenizers(vocab, vocab_dir, name):
+    tok = vocab(name)
+    hf = _hf_tokenizer(tok, _metadata(name, vocab_dir))
+    for text in _passages():
+        want = hf.encode(text, add_special_tokens=False).ids
+        assert tok.encode(text, add_special=False, parse_special=False) == want, text[:80]
+
+
+# ---- the pre-tokenizer ---------------------------------------------------------------
+
+def test_pretokenize_examples():
+    text = "Hello  world's 123456 naïve 中文!!\n\n  x"
+    assert pretokenize.splitter("gpt-2")(text) == [
+        "Hello", " ", " world", "'s", " 123456", " naïve", " 中文", "!!", "\n\n ", " x"]
+    assert pretokenize.splitter("llama-bpe")(text) == [
+        "Hello", " ", " world", "'s", " ", "123", "456", " naïve", " 中文", "!!\n\n", " ", " x"]
+    assert pretokenize.splitter("qwen2")(text)[4:11] == [" ", "1", "2", "3", "4", "5", "6"]
+    assert pretokenize.splitter("smollm")(text)[4:11] == [" ", "1", "2", "3", "4", "5", "6"]
+    assert pretokenize.splitter("default")("a+=1234;") == ["a", "+=", "123", "4", ";"]
+    assert pretokenize.splitter("gpt-2")("") == []
+
+
+def test_pretokenize_unicode_classes():
+    # U+3000 is whitespace, U+00B2 a number, U+0301 a mark; U+1F6DC (Unicode 15) a symbol
+    assert pretokenize.splitter("gpt-2")("a\u3000\u3000b ²³ e\u0301 \U0001F6DC\U0001F6DC") == [
+        "a", "\u3000", "\u3000", "b", " ²³", " e", "\u0301", " \U0001F6DC\U0001F6DC"]
+    # \x1c is not whitespace for llama.cpp (str.isspace says it is)
+    assert pretokenize.splitter("gpt-2")("a\x1c\x1cb") == ["a", "\x1c\x1c", "b"]
+
+
+def test_unsupported_vocabularies():
+    base = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "ab"],
+            "tokenizer.ggml.merges": ["a b"]}
+    with pytest.raises(ValueError, match=r"'deepseek-llm'.*supported: .*llama-bpe.*qwen2.*smollm"):
+        Tokenizer.from_metadata({**base, "tokenizer.ggml.pre": "deepseek-llm"})
+    with pytest.raises(ValueError, match="'bert'"):
+        Tokenizer.from_metadata({**base, "tokenizer.ggml.model": "bert"})
+    tok = Tokenizer.from_metadata(base)          # no pre: llama.cpp's 'default'
+    assert tok.pre == "default" and tok.encode("abab") == [2, 2]
+    assert not tok.add_bos and tok.bos_id is None and tok.eos_id is None   # default 11 is out of range
+
+
+# ---- ids, flags, special tokens --------------------------------------------------------
+
+def test_flags_and_ids(vocab):
+    spm = vocab("llama-spm")
+    assert (spm.bos_id, spm.eos_id, spm.unk_id, spm.add_bos, spm.add_eos) == (1, 2, 0, True, False)
+    assert spm.encode("Hello")[0] == 1 and spm.encode("Hello", add_special=False)[0] != 1
+    assert spm.encode("") == [1] and spm.encode("", add_special=False) == []
+
+    llama3 = vocab("llama-bpe")      # no add_bos_token key: llama.cpp's default for llama3 is True
+    assert (llama3.bos_id, llama3.eos_id, llama3.add_bos) == (128000, 128001, True)
+    assert llama3.eot_id == 128009 and llama3.token_text(128009) == "<|eot_id|>"
+    assert llama3.is_eog(128001) and llama3.is_eog(128009) and not llama3.is_eog(128000)
+    assert llama3.vocab_size == 128256
+
+    smol = vocab("smollm2")
+    assert (smol.bos_id, smol.eos_id, smol.add_bos, smol.pre) == (1, 2, False, "smollm")
+    assert smol.is_eog(2) and smol.is_eog(0) and not smol.is_eog(1)
+    assert smol.token_text(None) == "" and smol.token_text(1) == "<|im_start|>"
+
+
+def test_parse_special(vocab):
+    smol = vocab("smollm2")
+    text = "<|im_start|>user\nhi<|im_end|>"
+    ids = smol.encode(text, add_special=True, parse_special=True)
+    assert ids[0] == 1 and ids[-1] == 2 and 1 not in ids[1:-1]
+    plain = smol.encode(text, add_special=True, parse_special=False)
+    assert 1 not in plain and 2 not in plain
+    assert smol.decode(plain) == text == smol.decode(ids, special=True)
+    assert smol.decode(ids) == "user\nhi"                      # control tokens render empty
+
+
+def test_user_defined_always_matched(vocab):
+    """USER_DEFINED tokens are cut out even without parse_special (qwen2's [PAD...])."""
+    qwen = vocab("qwen2")
+    pad = qwen.token_to_id["[PAD151650]"]
+    assert pad in qwen.encode("x[PAD151650]y", add_special=False, parse_special=False)
+    assert qwen.decode([pad]) == "[PAD151650]"
+
+
+def test_phi3_rstrip(vocab):
+    """Phi-3 special tokens swallow the whitespace after them (llama.cpp's RSTRIP)."""
+    phi = vocab("phi-3")
+    a = phi.encode("<|user|>\nhi<|end|>\n<|assistant|>", add_special=False)
+    b = phi.encode("<|user|>hi<|end|><|assistant|>", add_special=False)
+    assert a == b and a[0] == phi.token_to_id["<|user|>"]
+
+
+# ---- decode ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["qwen2", "smollm2", "llama-spm", "llama-bpe", "gpt-2", "deepseek-coder"])
+def test_roundtrip(vocab, name):
+    tok = vocab(name)
+    for text in _passages() + [GOLDEN["texts"][k] for k in GOLDEN["texts"] if k.startswith("fuzz")]:
+        ids = tok.encode(text, add_special=False, parse_special=False)
+        stream = tok.detokenizer(special=True)
+        streamed = "".join(stream.push(i) for i in ids) + stream.flush()
+        if not tok.is_spm:
+            assert streamed == text, text[:60]        # pieces, concatenated: the exact text
+        if not tok.clean_spaces:
+            assert tok.decode(ids, special=True) == text, text[:60]
+
+
+def test_streaming_utf8_split_across_tokens(vocab):
+    spm = vocab("llama-spm")
+    ids = spm.encode("a 𝄞 b", add_special=False)        # 𝄞 is four byte-fallback tokens
+    byte_tokens = [i for i in ids if spm.token_text(i).startswith("<0x")]
+    assert len(byte_tokens) == 4
+    stream = spm.detokenizer()
+    outs = [stream.push(i) for i in ids]
+    assert "".join(outs) + stream.flush() == " a 𝄞 b"
+    assert "\ufffd" not in "".join(outs) and outs.count("") >= 3
+
+    gpt2 = vocab("gpt-2")
+    ids = gpt2.encode("🙂🎉 ok", add_special=False)
+    stream = gpt2.detokenizer()
+    outs = [stream.push(i) for i in ids]
+    assert "".join(outs) == "🙂🎉 ok" and "" in outs and "\ufffd" not in "".join(outs)
+
+
+def test_streaming_invalid_and_unfinished_bytes(vocab):
+    spm = vocab("llama-spm")
+    b = {n: spm.token_to_id[f"<0x{n:02X}>"] for n in (0x80, 0xE4, 0xB8, 0x41)}
+    stream = spm.detokenizer()
+    assert stream.push(b[0x80]) == "\ufffd"                   # a stray continuation byte
+    assert stream.push(b[0xE4]) == "" and stream.push(b[0xB8]) == ""
+    assert stream.push(b[0x41]) == "\ufffdA"                  # the unfinished character is dropped
+    assert stream.push(b[0xE4]) == "" and stream.flush() == "\ufffd"
+
+
+def test_decode_special_and_spaces(vocab):
+    spm = vocab("llama-spm")
+    ids = spm.encode("Hello world")
+    assert spm.decode(ids) == " Hello world"         # llama_detokenize: the BOS took the strip
+    assert spm.decode(ids[1:]) == "Hello world"
+    assert spm.decode(ids, special=True) == "<s> Hello world"
+    gpt2 = vocab("gpt-2")                           # clean_spaces: " ," -> ","
+    assert gpt2.decode(gpt2.encode("a , b ' c 's", add_special=False)) == "a, b'c's"
+
+
+# ---- speed ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["smollm2", "qwen2", "llama-spm"])
+def test_speed_10kb(vocab, name):
+    tok = vocab(name)
+    text = (DATA / "text" / "python_docs_execmodel_import.txt").read_text(encoding="utf-8")[:10_000]
+    tok._cache.clear()
+    t0 = time.perf_counter()
+    ids = tok.encode(text)
+    elapsed = time.perf_counter() - t0
+    assert len(ids) > 1000 and elapsed < 0.5, f"{elapsed:.3f} s"
+
+
+# ---- Pyodide --------------------------------------------------------------------------
+
+def test_pure_python():
+    """The tokenizer runs in Pyodide: it imports only the stdlib."""
+    code = ("import sys, cera.tokenizer; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'regex', 'tokenizers', 'gguf', 'wgpu', 'js')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+_PYODIDE_SCRIPT = r"""
+const fs = require("fs");
+const [runtime, src, work] = process.argv.slice(2);
+const { loadPyodide } = require(runtime + "/pyodide.js");
+(async () => {
+  const py = await loadPyodide({ indexURL: runtime + "/" });
+  py.FS.mkdirTree("/work/cera");
+  py.FS.writeFile("/work/cera/__init__.py", "");
+  for (const f of ["tokenizer.py", "pretokenize.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
+  for (const f of fs.readdirSync(work)) py.FS.writeFile("/work/" + f, fs.readFileSync(work + "/" + f));
+  console.log(py.runPython(`
+import json, sys, unicodedata
+sys.path.insert(0, "/work")
+from cera.tokenizer import Tokenizer
+golden, bad, n = json.load(open("/work/golden.json")), [], 0
+for name in ("smollm2", "llama-spm"):
+    tok = Tokenizer.from_metadata(json.load(open(f"/work/{name}.json")))
+    for key, case in golden["vocabs"][name]["cases"].items():
+        text, n = golden["texts"][key], n + 1
+        if (tok.encode(text, True, True) != case["special"] or tok.encode(text, False, False) != case["plain"]
+                or tok.decode(case["special"]) != case["decode"]):
+            bad.append(name + " " + key)
+json.dumps({"python": sys.version.split()[0], "unicode": unicodedata.unidata_version, "n": n, "bad": bad})
+`));
+})();
+"""
+
+
+def test_runs_in_pyodide(vocab_dir, tmp_path):
+    """The same golden cases inside Pyodide (its Python and its Unicode tables), under node."""
+    root = Path(__file__).parents[1]
+    sys.path.insert(0, str(root))
+    try:
+        from pyodide_build import fetch, manifest
+    except ImportError:
+        pytest.skip("pyodide_build not importable")
+    finally:
+        sys.path.remove(str(root))
+    runtime = fetch.default_cache() / ("npm-" + manifest.PYODIDE_NPM.replace("@", "-")) / "node_modules" / "pyodide"
+    if shutil.which("node") is None or not (runtime / "pyodide.asm.wasm").exists():
+        pytest.skip("node or the cached Pyodide runtime missing (python -m pyodide_build fetches it)")
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("smollm2", "llama-spm"):
+        meta = {k: v for k, v in _metadata(name, vocab_dir).items() if k.startswith(("tokenizer.ggml.", "general."))}
+        (work / f"{name}.json").write_text(json.dumps(meta), encoding="utf-8")
+    shutil.copy(TOK / "llamacpp_golden.json", work / "golden.json")
+    script = tmp_path / "run.cjs"
+    script.write_text(_PYODIDE_SCRIPT, encoding="utf-8")
+    out = subprocess.run(["node", str(script), str(runtime), str(root / "core" / "cera"), str(work)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["n"] == 2 * len(GOLDEN["texts"]) and result["bad"] == [], result
