@@ -38,7 +38,7 @@ class NativeDevice:
         self._device = adapter.request_device_sync(required_features=features, required_limits=required)
         self.features = frozenset(features)
         self.limits = Limits(**{field: self._device.limits[name] for field, name in _LIMIT_NAMES.items()})
-        self._staging = {}   # size -> MAP_READ buffer
+        self._staging = {}   # size -> free MAP_READ buffers
 
     def buffer(self, size: int, label: str, uniform: bool = False):
         size = max(4, (size + 3) // 4 * 4)
@@ -102,23 +102,32 @@ class NativeDevice:
         return staging
 
     def _staging_buffer(self, size: int):
-        if size not in self._staging:
-            self._staging[size] = self._device.create_buffer(
-                size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST, label=f"staging {size}")
-        return self._staging[size]
+        """A MAP_READ buffer of `size` bytes that no pending read holds."""
+        free = self._staging.setdefault(size, [])
+        if free:
+            return free.pop()
+        return self._device.create_buffer(size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST,
+                                          label=f"staging {size}")
+
+    def _readback(self, staging, size: int) -> bytes:
+        staging.map_sync(wgpu.MapMode.READ, 0, size)
+        data = bytes(staging.read_mapped(0, size))
+        staging.unmap()
+        self._staging[size].append(staging)
+        return data
 
     def submit(self, schedule, read: Binding | None = None) -> bytes | None:
         """Synchronous run(): the native loop needs no event loop."""
         staging = self._encode(schedule, read)
-        if staging is None:
-            return None
-        staging.map_sync(wgpu.MapMode.READ, 0, read.size)
-        data = bytes(staging.read_mapped(0, read.size))
-        staging.unmap()
-        return data
+        return None if staging is None else self._readback(staging, read.size)
 
-    async def run(self, schedule, read: Binding | None = None) -> bytes | None:
-        return self.submit(schedule, read)
+    def run(self, schedule, read: Binding | None = None):
+        """Submit now; the returned awaitable waits for the work and yields the read bytes."""
+        staging = self._encode(schedule, read)
+        return self._finish(staging, None if read is None else read.size)
+
+    async def _finish(self, staging, size):
+        return None if staging is None else self._readback(staging, size)
 
     def read_sync(self, buffer, offset: int, size: int) -> bytes:
         return self.submit([], Binding(buffer, offset, size))

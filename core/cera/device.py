@@ -9,7 +9,7 @@ opaque to the core.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Awaitable, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,10 @@ class Device(Protocol):
     def schedule(self, steps: Sequence[Step]) -> Any:
         """Prepare a fixed list of dispatches and copies for repeated submission."""
 
-    async def run(self, schedule: Any, read: Binding | None = None) -> bytes | None:
-        """Encode and submit `schedule` once; if `read` is given, copy that range to a
-        staging buffer in the same submission and return its bytes when mapped."""
+    def run(self, schedule: Any, read: Binding | None = None) -> Awaitable[bytes | None]:
+        """Encode and submit `schedule` now; if `read` is given, copy that range to a staging
+        buffer in the same submission. The returned awaitable yields those bytes once mapped,
+        so the caller can submit the next step before waiting for this one."""
 
     async def read(self, buffer: Any, offset: int, size: int) -> bytes:
         """Read bytes back from a buffer (waits for queued work)."""

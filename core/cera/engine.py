@@ -143,11 +143,9 @@ class Engine:
         t0 = time.perf_counter()
         token, logits = await self.backend.forward(ids, 0, want)
         t1 = time.perf_counter()
-        out, pieces, stop = [], [], "max_tokens"
-        pos = len(ids)
-        while len(out) < max_tokens:
-            if not sampler.greedy:
-                token = sampler.sample(logits)
+        budget = min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 is run at position len(ids)+i-1
+        out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
+        async for token in self._continue(token, logits, len(ids), budget, sampler, want):
             if stop_at_eos and self.tokenizer.is_eog(token):
                 stop = "eos"
                 break
@@ -157,19 +155,31 @@ class Engine:
                 pieces.append(piece)
                 if on_text:
                     on_text(piece)
-            if len(out) == max_tokens:
-                break
-            if pos >= self.ctx:
-                stop = "context_full"
-                break
-            token, logits = await self.backend.forward([token], pos, want)
-            pos += 1
         tail = detok.flush()
         if tail:
             pieces.append(tail)
             if on_text:
                 on_text(tail)
+        logits = self._last_logits
         return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
+
+    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
+        """The n tokens that follow the prompt: the first from the prefill's logits, then one
+        forward step each. Greedy runs without logits go through the backend's pipelined loop."""
+        self._last_logits = logits
+        if want is LOGITS_NONE and hasattr(self.backend, "greedy"):
+            if n > 0:
+                yield token
+                async for token in self.backend.greedy(token, pos, n - 1):
+                    yield token
+            return
+        for i in range(n):
+            if not sampler.greedy:
+                token = sampler.sample(logits)
+            yield token
+            if i + 1 < n:
+                token, logits = await self.backend.forward([token], pos + i, want)
+                self._last_logits = logits
 
     async def logits(self, tokens: list[int], chunk: int | None = None) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""

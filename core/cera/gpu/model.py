@@ -221,11 +221,32 @@ class GpuModel:
                 await self.device.run(self.body_schedule)
                 self._gpu_token = token
                 continue
-            out = await self.device.run(self.decode_schedule, self.tokens)
-            self._gpu_token = int(np.frombuffer(out, np.uint32)[0])
+            self._token_of(await self.device.run(self.decode_schedule, self.tokens))
             if logits:
                 raw = await self.device.read(self.logits.buffer, 0, self.logits.size)
                 rows.append(np.frombuffer(raw, np.float32))
         if logits == "all":
             return self._gpu_token, np.stack(rows)
         return self._gpu_token, rows[-1].copy() if logits else None
+
+    async def greedy(self, token: int, pos: int, n: int):
+        """Yield the n greedy tokens that follow `token` at `pos`, keeping one step in flight:
+        the argmax stays on the GPU and feeds the next step's embedding, so step i+1 is
+        submitted before step i's 4-byte readback is awaited (host encoding overlaps GPU work)."""
+        if token != self._gpu_token:
+            self.device.write(self.tokens.buffer, np.array([token], np.uint32).tobytes())
+        pending = None
+        for i in range(n):
+            self.device.write(self.step.buffer, pack_step(pos + i, 1))
+            submitted = self.device.run(self.decode_schedule, self.tokens)
+            if pending is not None:
+                token = self._token_of(await pending)
+                self._gpu_token = None   # the step in flight has overwritten it
+                yield token
+            pending = submitted
+        if pending is not None:
+            yield self._token_of(await pending)
+
+    def _token_of(self, readback: bytes) -> int:
+        self._gpu_token = int(np.frombuffer(readback, np.uint32)[0])
+        return self._gpu_token
