@@ -22,6 +22,20 @@ fn wword(src: u32, i: u32) -> u32 {
     return w[i];
 }
 
+// out[row + e .. row + e + 3] = SCALE * v, elements past the row (float rows) skipped
+fn store4(row: u32, e: u32, v: vec4<f32>) {
+    if (!ROW_TAIL || e + 3u < K) {
+        out[row + e] = SCALE * v.x;
+        out[row + e + 1u] = SCALE * v.y;
+        out[row + e + 2u] = SCALE * v.z;
+        out[row + e + 3u] = SCALE * v.w;
+        return;
+    }
+    for (var c = 0u; e + c < K; c++) {
+        out[row + e + c] = SCALE * v[c];
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t = gid.y;
@@ -33,13 +47,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (token < ROW0 || token - ROW0 >= N_ROWS) {
         return;
     }
-    var v = unit_values(0u, (token - ROW0) * ROW_BYTES, u);
-    for (var g = 0u; g < UNIT_GROUPS; g++) {
-        let e = group_elem(u, g);
-        for (var c = 0u; c < 4u; c++) {
-            if (!ROW_TAIL || e + c < K) {
-                out[t * K + e + c] = SCALE * v[g][c];
-            }
-        }
-    }
+    let v = unit_values(0u, (token - ROW0) * ROW_BYTES, u);
+    store4(t * K, group_elem(u, 0u), v[0]);
+    store4(t * K, group_elem(u, 1u), v[1]);
+    store4(t * K, group_elem(u, 2u), v[2]);
+    store4(t * K, group_elem(u, 3u), v[3]);
 }

@@ -61,22 +61,20 @@ fn wword(src: u32, i: u32) -> u32 {
     return w[i];
 }
 
+// dot of 4 weights with x[e .. e+3], elements past the row masked (float rows of any length)
+fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
+    if (ROW_TAIL) {
+        let inside = vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+        return dot(select(vec4<f32>(0.0), wv, inside), select(vec4<f32>(0.0), x4(e), inside));
+    }
+    return dot(wv, x4(e));
+}
+
 // dot(W[row, unit u], x[the unit's elements])
 fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
-    var v = unit_values(src, row_byte, u);
-    var s = 0.0;
-    for (var g = 0u; g < UNIT_GROUPS; g++) {
-        let e = group_elem(u, g);
-        var wv = v[g];
-        var xv = x4(e);
-        if (ROW_TAIL) {
-            let inside = vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
-            wv = select(vec4<f32>(0.0), wv, inside);
-            xv = select(vec4<f32>(0.0), xv, inside);
-        }
-        s += dot(wv, xv);
-    }
-    return s;
+    let v = unit_values(src, row_byte, u);
+    return group_dot(v[0], group_elem(u, 0u)) + group_dot(v[1], group_elem(u, 1u))
+         + group_dot(v[2], group_elem(u, 2u)) + group_dot(v[3], group_elem(u, 3u));
 }
 
 @compute @workgroup_size(WG)

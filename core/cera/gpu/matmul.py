@@ -20,7 +20,7 @@ MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, 
 
 WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
 EMBED_WORKGROUP = 64     # shaders/embed.wgsl WG
-_FLOAT_UNIT = 8          # elements per unit of the float types (shaders/quant.wgsl)
+UNIT_ELEMS = 16          # elements per work item (a "unit" in shaders/quant.wgsl)
 
 
 def _type(wtype: int) -> T:
@@ -39,22 +39,21 @@ def row_bytes(wtype: int, k: int) -> int:
 
 
 def units_per_row(wtype: int, k: int) -> int:
-    """Work items per row in shaders/quant.wgsl: quarter blocks, sixteenth K-blocks, or
-    8 elements of a float row."""
-    block, _ = GGML_QUANT_SIZES[_type(wtype)]
-    if block == 1:
-        return -(-k // _FLOAT_UNIT)
-    return k // block * (4 if block == 32 else 16)
+    """Work items per row in shaders/quant.wgsl: 16 elements each (the last one of a
+    float row may be partial)."""
+    _type(wtype)
+    return -(-k // UNIT_ELEMS)
 
 
-def threads_per_row(units: int, m: int) -> int:
-    """Threads per row: a power of two from 8 to WORKGROUP (WORKGROUP / tpr rows per
-    workgroup), about 2^18 threads in all but no more than the row has units.
+def threads_per_row(wtype: int, k: int, m: int) -> int:
+    """Threads per row, a power of two up to WORKGROUP (WORKGROUP / tpr rows per
+    workgroup): about 2^18 threads in all, no more than the row has units, and at
+    least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
 
-    Measured on an H200: tall matrices (an LM head) run best with few threads per row and
-    many rows per workgroup (more loads in flight per thread), short ones (576-1536 rows)
-    with a whole workgroup per row."""
-    tpr = 8
+    Measured on an H200 (wgpu/Vulkan): tall matrices (an LM head) run best with few threads
+    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row."""
+    units = units_per_row(wtype, k)
+    tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
     while tpr < WORKGROUP and tpr * 2 * m <= 1 << 18 and tpr * 2 <= units:
         tpr *= 2
     return tpr
@@ -83,8 +82,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
     t = _type(wtype)
     if w_up is not None and bias is not None:
         raise ValueError("matvec: GLU with a bias is not supported")
-    units = units_per_row(t, k)
-    tpr = tpr or threads_per_row(units, m)
+    tpr = tpr or threads_per_row(t, k, m)
     rows = WORKGROUP // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
                    **_flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
@@ -181,5 +179,5 @@ def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step
 
 def argmax(kernels, device, out: Binding, logits: Binding, *, n: int) -> Dispatch:
     """out[0] (u32) = argmax(logits[0..n)), the first index on ties."""
-    kernel = kernels.get("argmax.wgsl", N=n)
+    kernel = kernels.get("argmax.wgsl", N=n, **_flags(VEC4=n % 4 == 0))
     return Dispatch(kernel, device.bind(kernel, [logits, out]), (1, 1, 1), f"argmax {n}")
