@@ -6,7 +6,10 @@
 //   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
 //   ACCUMULATE  out[r] += result                    (adds into the residual stream)
 //   GLU         out[r] = SCALE * silu(Wg[r]·x) * (Wu[r]·x), Wu bound as `w_up`
-// Bindings: w, [w_up], x, out, [bias].
+//   NORM        x is first RMS-normalized and scaled by `norm_w` (K,), with EPS: the
+//               block's RMSNorm fused in, so it costs no dispatch of its own. Every
+//               workgroup recomputes the (cheap) sum of squares of x.
+// Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
 // the workgroup sums each row's partials in workgroup memory. Workgroup ids may be 2-D
@@ -23,16 +26,38 @@ const WG = ROWS * TPR;
 #ifdef X_VEC4
 alias X_TYPE = vec4<f32>;
 
-fn x4(e: u32) -> vec4<f32> {
+fn x_raw(e: u32) -> vec4<f32> {
     return x[e >> 2u];
 }
+#ifdef NORM
+
+fn norm4(e: u32) -> vec4<f32> {
+    return norm_w[e >> 2u];
+}
+#endif
 #else
 alias X_TYPE = f32;
 
-fn x4(e: u32) -> vec4<f32> {
+fn x_raw(e: u32) -> vec4<f32> {
     return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
 }
+#ifdef NORM
+
+fn norm4(e: u32) -> vec4<f32> {
+    return vec4<f32>(norm_w[e], norm_w[e + 1u], norm_w[e + 2u], norm_w[e + 3u]);
+}
 #endif
+#endif
+
+// x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
+// factor is applied once, to the row sums)
+fn x4(e: u32) -> vec4<f32> {
+#ifdef NORM
+    return x_raw(e) * norm4(e);
+#else
+    return x_raw(e);
+#endif
+}
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;              // (M, ROW_BYTES) raw
 #ifdef GLU
@@ -45,6 +70,10 @@ fn x4(e: u32) -> vec4<f32> {
 #ifdef BIAS
 @group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
 #endif
+#endif
+
+#ifdef NORM
+@group(0) @binding(NORM_BINDING) var<storage, read> norm_w: array<X_TYPE>;  // (K,)
 #endif
 
 var<workgroup> partial: array<f32, WG>;
@@ -84,6 +113,25 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let lane = lid % TPR;
     let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
 
+    var inv_rms = 1.0;
+#ifdef NORM
+    var squares = 0.0;
+    for (var e = lid * 4u; e < K; e += WG * 4u) {
+        let v = select(vec4<f32>(0.0), x_raw(e), vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
+        squares += dot(v, v);
+    }
+    partial[lid] = squares;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    inv_rms = inverseSqrt(partial[0] / f32(K) + EPS);
+    workgroupBarrier();   // everyone has read partial[0] before it is reused
+#endif
+
     var acc = 0.0;
     var acc_up = 0.0;
     if (r < M) {
@@ -112,10 +160,10 @@ fn main(@builtin(local_invocation_index) lid: u32,
     }
 
     if (lane == 0u && r < M) {
-        var y = SCALE * partial[lid];
+        var y = SCALE * partial[lid] * inv_rms;
 #ifdef GLU
-        let gate = partial[lid];
-        y = SCALE * gate / (1.0 + exp(-gate)) * partial_up[lid];
+        let gate = partial[lid] * inv_rms;
+        y = SCALE * gate / (1.0 + exp(-gate)) * partial_up[lid] * inv_rms;
 #endif
 #ifdef BIAS
         y += bias[r];

@@ -10,6 +10,8 @@ import dataclasses
 import types
 
 import numpy as np
+
+from cera import ops
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
@@ -68,14 +70,19 @@ def shapes(t):
     return [(1, 256), (7, 768), (67, 512), (300, 256), (3, 8192)]
 
 
-def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, tpr=None,
-                device=None):
-    """Run one matvec on the GPU; return (got, want)."""
+def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
+                tpr=None, device=None):
+    """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x."""
     raw, w = random_rows(t, m, k, rng)
-    x = rng.standard_normal(k).astype(np.float32)
+    x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr)
+    x_gpu = x
+    if norm:
+        norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
+        kw.update(norm=Binding(upload(gpu, norm_w, "norm_w")), eps=1e-5)
+        x = ops.rms_norm(x, norm_w, 1e-5)
     want = w.astype(np.float64) @ x
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
@@ -90,7 +97,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     if accumulate:
         want = want + out0
     dispatch = matmul.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
-                             Binding(upload(gpu, x, "x")), **kw)
+                             Binding(upload(gpu, x_gpu, "x")), **kw)
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
 
@@ -117,6 +124,10 @@ def test_matvec_variants(gpu, t):
     check_matvec(got, want, mag * mag, f"{t.name} glu")
     got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True, scale=2.0, accumulate=True)
     check_matvec(got, want, mag * mag, f"{t.name} glu+scale+accumulate")
+    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, bias=True)
+    check_matvec(got, want, mag, f"{t.name} norm+bias")
+    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, glu=True)
+    check_matvec(got, want, mag * mag, f"{t.name} norm+glu")
 
 
 @pytest.mark.parametrize("variant", ["bias", "accumulate", "scale"])

@@ -74,9 +74,12 @@ def _flags(**flags) -> dict:
 
 def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-           w_up: Binding | None = None, tpr: int | None = None) -> Dispatch:
+           w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
+           tpr: int | None = None) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x). W and W_up: raw GGUF rows of `wtype`.
+    With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
+    block fused into its first matvec.
 
     `tpr` overrides the threads per row (a power of two <= 256), for tuning."""
     t = _type(wtype)
@@ -89,8 +92,13 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
                                "ACCUMULATE": accumulate, "GLU": w_up is not None}))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    kernel = kernels.get("matvec.wgsl", **defines)
     bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
+    if norm is not None:
+        if eps is None:
+            raise ValueError("matvec: a fused RMSNorm needs eps")
+        defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
+        bindings.append(norm)
+    kernel = kernels.get("matvec.wgsl", **defines)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" +=" if accumulate else "")
     return Dispatch(kernel, device.bind(kernel, bindings), _groups(-(-m // rows), device.limits), label)
 
@@ -129,21 +137,22 @@ def _check_aligned(what: str, b: Binding, limits) -> None:
 
 def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-                 w_up: Binding | None = None, limits=None) -> list[Dispatch]:
+                 w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
+                 limits=None) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
-                       accumulate=accumulate, w_up=w_up)]
+                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps)]
     for what, b in (("w", w), ("w_up", w_up), ("out", out), ("bias", bias)):
         if b is not None:
             _check_aligned(what, b, limits)
     rb = row_bytes(wtype, k)
     return [matvec(kernels, device, _rows(out, start * 4, n * 4), _rows(w, start * rb, n * rb), x,
                    wtype=wtype, k=k, m=n, scale=scale, bias=_rows(bias, start * 4, n * 4),
-                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb))
+                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps)
             for start, n in tiles]
 
 

@@ -1,0 +1,306 @@
+"""Dispatch builders for the batched (prefill) kernels: the register-tiled quantized matmul
+(shaders/matmul.wgsl) and the flash-style causal attention over a chunk of rows
+(shaders/attention_prefill.wgsl).
+
+A prefill chunk is up to `max_rows` tokens: a dispatch is sized for `max_rows` and the
+kernels read `Step.n_tokens`, so one dispatch serves every chunk length. Weights are raw
+GGUF bytes bound as `array<u32>` (decoded by shaders/quant.wgsl); activations are f32,
+row-major, one row per token. Outputs come first, as in cera.gpu.matmul and layers.
+
+Tile choice (`matmul_tiles`, `attention_tiles`). Workgroup memory is budgeted at the WebGPU
+default of 16 KiB (Apple and SwiftShader grant exactly that; a peer's 24 KiB shader returned
+zeros on Apple) and grows only where the device's `max_compute_workgroup_storage_size`
+allows; workgroups stay at 256 invocations.
+  matmul: 128 weight rows x 128 tokens per workgroup, 8x8 outputs per invocation, K slices of
+    32 elements (32 KiB: 16 KiB of dequantized weights + 16 KiB of x) or 16 (16 KiB). Each
+    weight is dequantized once per workgroup and used by 128 tokens; each k step reads 4 vec4
+    from workgroup memory for 64 FMAs. GLU stages two weight tiles: 64 rows x 128 tokens, 4x8
+    per invocation. When that leaves fewer than MIN_WORKGROUPS workgroups (SmolLM2's 576-wide
+    projections: 20), 64x64 tiles with 4x4 per invocation (16 KiB); chunks of at most 32 rows
+    use 32-token tiles.
+  attention: block_q query rows ((token, head) pairs of one KV head, so a GQA group shares
+    every K/V tile) x block_kv keys, 256 invocations, the largest block_q that fits (and
+    leaves each invocation at most 16 output columns): head_dim 64 -> 64 x 16 in 32 KiB,
+    32 x 16 in 16 KiB; 128 -> 32 x 16 / 16 x 8; 256 -> 16 x 8 / 8 x 4.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from math import gcd
+
+from gguf.constants import GGMLQuantizationType as T
+
+from cera.device import Binding, Dispatch
+from cera.gpu.matmul import MATVEC_TYPES, row_bytes, row_tiles
+
+# Every type quant.wgsl decodes has a batched kernel: the matmul stages whole quant units.
+BATCHED_TYPES = MATVEC_TYPES
+
+DEFAULT_WORKGROUP_STORAGE = 16384   # bytes: the WebGPU default limit
+MAX_INVOCATIONS = 256
+PREFILL_MAX_HEAD_DIM = 256
+
+
+def _binding(b) -> Binding:
+    return b if isinstance(b, Binding) else Binding(b)
+
+
+def _flags(**flags) -> dict:
+    return {name: True for name, on in flags.items() if on}
+
+
+# --- matmul --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatmulTiles:
+    """A workgroup computes tile_t tokens x tile_m weight rows, walking K in slices of bk
+    elements; each invocation holds rt tokens x rm rows of outputs in registers."""
+    tile_m: int
+    tile_t: int
+    bk: int
+    rm: int
+    rt: int
+
+    def __post_init__(self):
+        if self.rm not in (4, 8) or self.rt not in (4, 8) or self.tile_m % self.rm or self.tile_t % self.rt:
+            raise ValueError(f"{self}: rm and rt must be 4 or 8 and divide tile_m, tile_t")
+        if self.bk % 16:
+            raise ValueError(f"{self}: bk must be a multiple of 16 (a quant unit)")
+
+    @property
+    def invocations(self) -> int:
+        return (self.tile_m // self.rm) * (self.tile_t // self.rt)
+
+    def storage(self, glu: bool) -> int:
+        """Workgroup memory in bytes: the f32 weight slice(s) and the x slice."""
+        return 4 * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
+
+    def defines(self) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
+
+
+# Preferred first. 8x8 outputs per invocation need 4 vec4 reads from workgroup memory per 64
+# FMAs; 4x4 needs 2 per 16. bk is a multiple of 16 (a quant unit).
+# The 16 KiB entries are the fallback every WebGPU device grants.
+_MATMUL_TILES = [
+    MatmulTiles(tile_m=128, tile_t=128, bk=32, rm=8, rt=8),   # 32 KiB
+    MatmulTiles(tile_m=128, tile_t=128, bk=16, rm=8, rt=8),   # 16 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
+]
+_GLU_TILES = [
+    MatmulTiles(tile_m=64, tile_t=128, bk=32, rm=4, rt=8),    # 2 x 8 + 16 = 32 KiB
+    MatmulTiles(tile_m=64, tile_t=128, bk=16, rm=4, rt=8),    # 16 KiB
+    MatmulTiles(tile_m=32, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
+]
+_SMALL_TILES = [   # chunks of at most 32 rows: less padding along tokens
+    MatmulTiles(tile_m=128, tile_t=32, bk=32, rm=8, rt=4),    # 20 KiB
+    MatmulTiles(tile_m=128, tile_t=32, bk=16, rm=8, rt=4),    # 10 KiB
+]
+_SMALL_GLU_TILES = [
+    MatmulTiles(tile_m=64, tile_t=32, bk=32, rm=4, rt=4),     # 20 KiB
+    MatmulTiles(tile_m=64, tile_t=32, bk=16, rm=4, rt=4),     # 10 KiB
+]
+
+
+MIN_WORKGROUPS = 64   # fewer leaves most of a big GPU idle: take a smaller tile instead
+
+
+def _workgroups(tiles: MatmulTiles, m: int, max_rows: int) -> int:
+    return -(-m // tiles.tile_m) * -(-max_rows // tiles.tile_t)
+
+
+def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None) -> MatmulTiles:
+    """The first preferred tiling whose workgroup memory and invocations fit `limits`; given
+    the output width m, the first of those that makes MIN_WORKGROUPS workgroups (else the
+    one that makes the most)."""
+    if max_rows <= 32:
+        candidates = _SMALL_GLU_TILES if glu else _SMALL_TILES
+    else:
+        candidates = _GLU_TILES if glu else _MATMUL_TILES
+    budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
+    fitting = [t for t in candidates
+               if t.storage(glu) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
+    if not fitting:
+        raise ValueError("no matmul tiling fits this device's workgroup limits")
+    if m is None:
+        return fitting[0]
+    for tiles in fitting:
+        if _workgroups(tiles, m, max_rows) >= MIN_WORKGROUPS:
+            return tiles
+    return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
+
+
+def _groups_2d(count: int, limits) -> tuple[int, int]:
+    """count workgroups as (y, z) within the per-dimension limit (the kernel flattens them)."""
+    most = limits.max_compute_workgroups_per_dimension
+    if count <= most:
+        return max(count, 1), 1
+    z = -(-count // most)
+    return -(-count // z), z
+
+
+def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
+           scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+           out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
+           label: str | None = None) -> Dispatch:
+    """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
+    step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T).
+
+    W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
+    between rows of out (default m; the full width when W is a row tile). row0: x and out are
+    bound from token row row0 on and this dispatch covers rows row0..row0+max_rows-1 of the
+    step (a row block; see matmul_tiled). `tiles` overrides the tiling (benchmarks)."""
+    t = T(wtype)
+    if t not in BATCHED_TYPES:
+        raise ValueError(f"no batched matmul kernel for weight type {t.name}")
+    if w_up is not None and bias is not None:
+        raise ValueError("matmul: GLU with a bias is not supported")
+    row_bytes(t, k)   # checks k against the block size
+    glu = w_up is not None
+    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m)
+    stride = m if out_stride is None else out_stride
+    defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
+                   **_flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
+                               "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0}))
+    if row0:
+        defines["ROW0"] = row0
+    if scale is not None and scale != 1.0:
+        defines["SCALE"] = float(scale)
+    kernel = kernels.get("matmul.wgsl", **defines)
+    bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
+    y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
+    groups = (-(-max_rows // tiles.tile_t), y, z)
+    if groups[0] > device.limits.max_compute_workgroups_per_dimension:
+        raise ValueError(f"matmul: {max_rows} rows need {groups[0]} workgroups in x")
+    label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" +=" if accumulate else ""))
+    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)
+
+
+def _aligned_rows(align: int, *row_sizes: int) -> int:
+    """The smallest row count whose multiples keep every row size's offsets aligned."""
+    step = 1
+    for size in row_sizes:
+        need = align // gcd(align, size)
+        step = step * need // gcd(step, need)
+    return step
+
+
+def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
+    """Split max_rows token rows into (row0, n_rows) blocks whose x (rows, k) and out (rows, m)
+    f32 ranges each fit one storage binding and start at aligned offsets."""
+    most = limits.max_storage_buffer_binding_size
+    if max_rows * max(k, m) * 4 <= most:
+        return [(0, max_rows)]
+    step = _aligned_rows(limits.min_storage_buffer_offset_alignment, 4 * k, 4 * m)
+    per_block = most // (4 * max(k, m)) // step * step
+    if per_block == 0:
+        raise ValueError(f"matmul: {step} aligned rows of {max(k, m)} floats exceed the storage binding "
+                         f"limit of {most} bytes")
+    return [(r0, min(per_block, max_rows - r0)) for r0 in range(0, max_rows, per_block)]
+
+
+def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
+                 scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+                 limits=None) -> list[Dispatch]:
+    """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
+    W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out (out_stride
+    m), and token rows in blocks (`row_blocks`) when x or out is bigger than a binding. `limits`
+    defaults to the device's; W, W_up, x, out and bias must start at aligned offsets."""
+    limits = limits or device.limits
+    col_tiles = row_tiles(wtype, k, m, limits)
+    blocks = row_blocks(k, m, max_rows, limits)
+    if len(col_tiles) == 1 and len(blocks) == 1:
+        return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
+                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up)]
+    rb = row_bytes(wtype, k)
+    align = limits.min_storage_buffer_offset_alignment
+
+    def part(b, start, size):
+        """Bytes [start, start + size) of binding b (size rounded up to 4)."""
+        if b is None:
+            return None
+        b = _binding(b)
+        if (b.offset + start) % align:
+            raise ValueError(f"matmul tile at byte {b.offset + start}: not a multiple of {align}")
+        return Binding(b.buffer, b.offset + start, (size + 3) // 4 * 4)
+
+    dispatches = []
+    for r0, rows in blocks:
+        x_block = part(x, 4 * r0 * k, 4 * rows * k)
+        for start, n in col_tiles:
+            # columns start..start+n of rows r0..r0+rows-1: from (r0, start) to the block's last row
+            out_tile = part(out, 4 * (r0 * m + start), 4 * ((rows - 1) * m + n))
+            dispatches.append(matmul(
+                kernels, device, out_tile, part(w, start * rb, n * rb), x_block, step, wtype=wtype, k=k, m=n,
+                max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n), accumulate=accumulate,
+                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0))
+    return dispatches
+
+
+# --- prefill attention ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    """A workgroup holds block_q query rows ((token, head) pairs of one KV head) and walks the
+    keys in tiles of block_kv; threads_per_row invocations share a query row's output."""
+    block_q: int
+    block_kv: int
+    threads_per_row: int
+
+    @property
+    def invocations(self) -> int:
+        return self.block_q * self.threads_per_row
+
+    @staticmethod
+    def storage(block_q: int, block_kv: int, head_dim: int) -> int:
+        """Bytes: scaled Q tile, K/V tile (rows padded by a vec4), the tile's scores."""
+        d4 = -(-head_dim // 4)
+        return 16 * block_q * d4 + 16 * block_kv * (d4 + 1) + 4 * block_q * block_kv
+
+
+# (block_q, block_kv), preferred first: more query rows per K/V tile first (reuse), then
+# bigger key tiles (fewer barriers).
+_ATTENTION_BLOCKS = [(64, 16), (32, 32), (32, 16), (32, 8), (16, 16), (16, 8), (8, 8), (8, 4), (4, 4)]
+
+
+def attention_tiles(limits, head_dim: int) -> AttentionTiles:
+    budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
+    wg = min(MAX_INVOCATIONS, limits.max_compute_invocations_per_workgroup)
+    d4 = -(-head_dim // 4)
+    for bq, bkv in _ATTENTION_BLOCKS:
+        tpq = wg // bq
+        # an invocation holds at most 4 vec4 of a query row's output (o0..o3 in the shader)
+        if AttentionTiles.storage(bq, bkv, head_dim) <= budget and bq <= wg and 4 * tpq >= d4:
+            return AttentionTiles(bq, bkv, tpq)
+    raise ValueError(f"no prefill attention tiling fits head_dim {head_dim} in {budget} bytes")
+
+
+def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
+                      n_kv_heads: int, scale: float | None = None, max_rows: int,
+                      tiles: AttentionTiles | None = None, label: str = "prefill_attention") -> Dispatch:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens.
+
+    Same bindings as cera.gpu.layers.attention: q, out (rows, n_heads*head_dim); k_cache,
+    v_cache (max_ctx, n_kv_heads, head_dim), rows of this step already written by rope_kv.
+    scale defaults to 1/sqrt(head_dim)."""
+    if head_dim > PREFILL_MAX_HEAD_DIM:
+        raise ValueError(f"prefill attention: head_dim {head_dim} is above the kernel's maximum "
+                         f"{PREFILL_MAX_HEAD_DIM}")
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise ValueError(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    tiles = tiles or attention_tiles(device.limits, head_dim)
+    if 4 * tiles.threads_per_row < -(-head_dim // 4):
+        raise ValueError(f"{tiles}: head_dim {head_dim} needs at least {-(-head_dim // 16)} threads per row")
+    group = n_heads // n_kv_heads
+    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
+                   BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
+                   **_flags(VEC4=head_dim % 4 == 0))
+    kernel = kernels.get("attention_prefill.wgsl", **defines)
+    groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
+    limit = device.limits.max_compute_workgroups_per_dimension
+    if groups[1] > limit:
+        raise ValueError(f"prefill attention: {groups[1]} workgroups in y (limit {limit})")
+    bindings = [q, k_cache, v_cache, out, step]
+    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Micro-benchmark of the weight kernels on whatever WebGPU adapter is present.
+
+Times the decode matvec (1 row, cera.gpu.matmul) and the prefill matmul (--rows rows,
+cera.gpu.batched) for every weight matrix of a layer and the LM head, plus the prefill
+attention, at the real shapes and weight types of:
+
+  smollm2   SmolLM2-135M Q4_1: hidden 576, ff 1536, 9/3 heads of 64, vocab 49152 (Q8_0 head)
+  qwen2.5   Qwen2.5-1.5B Q4_K_M: hidden 1536, ff 8960, 12/2 heads of 128, vocab 151936
+            (Q4_K; ffn_down and the LM head Q6_K)
+
+Weights are random valid blocks (tests/quantdata.py): timing does not depend on values.
+Each kernel runs back to back in one submission, repeated until --min-time seconds pass; the
+time per run is the wall time divided by the repeats (one 4-byte readback closes each
+submission). Prints ms, GB/s (weights + activations read and written once) and GFLOP/s.
+
+    python scripts/bench_kernels.py                        # both models, 512-row prefill
+    python scripts/bench_kernels.py --model smollm2 --rows 128 --min-time 0.5
+    python scripts/bench_kernels.py --only matmul --tiles 64x64x32x4x4
+    python scripts/bench_kernels.py --only matmul --tiles sweep     # choose the tile table
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from quantdata import padded, random_rows  # noqa: E402
+
+from cera.device import Binding  # noqa: E402
+from cera.gpu import batched, matmul  # noqa: E402
+from cera.gpu.step import STEP_BYTES, pack_step  # noqa: E402
+from cera.kernels import Kernels  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    wtype: T
+    m: int        # output rows
+    k: int        # input length
+    glu: bool = False   # gate and up of this shape, fused (SwiGLU)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    matrices: tuple[Matrix, ...]
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+MODELS = {
+    "smollm2": Model("SmolLM2-135M Q4_1", (
+        Matrix("attn_q", T.Q4_1, 576, 576), Matrix("attn_k", T.Q4_1, 192, 576),
+        Matrix("attn_v", T.Q4_1, 192, 576), Matrix("attn_output", T.Q4_1, 576, 576),
+        Matrix("ffn_gate+up", T.Q4_1, 1536, 576, glu=True), Matrix("ffn_down", T.Q4_1, 576, 1536),
+        Matrix("lm_head", T.Q8_0, 49152, 576)), n_heads=9, n_kv_heads=3, head_dim=64),
+    "qwen2.5": Model("Qwen2.5-1.5B Q4_K_M", (
+        Matrix("attn_q", T.Q4_K, 1536, 1536), Matrix("attn_k", T.Q4_K, 256, 1536),
+        Matrix("attn_v", T.Q6_K, 256, 1536), Matrix("attn_output", T.Q4_K, 1536, 1536),
+        Matrix("ffn_gate+up", T.Q4_K, 8960, 1536, glu=True), Matrix("ffn_down", T.Q6_K, 1536, 8960),
+        Matrix("lm_head", T.Q6_K, 151936, 1536)), n_heads=12, n_kv_heads=2, head_dim=128),
+}
+
+
+class Bench:
+    def __init__(self, device, min_time: float):
+        self.device, self.min_time = device, min_time
+        self.kernels = Kernels(device)
+        self.sync = device.buffer(4, "sync")
+
+    def buffer(self, data: bytes | np.ndarray, label: str):
+        data = padded(data)
+        buf = self.device.buffer(len(data), label)
+        self.device.write(buf, data)
+        return buf
+
+    def zeros(self, nbytes: int, label: str):
+        return self.buffer(bytes(nbytes), label)
+
+    def weights(self, wtype: T, m: int, k: int, rng) -> tuple[object, int]:
+        """A valid raw (m, k) matrix: 64 random rows repeated."""
+        raw, _ = random_rows(wtype, min(m, 64), k, rng)
+        raw = np.tile(raw, (-(-m // raw.shape[0]), 1))[:m]
+        return self.buffer(np.ascontiguousarray(raw), "w"), raw.nbytes
+
+    def time(self, dispatches) -> float:
+        """Seconds per run of `dispatches`."""
+        dev = self.device
+        read = Binding(self.sync, 0, 4)
+        once = dev.schedule(list(dispatches))
+        dev.submit(once, read)   # compile, warm up
+        start = time.perf_counter()
+        dev.submit(once, read)
+        single = time.perf_counter() - start
+        if single >= self.min_time / 2:
+            return single
+        reps = max(1, min(1000, int(self.min_time / max(single, 1e-6))))
+        schedule = dev.schedule(list(dispatches) * reps)
+        start = time.perf_counter()
+        dev.submit(schedule, read)
+        return (time.perf_counter() - start) / reps
+
+
+def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -> None:
+    print(f"  {what:<46} {seconds * 1e3:9.3f} ms {nbytes / seconds / 1e9:9.2f} GB/s "
+          f"{flops / seconds / 1e9:9.2f} GFLOP/s  {note}".rstrip(), flush=True)
+
+
+def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, rng) -> None:
+    dev = bench.device
+    w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
+    w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
+    n_mats = 2 if mat.glu else 1
+    x = bench.buffer(rng.standard_normal((rows, mat.k)).astype(np.float32), "x")
+    out = bench.zeros(4 * rows * mat.m, "out")
+    step = dev.buffer(STEP_BYTES, "step", uniform=True)
+    tag = f"{mat.name} {mat.wtype.name} {mat.m}x{mat.k}"
+    if "matvec" in only:
+        dev.write(step, pack_step(0, 1))
+        dispatches = matmul.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
+                                         wtype=mat.wtype, k=mat.k, m=mat.m,
+                                         w_up=Binding(w_up) if mat.glu else None)
+        seconds = bench.time(dispatches)
+        report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k)
+    if "matmul" in only:
+        dev.write(step, pack_step(0, rows))
+        for t in tilings(tiles, dev.limits, rows, mat):
+            if t is None:
+                dispatches = batched.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                                                  m=mat.m, max_rows=rows, w_up=w_up)
+                t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m)
+            else:
+                dispatches = [batched.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                                             m=mat.m, max_rows=rows, w_up=w_up, tiles=t)]
+            seconds = bench.time(dispatches)
+            report(f"matmul {rows} rows {tag}", seconds, n_mats * wbytes + 4 * rows * (mat.k + mat.m),
+                   2 * n_mats * rows * mat.m * mat.k,
+                   f"tiles {t.tile_m}x{t.tile_t}x{t.bk} regs {t.rm}x{t.rt}, {t.storage(mat.glu)} B"
+                   + (f", {len(dispatches)} dispatches" if len(dispatches) > 1 else ""))
+
+
+def tilings(tiles, limits, rows: int, mat: Matrix) -> list:
+    """The matmul tilings to time: the builder's (None), a given one, or ("sweep") every
+    candidate that fits this device."""
+    if tiles != "sweep":
+        return [tiles]
+    budget = limits.max_compute_workgroup_storage_size
+    pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if mat.glu
+            else batched._MATMUL_TILES + batched._SMALL_TILES)
+    return [None] + [t for t in pool if t.storage(mat.glu) <= budget]
+
+
+def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> None:
+    dev = bench.device
+    hd, nh, nkv = model.head_dim, model.n_heads, model.n_kv_heads
+    ctx = pos + rows
+    q = bench.buffer(rng.standard_normal((rows, nh * hd)).astype(np.float32), "q")
+    k_cache = bench.buffer(rng.standard_normal((ctx, nkv * hd)).astype(np.float32), "k_cache")
+    v_cache = bench.buffer(rng.standard_normal((ctx, nkv * hd)).astype(np.float32), "v_cache")
+    out = bench.zeros(4 * rows * nh * hd, "out")
+    step = dev.buffer(STEP_BYTES, "step", uniform=True)
+    dev.write(step, pack_step(pos, rows))
+    d = batched.prefill_attention(bench.kernels, dev, out, q, k_cache, v_cache, step, head_dim=hd, n_heads=nh,
+                                  n_kv_heads=nkv, max_rows=rows)
+    seconds = bench.time([d])
+    keys = sum(pos + t + 1 for t in range(rows))            # (row, key) pairs attended
+    report(f"prefill attention {rows} rows at pos {pos} ({nh}/{nkv}x{hd})", seconds,
+           4 * (2 * rows * nh * hd + 2 * ctx * nkv * hd), 4 * keys * nh * hd)
+
+
+def parse_tiles(text: str | None):
+    if not text:
+        return None
+    if text == "sweep":
+        return text
+    tile_m, tile_t, bk, rm, rt = (int(v) for v in text.lower().split("x"))
+    return batched.MatmulTiles(tile_m=tile_m, tile_t=tile_t, bk=bk, rm=rm, rt=rt)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--model", choices=[*MODELS, "all"], default="all", help="which model's shapes")
+    ap.add_argument("--rows", type=int, default=512, help="prefill chunk rows for matmul and attention")
+    ap.add_argument("--pos", type=int, nargs="+", default=[0, 512],
+                    help="positions of the prefill attention chunk (0: first chunk)")
+    ap.add_argument("--only", default="matvec,matmul,attention",
+                    help="comma-separated kernels to time: matvec, matmul, attention")
+    ap.add_argument("--matrices", default="", help="comma-separated matrix names (default: all)")
+    ap.add_argument("--tiles", default="", help="matmul tiling TILE_MxTILE_TxBKxRMxRT, or 'sweep' (the builder's pick, then every "
+                         "candidate that fits); default: the builder's")
+    ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
+    args = ap.parse_args(argv)
+
+    from cera.native.device import NativeDevice
+    device = NativeDevice()
+    lim = device.limits
+    print(f"adapter: {device.adapter_name}; workgroup storage {lim.max_compute_workgroup_storage_size} B, "
+          f"invocations {lim.max_compute_invocations_per_workgroup}, binding {lim.max_storage_buffer_binding_size} B")
+    tiles = parse_tiles(args.tiles)
+    bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
+    only = set(args.only.split(","))
+    names = set(filter(None, args.matrices.split(",")))
+    for key in MODELS if args.model == "all" else [args.model]:
+        model = MODELS[key]
+        print(f"{model.name}:")
+        for mat in model.matrices:
+            if not names or mat.name in names:
+                bench_matrix(bench, mat, args.rows, only, tiles, rng)
+        if "attention" in only:
+            at = batched.attention_tiles(lim, model.head_dim)
+            print(f"  attention: {at.block_q} query rows x {at.block_kv} keys per tile, "
+                  f"{at.invocations} invocations")
+            for pos in args.pos:
+                bench_attention(bench, model, args.rows, pos, rng)
+
+
+if __name__ == "__main__":
+    main()

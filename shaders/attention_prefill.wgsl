@@ -1,0 +1,220 @@
+// Causal GQA attention of a chunk of query rows against the KV cache, flash-attention style:
+// key/value tiles go through workgroup memory once for a block of query rows, with an online
+// softmax; the score matrix is never materialized beyond one BQ x BKV tile.
+//
+// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p
+// (rope.wgsl has already written the step's slots). Head h reads kv head h / GROUP.
+//   out[t, h, :] = softmax(SCALE * k_cache[0..p, kh, :] @ q[t, h, :]) @ v_cache[0..p, kh, :]
+//
+// The GROUP query heads of one kv head read the same keys, so a workgroup's BQ query rows are
+// (token, head) pairs r = t * GROUP + g of one kv head kh: dispatch (N_KV_HEADS,
+// ceil(max rows * GROUP / BQ), 1). Per key tile of BKV keys:
+//   1. stage K[j0 .. j0+BKV) into kv;                        barrier
+//   2. score the BQ x BKV tile (all invocations) into sc;    barrier
+//   3. stage V over kv; each invocation takes its row's tile max and rescales its running
+//      output, sum and max (the TPQ invocations of a row hold the same m and l);  barrier
+//   4. invocation (row, s) adds p_j * V[j, :] to its vec4 columns s, s + TPQ, ...
+//
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, TPQ (invocations per query
+// row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
+// named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
+// flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4).
+// Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
+// out (rows, N_HEADS*HEAD_DIM), step — as attention.wgsl.
+#include "common.wgsl"
+
+const WG = BQ * TPQ;
+const GROUP = N_HEADS / N_KV_HEADS;     // query heads per kv head
+const D4 = (HEAD_DIM + 3u) / 4u;        // vec4 columns of a head
+const KS4 = D4 + 1u;                    // kv tile row stride: one vec4 of padding spreads banks
+const OC = (D4 + TPQ - 1u) / TPQ;       // vec4 output columns per invocation, at most 4
+const SLOT = N_KV_HEADS * HEAD_DIM;     // floats per cache slot
+const NEG_BIG = -3.0e38;
+
+#ifdef VEC4
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+#else
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k_cache: array<f32>;
+@group(0) @binding(2) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+#endif
+@group(0) @binding(4) var<uniform> step: Step;
+
+var<workgroup> qs: array<vec4<f32>, BQ * D4>;     // q rows * SCALE, zero-padded to D4 vec4
+var<workgroup> kv: array<vec4<f32>, BKV * KS4>;   // the key tile, then the value tile
+var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
+
+// Columns 4c..4c+3 of a head starting at float `base` (zero past HEAD_DIM).
+fn load_q(base: u32, c: u32) -> vec4<f32> {
+#ifdef VEC4
+    return q[base / 4u + c];
+#else
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            v[i] = q[base + 4u * c + i];
+        }
+    }
+    return v;
+#endif
+}
+
+fn load_cache(is_v: bool, base: u32, c: u32) -> vec4<f32> {
+#ifdef VEC4
+    if (is_v) {
+        return v_cache[base / 4u + c];
+    }
+    return k_cache[base / 4u + c];
+#else
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            if (is_v) {
+                v[i] = v_cache[base + 4u * c + i];
+            } else {
+                v[i] = k_cache[base + 4u * c + i];
+            }
+        }
+    }
+    return v;
+#endif
+}
+
+// Keys j0 .. j0+BKV-1 of kv head kh (zero past n_keys) into kv.
+fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, n_keys: u32) {
+    for (var i = lid; i < BKV * D4; i += WG) {
+        let j = i / D4;
+        let c = i % D4;
+        var v = vec4<f32>(0.0);
+        if (j0 + j < n_keys) {
+            v = load_cache(is_v, (j0 + j) * SLOT + kh * HEAD_DIM, c);
+        }
+        kv[j * KS4 + c] = v;
+    }
+}
+
+// o + p * V[j, vec4 column s + TPQ * i] (no-op past the head).
+fn add_value(o: vec4<f32>, i: u32, s: u32, p: f32, j: u32) -> vec4<f32> {
+    let c = s + TPQ * i;
+    if (c < D4) {
+        return fma(vec4<f32>(p), kv[j * KS4 + c], o);
+    }
+    return o;
+}
+
+// vec4 column s + TPQ * i of the output head starting at float `base`.
+fn store_out(base: u32, s: u32, i: u32, y: vec4<f32>) {
+    let c = s + TPQ * i;
+    if (c >= D4) {
+        return;
+    }
+#ifdef VEC4
+    out[base / 4u + c] = y;
+#else
+    for (var e = 0u; e < 4u; e++) {
+        if (4u * c + e < HEAD_DIM) {
+            out[base + 4u * c + e] = y[e];
+        }
+    }
+#endif
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let n_rows = step.n_tokens * GROUP;
+    let r0 = wid.y * BQ;                  // first (token, head) row of this workgroup
+    if (r0 >= n_rows) {
+        return;   // uniform: whole workgroup
+    }
+    let kh = wid.x;
+    let r_last = min(r0 + BQ, n_rows) - 1u;
+    let n_keys = step.pos + r_last / GROUP + 1u;   // keys the tile's last row sees
+
+    // Stage the query rows, pre-scaled.
+    for (var i = lid; i < BQ * D4; i += WG) {
+        let r = r0 + i / D4;
+        var v = vec4<f32>(0.0);
+        if (r < n_rows) {
+            let h = kh * GROUP + r % GROUP;
+            v = load_q(((r / GROUP) * N_HEADS + h) * HEAD_DIM, i % D4);
+        }
+        qs[i] = v * SCALE;
+    }
+
+    let row = lid / TPQ;                  // this invocation's query row in the tile
+    let s = lid % TPQ;                    // ... and its column stripe
+    let r = r0 + row;
+    let last_key = step.pos + r / GROUP;  // the row sees keys 0..last_key
+    var o0 = vec4<f32>(0.0);              // oi: vec4 column s + TPQ * i of sum_j p_j * V[j]
+    var o1 = vec4<f32>(0.0);
+    var o2 = vec4<f32>(0.0);
+    var o3 = vec4<f32>(0.0);
+    var l = 0.0;                          // sum_j p_j
+    var m = NEG_BIG;                      // running max score
+
+    for (var j0 = 0u; j0 < n_keys; j0 += BKV) {
+        workgroupBarrier();               // qs staged / the previous value tile consumed
+        stage_kv(false, lid, kh, j0, n_keys);
+        workgroupBarrier();
+
+        for (var i = lid; i < BQ * BKV; i += WG) {
+            let qr = i / BKV;
+            let j = i % BKV;
+            var s4 = vec4<f32>(0.0);
+            for (var c = 0u; c < D4; c++) {
+                s4 = fma(qs[qr * D4 + c], kv[j * KS4 + c], s4);
+            }
+            let visible = j0 + j <= step.pos + (r0 + qr) / GROUP;
+            sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
+        }
+        workgroupBarrier();
+
+        stage_kv(true, lid, kh, j0, n_keys);
+        var m_new = m;
+        for (var j = 0u; j < BKV; j++) {
+            m_new = max(m_new, sc[row * BKV + j]);
+        }
+        let alpha = exp(m - m_new);
+        l *= alpha;
+        o0 *= alpha;
+        o1 *= alpha;
+        o2 *= alpha;
+        o3 *= alpha;
+        m = m_new;
+        workgroupBarrier();
+
+        for (var j = 0u; j < BKV; j++) {
+            let p = select(0.0, exp(sc[row * BKV + j] - m), j0 + j <= last_key);
+            l += p;
+            o0 = add_value(o0, 0u, s, p, j);
+            if (OC > 1u) {
+                o1 = add_value(o1, 1u, s, p, j);
+            }
+            if (OC > 2u) {
+                o2 = add_value(o2, 2u, s, p, j);
+            }
+            if (OC > 3u) {
+                o3 = add_value(o3, 3u, s, p, j);
+            }
+        }
+    }
+
+    if (r >= n_rows) {
+        return;
+    }
+    let base = ((r / GROUP) * N_HEADS + kh * GROUP + r % GROUP) * HEAD_DIM;
+    store_out(base, s, 0u, o0 / l);
+    if (OC > 1u) {
+        store_out(base, s, 1u, o1 / l);
+    }
+    if (OC > 2u) {
+        store_out(base, s, 2u, o2 / l);
+    }
+    if (OC > 3u) {
+        store_out(base, s, 3u, o3 / l);
+    }
+}

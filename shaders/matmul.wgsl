@@ -1,0 +1,314 @@
+// out[t, m] = SCALE * dot(W[m, :], x[t, :]) (+ bias[m]) for t < step.n_tokens, m < M: the
+// batched (prefill) matmul out (rows, M) = x (rows, K) @ W^T. W is a raw GGUF matrix (M, K).
+//
+// Register-tiled. A workgroup owns a tile of TILE_T tokens x TILE_M weight rows and walks K in
+// slices of BK elements: it dequantizes the slice of its TILE_M rows into workgroup memory once
+// (each invocation decodes whole quant.wgsl units), stages the matching slice of its TILE_T
+// x rows next to it, and every invocation then accumulates an RT x RM block of outputs in
+// registers. Both tiles are stored k-major, so for each k the inner loop reads RT/4 vec4 of
+// tokens and RM/4 vec4 of rows (adjacent invocations, adjacent vec4: no bank conflicts) for
+// RT*RM FMAs. The accumulators are mat4x4 values (column c: 4 rows of one token) named one
+// by one, never a dynamically indexed array (which NVIDIA puts in local memory), so RM and
+// RT are 4 or 8.
+//
+// A slice is a run of whole units (16 elements each), not of consecutive elements: a unit's
+// elements are spread over its block or row (quant.wgsl group_elem), and since a dot product
+// does not care about order, x is staged in the same order as W. So any BK that is a multiple
+// of 16 works for every type; the last slice of a row may be partial (masked to zero).
+//
+// Defines: a weight type flag and K (see quant.wgsl), M, TILE_M, TILE_T, BK (a multiple of
+// 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), OUT_STRIDE (floats between rows of out, default M:
+// more when W is a row tile of a bigger matrix), ROW0 (default 0: x and out are bound from
+// token row ROW0 of the step on, a row block of an output bigger than a binding), optional
+// SCALE (f32); flags:
+//   BIAS        out = SCALE * dot + bias[m]         (binding after `out`)
+//   ACCUMULATE  out += result                       (adds into the residual stream)
+//   GLU         out = SCALE * silu(Wg[m]·x) * (Wu[m]·x), Wu bound as `w_up`
+//   X_VEC4      K % 4 == 0: x is read as vec4
+//   OUT_VEC4    M % 4 == 0 and OUT_STRIDE % 4 == 0: out (and bias) are accessed as vec4
+// Bindings: w, [w_up], x, out, [bias], step.
+// Dispatch: (ceil(max_rows / TILE_T), m tiles split over y and z); the M tile index is
+// wid.y + wid.z * num_workgroups.y. Token tiles at or past step.n_tokens exit at once.
+#include "common.wgsl"
+#include "quant.wgsl"
+
+#ifndef SCALE
+const SCALE = 1.0f;
+#endif
+#ifndef OUT_STRIDE
+const OUT_STRIDE = M;
+#endif
+#ifndef ROW0
+const ROW0 = 0u;
+#endif
+
+const UPS = BK / 16u;                              // units per slice of a row
+const N_SLICES = (UNITS_PER_ROW + UPS - 1u) / UPS;
+const NM = TILE_M / RM;                            // invocations along M
+const NT = TILE_T / RT;                            // invocations along tokens
+const WG = NM * NT;
+const M4 = TILE_M / 4u;
+const T4 = TILE_T / 4u;
+#ifdef GLU
+const N_MATS = 2u;
+#else
+const N_MATS = 1u;
+#endif
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;              // (M, ROW_BYTES) raw
+#ifdef GLU
+@group(0) @binding(1) var<storage, read> w_up: array<u32>;           // (M, ROW_BYTES) raw
+#ifdef X_VEC4
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;        // (rows, K)
+#else
+@group(0) @binding(2) var<storage, read> x: array<f32>;              // (rows, K)
+#endif
+#ifdef OUT_VEC4
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // (rows, OUT_STRIDE)
+#else
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (rows, OUT_STRIDE)
+#endif
+@group(0) @binding(4) var<uniform> step: Step;
+#else
+#ifdef X_VEC4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
+#ifdef OUT_VEC4
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
+#else
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+#endif
+#ifdef BIAS
+#ifdef OUT_VEC4
+@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;     // (M,)
+#else
+@group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
+#endif
+@group(0) @binding(4) var<uniform> step: Step;
+#else
+@group(0) @binding(3) var<uniform> step: Step;
+#endif
+#endif
+
+// k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]
+var<workgroup> ws: array<vec4<f32>, N_MATS * BK * M4>;
+var<workgroup> xs: array<vec4<f32>, BK * T4>;
+
+fn wword(src: u32, i: u32) -> u32 {
+#ifdef GLU
+    if (src == 1u) {
+        return w_up[i];
+    }
+#endif
+    return w[i];
+}
+
+// ---- staging ------------------------------------------------------------------------------
+
+// Zero the elements of group v (elements e..e+3) past the row.
+fn mask_tail(v: vec4<f32>, e: u32) -> vec4<f32> {
+    if (ROW_TAIL) {
+        return select(vec4<f32>(0.0), v, vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
+    }
+    return v;
+}
+
+// Group g of a staged unit: 4 k positions of one weight row (component `lane` of its vec4).
+fn store_w(base: u32, lane: u32, g: u32, v: vec4<f32>) {
+    for (var c = 0u; c < 4u; c++) {
+        ws[base + (g * 4u + c) * M4][lane] = v[c];
+    }
+}
+
+// Dequantize units [slice * UPS, +UPS) of the tile's rows into ws (zeros past M or the row).
+fn stage_weights(lid: u32, m0: u32, slice: u32) {
+    for (var i = lid; i < N_MATS * TILE_M * UPS; i += WG) {
+        let mat = i / (TILE_M * UPS);
+        let ml = i % TILE_M;                 // adjacent invocations: adjacent rows (conflict-free stores)
+        let ul = (i / TILE_M) % UPS;
+        let u = slice * UPS + ul;
+        var v: Unit;
+        if (m0 + ml < M && u < UNITS_PER_ROW) {
+            v = unit_values(mat, (m0 + ml) * ROW_BYTES, u);
+        }
+        let base = (mat * BK + ul * 16u) * M4 + ml / 4u;
+        store_w(base, ml % 4u, 0u, mask_tail(v[0], group_elem(u, 0u)));
+        store_w(base, ml % 4u, 1u, mask_tail(v[1], group_elem(u, 1u)));
+        store_w(base, ml % 4u, 2u, mask_tail(v[2], group_elem(u, 2u)));
+        store_w(base, ml % 4u, 3u, mask_tail(v[3], group_elem(u, 3u)));
+    }
+}
+
+// Elements e..e+3 of x row t (e % 4 == 0), zero past K.
+fn x_group(t: u32, e: u32) -> vec4<f32> {
+#ifdef X_VEC4
+    return mask_tail(x[(t * K + e) / 4u], e);   // K % 4 == 0: a group is all in or all out
+#else
+    let base = t * K + e;
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        if (e + c < K) {
+            v[c] = x[base + c];
+        }
+    }
+    return v;
+#endif
+}
+
+// Stage x rows t0.. for the same units, in the same order (zeros past n_tokens or the row).
+fn stage_x(lid: u32, t0: u32, n_tokens: u32, slice: u32) {
+    for (var i = lid; i < TILE_T * UPS * 4u; i += WG) {
+        let tl = i % TILE_T;
+        let gi = i / TILE_T;                 // group gi % 4 of unit gi / 4 of the slice
+        let u = slice * UPS + gi / 4u;
+        var v = vec4<f32>(0.0);
+        if (t0 + tl < n_tokens && u < UNITS_PER_ROW) {
+            v = x_group(t0 + tl, group_elem(u, gi % 4u));
+        }
+        let base = gi * 4u * T4 + tl / 4u;
+        for (var c = 0u; c < 4u; c++) {
+            xs[base + c * T4][tl % 4u] = v[c];
+        }
+    }
+}
+
+// ---- the register block -------------------------------------------------------------------
+
+// acc + (w outer x): column c gains w * x[c] (4 rows of token c).
+fn outer_fma(acc: mat4x4<f32>, w: vec4<f32>, x: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(fma(w, vec4<f32>(x.x), acc[0]), fma(w, vec4<f32>(x.y), acc[1]),
+                       fma(w, vec4<f32>(x.z), acc[2]), fma(w, vec4<f32>(x.w), acc[3]));
+}
+
+// Outputs m..m+3 of token t from the accumulated dot products (gate and up for GLU).
+fn store_col(t: u32, m: u32, n_tokens: u32, dots: vec4<f32>, dots_up: vec4<f32>) {
+    if (t >= n_tokens) {
+        return;
+    }
+#ifdef GLU
+    var y = SCALE * dots / (1.0 + exp(-dots)) * dots_up;
+#else
+    var y = SCALE * dots;
+#endif
+#ifdef OUT_VEC4
+    let o = (t * OUT_STRIDE + m) / 4u;
+#ifdef BIAS
+    y += bias[m / 4u];
+#endif
+#ifdef ACCUMULATE
+    y += out[o];
+#endif
+    out[o] = y;
+#else
+    for (var c = 0u; c < 4u && m + c < M; c++) {
+        var yc = y[c];
+#ifdef BIAS
+        yc += bias[m + c];
+#endif
+#ifdef ACCUMULATE
+        yc += out[t * OUT_STRIDE + m + c];
+#endif
+        out[t * OUT_STRIDE + m + c] = yc;
+    }
+#endif
+}
+
+// A 4 x 4 block: tokens t..t+3 (columns) x rows m..m+3.
+fn store_block(t: u32, m: u32, n_tokens: u32, acc: mat4x4<f32>, up: mat4x4<f32>) {
+    if (m >= M) {
+        return;
+    }
+    store_col(t, m, n_tokens, acc[0], up[0]);
+    store_col(t + 1u, m, n_tokens, acc[1], up[1]);
+    store_col(t + 2u, m, n_tokens, acc[2], up[2]);
+    store_col(t + 3u, m, n_tokens, acc[3], up[3]);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32,
+        @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n_tokens = max(step.n_tokens, ROW0) - ROW0;   // rows of this dispatch's block
+    let t0 = wid.x * TILE_T;
+    if (t0 >= n_tokens) {
+        return;   // uniform: whole workgroup
+    }
+    let m0 = (wid.y + wid.z * nwg.y) * TILE_M;
+    if (m0 >= M) {
+        return;
+    }
+    let tm = lid % NM;
+    let tt = lid / NM;
+
+    // a_ij: tokens 4 * (tt + i * NT) + 0..3 x rows 4 * (tm + j * NM) + 0..3; i < RT / 4, j < RM / 4
+    var a00: mat4x4<f32>;
+    var a01: mat4x4<f32>;
+    var a10: mat4x4<f32>;
+    var a11: mat4x4<f32>;
+#ifdef GLU
+    var u00: mat4x4<f32>;
+    var u01: mat4x4<f32>;
+    var u10: mat4x4<f32>;
+    var u11: mat4x4<f32>;
+#endif
+
+    for (var slice = 0u; slice < N_SLICES; slice++) {
+        workgroupBarrier();   // the previous slice's reads are done
+        stage_weights(lid, m0, slice);
+        stage_x(lid, t0, n_tokens, slice);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            let x0 = xs[kk * T4 + tt];
+            let x1 = xs[kk * T4 + tt + (RT / 4u - 1u) * NT];   // = x0 when RT == 4 (unused)
+            let w0 = ws[kk * M4 + tm];
+            let w1 = ws[kk * M4 + tm + (RM / 4u - 1u) * NM];
+            a00 = outer_fma(a00, w0, x0);
+            if (RM == 8u) {
+                a01 = outer_fma(a01, w1, x0);
+            }
+            if (RT == 8u) {
+                a10 = outer_fma(a10, w0, x1);
+            }
+            if (RM == 8u && RT == 8u) {
+                a11 = outer_fma(a11, w1, x1);
+            }
+#ifdef GLU
+            let v0 = ws[(BK + kk) * M4 + tm];
+            let v1 = ws[(BK + kk) * M4 + tm + (RM / 4u - 1u) * NM];
+            u00 = outer_fma(u00, v0, x0);
+            if (RM == 8u) {
+                u01 = outer_fma(u01, v1, x0);
+            }
+            if (RT == 8u) {
+                u10 = outer_fma(u10, v0, x1);
+            }
+            if (RM == 8u && RT == 8u) {
+                u11 = outer_fma(u11, v1, x1);
+            }
+#endif
+        }
+    }
+
+#ifndef GLU
+    let u00 = a00;   // unused
+    let u01 = a01;
+    let u10 = a10;
+    let u11 = a11;
+#endif
+    let t_0 = t0 + 4u * tt;
+    let t_1 = t0 + 4u * (tt + NT);
+    let m_0 = m0 + 4u * tm;
+    let m_1 = m0 + 4u * (tm + NM);
+    store_block(t_0, m_0, n_tokens, a00, u00);
+    if (RM == 8u) {
+        store_block(t_0, m_1, n_tokens, a01, u01);
+    }
+    if (RT == 8u) {
+        store_block(t_1, m_0, n_tokens, a10, u10);
+    }
+    if (RM == 8u && RT == 8u) {
+        store_block(t_1, m_1, n_tokens, a11, u11);
+    }
+}

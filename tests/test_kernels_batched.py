@@ -1,0 +1,346 @@
+"""The batched (prefill) kernels against numpy, on the native device (lavapipe here).
+
+matmul: every weight type against gguf.quants.dequantize of the same raw bytes, for chunks of
+1, 7, 33 and 128 rows (fewer than the rows the dispatch is sized for), weight row counts and
+row lengths that are not multiples of the tiles (one block, several, float rows of odd
+length), the GLU / BIAS / ACCUMULATE / SCALE variants, every tiling the builder may pick,
+and row tiles of a matrix bigger than a binding. prefill attention: cera.ops.attention for a
+first chunk at position 0 and a second chunk attending to the first one's cached keys."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+
+import numpy as np
+import pytest
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+from cera import ops
+from cera.device import Binding
+from cera.gpu import batched, layers
+from cera.gpu.step import STEP_BYTES, pack_step
+from cera.kernels import Kernels
+from quantdata import padded, random_rows
+
+TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
+IDS = [t.name for t in TYPES]
+
+
+@pytest.fixture(scope="module")
+def gpu(device):
+    return types.SimpleNamespace(device=device, kernels=Kernels(device))
+
+
+def upload(gpu, data, label="data"):
+    data = padded(np.ascontiguousarray(data))
+    buffer = gpu.device.buffer(len(data), label)
+    gpu.device.write(buffer, data)
+    return buffer
+
+
+def step_buffer(gpu, pos, n_tokens):
+    buf = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
+    gpu.device.write(buf, pack_step(pos, n_tokens))
+    return buf
+
+
+def run(gpu, dispatches, buffer, shape):
+    size = 4 * int(np.prod(shape))
+    data = gpu.device.submit(gpu.device.schedule(list(dispatches)), read=Binding(buffer, 0, size))
+    return np.frombuffer(data, np.float32).reshape(shape)
+
+
+def assert_close(got, want, atol, rtol, what=""):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    atol = np.broadcast_to(atol, want.shape)
+    bad = np.argwhere(~(np.abs(got - want) <= atol + rtol * np.abs(want)))
+    if bad.size:
+        lines = [f"  {tuple(int(j) for j in i)}: got {got[tuple(i)]:.7g} want {want[tuple(i)]:.7g}"
+                 for i in bad[:8]]
+        pytest.fail(f"{what}: {len(bad)} of {got.size} mismatch\n" + "\n".join(lines))
+
+
+# --- matmul ------------------------------------------------------------------------------------
+
+def block_of(t):
+    return GGML_QUANT_SIZES[t][0]
+
+
+def lengths(t):
+    """Row lengths k: one block, a few blocks (a partial last K slice), more."""
+    return {1: [13, 100, 260], 32: [32, 96, 320], 256: [256, 768, 512]}[block_of(t)]
+
+
+# (m, k index, n_tokens, max_rows): rows 1, 7, 33, 128, m not a multiple of any tile
+CHUNKS = [(67, 0, 7, 9), (300, 1, 33, 40), (67, 2, 128, 128), (5, 1, 1, 4)]
+
+
+def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
+                glu=False, tiles=None, device=None):
+    """Run one batched matmul; return (got (n_tokens, m), want, the bound on its error, out)."""
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
+    out = upload(gpu, out0, "out")
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles)
+    xs = x[:n_tokens].astype(np.float64)
+    want = xs @ w.T.astype(np.float64)                          # (n_tokens, m)
+    mag = np.abs(xs) @ np.abs(w.T)                              # sum |x w|: bounds the f32 error
+    if glu:
+        raw_up, w_up = random_rows(t, m, k, rng)
+        kw["w_up"] = upload(gpu, raw_up, "w_up")
+        up = xs @ w_up.T.astype(np.float64)
+        mag = mag * (np.abs(xs) @ np.abs(w_up.T)) + mag * np.abs(up)
+        want = want / (1 + np.exp(-want)) * up
+    if scale is not None:
+        want, mag = want * scale, mag * abs(scale)
+    if bias:
+        b = rng.standard_normal(m).astype(np.float32)
+        kw["bias"] = upload(gpu, b, "bias")
+        want = want + b
+    if accumulate:
+        want = want + out0[:n_tokens]
+    step = step_buffer(gpu, 3, n_tokens)
+    dispatch = batched.matmul(gpu.kernels, device or gpu.device, out, upload(gpu, raw, "w"), upload(gpu, x, "x"),
+                              step, **kw)
+    got = run(gpu, [dispatch], out, (max_rows, m))
+    assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
+    return got[:n_tokens], want, mag
+
+
+def check_matmul(got, want, mag, what):
+    assert_close(got, want, atol=2e-6 * mag + 1e-6, rtol=1e-5, what=what)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=IDS)
+def test_matmul_types(gpu, t):
+    rng = np.random.default_rng(int(t))
+    for m, ki, n_tokens, max_rows in CHUNKS:
+        k = lengths(t)[ki]
+        got, want, mag = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng)
+        check_matmul(got, want, mag, f"{t.name} m={m} k={k} rows={n_tokens}/{max_rows}")
+
+
+VARIANTS = [  # type, flags
+    (T.Q4_K, dict(glu=True)),
+    (T.Q8_0, dict(glu=True, scale=2.0, accumulate=True)),
+    (T.F16, dict(glu=True)),
+    (T.Q6_K, dict(bias=True, scale=0.375, accumulate=True)),
+    (T.Q4_0, dict(bias=True)),
+    (T.Q5_1, dict(accumulate=True)),
+    (T.BF16, dict(scale=0.5)),
+]
+
+
+@pytest.mark.parametrize("t,flags", VARIANTS, ids=[f"{t.name}-{'+'.join(f)}" for t, f in VARIANTS])
+def test_matmul_variants(gpu, t, flags):
+    rng = np.random.default_rng(50 + int(t))
+    k = lengths(t)[1]
+    for m, n_tokens, max_rows in [(67, 33, 40), (300, 7, 8)]:   # 33 rows: the large tiles
+        got, want, mag = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, **flags)
+        check_matmul(got, want, mag, f"{t.name} {flags} m={m} rows={n_tokens}")
+
+
+ALL_TILES = sorted({(tiles, glu) for glu in (False, True)
+                    for tiles in (batched._GLU_TILES + batched._SMALL_GLU_TILES if glu
+                                  else batched._MATMUL_TILES + batched._SMALL_TILES)},
+                   key=lambda tg: (tg[1], tg[0].storage(tg[1])))
+
+
+@pytest.mark.parametrize("tiles,glu", ALL_TILES,
+                         ids=[f"{'glu-' if g else ''}{t.tile_m}x{t.tile_t}x{t.bk}-{t.rm}x{t.rt}" for t, g in ALL_TILES])
+def test_matmul_tilings(gpu, tiles, glu):
+    """Every tiling the builder may pick, whatever this device grants."""
+    assert tiles.invocations <= batched.MAX_INVOCATIONS
+    assert tiles.storage(glu) <= 32768
+    if tiles.storage(glu) > gpu.device.limits.max_compute_workgroup_storage_size:
+        pytest.skip("more workgroup memory than this device has")
+    rng = np.random.default_rng(tiles.tile_m + tiles.bk)
+    for t, m, k in [(T.Q5_K, 150, 512), (T.Q5_0, 131, 160)]:
+        got, want, mag = matmul_case(gpu, t, m, k, 130, 140, rng, glu=glu, tiles=tiles)
+        check_matmul(got, want, mag, f"{t.name} {tiles}")
+
+
+def test_matmul_tile_choice(gpu):
+    lim = gpu.device.limits
+    for storage in (16384, 32768, 65536):
+        limits = dataclasses.replace(lim, max_compute_workgroup_storage_size=storage,
+                                     max_compute_invocations_per_workgroup=256)
+        for rows in (1, 32, 512):
+            for glu in (False, True):
+                tiles = batched.matmul_tiles(limits, rows, glu)
+                assert tiles.storage(glu) <= max(storage, 16384) and tiles.invocations <= 256
+    default = dataclasses.replace(lim, max_compute_workgroup_storage_size=16384)
+    assert batched.matmul_tiles(default, 512).storage(False) == 16384
+    big = dataclasses.replace(lim, max_compute_workgroup_storage_size=32768, max_compute_invocations_per_workgroup=256)
+    assert batched.matmul_tiles(big, 512, m=49152).tile_m == 128          # an LM head: big tiles
+    assert batched.matmul_tiles(big, 512, m=576).tile_m == 64             # 20 big tiles: too few
+    assert batched.matmul_tiles(big, 512, m=192) == batched.matmul_tiles(big, 512, m=64)   # the most
+
+
+def test_matmul_2d_dispatch(gpu):
+    """More M tiles than one dimension allows: they spread over (y, z), flattened in the kernel."""
+    limits = dataclasses.replace(gpu.device.limits, max_compute_workgroups_per_dimension=2)
+    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits)
+    tiles = batched.MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4)
+    rng = np.random.default_rng(9)
+    got, want, mag = matmul_case(gpu, T.Q8_0, 300, 64, 7, 8, rng, tiles=tiles, device=small)   # 5 M tiles
+    check_matmul(got, want, mag, "2-D")
+    assert batched._groups_2d(5, limits) == (2, 3)
+
+
+@pytest.mark.parametrize("glu", [False, True], ids=["bias", "glu"])
+def test_matmul_tiled(gpu, glu):
+    """An LM head over a chunk, bigger than a (forced small) binding: W row tiles write column
+    blocks of out, and token rows go in blocks whose x and out fit a binding."""
+    t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
+    limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=4096,
+                                 min_storage_buffer_offset_alignment=256)
+    assert batched.row_blocks(k, m, max_rows, limits) == [(0, 3), (3, 3), (6, 2)]   # 1280-byte out rows
+    rng = np.random.default_rng(11)
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    want = x[:n_tokens].astype(np.float64) @ w.T
+    mag = np.abs(x[:n_tokens]) @ np.abs(w.T)
+    kw = {}
+    if glu:
+        raw_up, w_up = random_rows(t, m, k, rng)
+        kw["w_up"] = upload(gpu, raw_up)
+        up = x[:n_tokens].astype(np.float64) @ w_up.T
+        mag = mag * (np.abs(x[:n_tokens]) @ np.abs(w_up.T)) + mag * np.abs(up)
+        want = want / (1 + np.exp(-want)) * up
+    else:
+        b = rng.standard_normal(m).astype(np.float32)
+        kw["bias"] = upload(gpu, b)
+        want = want + b
+    out = upload(gpu, np.zeros((max_rows, m), np.float32))
+    dispatches = batched.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
+                                      step_buffer(gpu, 0, n_tokens), wtype=t, k=k, m=m, max_rows=max_rows,
+                                      limits=limits, **kw)
+    assert len(dispatches) == 3 * 5
+    got = run(gpu, dispatches, out, (max_rows, m))
+    check_matmul(got[:n_tokens], want, mag, "tiled")
+    assert not got[n_tokens:].any()
+
+
+def test_row_blocks(gpu):
+    lim = gpu.device.limits
+    big = dataclasses.replace(lim, max_storage_buffer_binding_size=1 << 30)
+    assert batched.row_blocks(576, 49152, 512, big) == [(0, 512)]
+    small = dataclasses.replace(lim, max_storage_buffer_binding_size=128 << 20, min_storage_buffer_offset_alignment=256)
+    blocks = batched.row_blocks(1536, 151936, 512, small)     # Qwen2.5's LM head over a 512-row chunk
+    assert sum(n for _, n in blocks) == 512 and len(blocks) == 3
+    for r0, n in blocks:
+        assert r0 * 151936 * 4 % 256 == 0 and n * 151936 * 4 <= 128 << 20
+
+
+def test_matmul_errors(gpu):
+    buf = gpu.device.buffer(4096, "x")
+    with pytest.raises(ValueError, match="no batched matmul kernel"):
+        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q2_K, k=256, m=4, max_rows=4)
+    with pytest.raises(ValueError, match="GLU with a bias"):
+        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4,
+                       bias=buf, w_up=buf)
+    with pytest.raises(ValueError, match="multiple"):
+        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+
+
+# --- prefill attention -------------------------------------------------------------------------
+
+ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2)]   # head_dim, heads, kv heads
+
+
+def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0):
+    """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
+    cache is already filled; compare each with cera.ops.attention."""
+    rng = np.random.default_rng(seed)
+    max_ctx = sum(n for n, _ in chunks) + 3
+    k_cache = rng.standard_normal((max_ctx, n_kv_heads, head_dim)).astype(np.float32)
+    v_cache = rng.standard_normal((max_ctx, n_kv_heads, head_dim)).astype(np.float32)
+    kc, vc = upload(gpu, k_cache), upload(gpu, v_cache)
+    q_buf, out = upload(gpu, np.zeros((max_rows, n_heads, head_dim), np.float32)), None
+    step = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
+    pos = 0
+    for n_tokens, scale in chunks:
+        q = (rng.standard_normal((max_rows, n_heads, head_dim)) * 2).astype(np.float32)
+        gpu.device.write(q_buf, q.tobytes())
+        out = upload(gpu, np.full((max_rows, n_heads, head_dim), 5.0, np.float32))
+        gpu.device.write(step, pack_step(pos, n_tokens))
+        d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
+                                      n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
+                                      tiles=tiles)
+        got = run(gpu, [d], out, (max_rows, n_heads, head_dim))
+        want = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
+                             np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale)
+        assert_close(got[:n_tokens], want, 2e-5, 1e-4, f"chunk of {n_tokens} at pos {pos}")
+        assert (got[n_tokens:] == 5.0).all(), "rows past step.n_tokens must stay untouched"
+        pos += n_tokens
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", ATTENTION_SHAPES)
+def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads):
+    # A full first chunk at pos 0, then a shorter chunk over the first chunk's keys (crossing
+    # key tiles), then a one-row chunk; a Granite-like scale on the last.
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0078125)], max_rows=37)
+
+
+def test_prefill_attention_small_tiles(gpu):
+    """The 16 KiB tilings (what Apple and SwiftShader grant), whatever this device has."""
+    limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
+    for head_dim, n_heads, n_kv_heads in [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2)]:
+        tiles = batched.attention_tiles(limits, head_dim)
+        assert batched.AttentionTiles.storage(tiles.block_q, tiles.block_kv, head_dim) <= 16384
+        attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
+                         tiles=tiles, seed=head_dim)
+
+
+def test_rope_then_prefill_attention(gpu):
+    """Two chunks through rope_kv (QK-norm, NEOX) + prefill attention, then a decode step through
+    the per-token attention kernel, against the oracles."""
+    d = gpu.device
+    head_dim, n_heads, n_kv_heads, theta, eps, max_ctx, max_rows = 64, 6, 2, 1e6, 1e-6, 80, 40
+    rng = np.random.default_rng(5)
+    qn, kn = rng.standard_normal(head_dim).astype(np.float32), rng.standard_normal(head_dim).astype(np.float32)
+    zeros = lambda *shape: upload(gpu, np.zeros(shape, np.float32))   # noqa: E731
+    qb = zeros(max_rows, n_heads, head_dim)
+    kb, vb = zeros(max_rows, n_kv_heads, head_dim), zeros(max_rows, n_kv_heads, head_dim)
+    kc, vc = zeros(max_ctx, n_kv_heads, head_dim), zeros(max_ctx, n_kv_heads, head_dim)
+    q_rot, out = zeros(max_rows, n_heads, head_dim), zeros(max_rows, n_heads, head_dim)
+    step = d.buffer(STEP_BYTES, "step", uniform=True)
+    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, theta=theta, neox=True,
+                          q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps, max_tokens=max_rows, **shape)
+    prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
+                                                          max_rows=max_rows, **shape)])
+    decode = d.schedule([rope, layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,
+                                                **shape)])
+    k_all = v_all = np.zeros((0, n_kv_heads, head_dim), np.float32)
+    pos = 0
+    for n_tokens, schedule in [(40, prefill), (23, prefill), (1, decode)]:
+        q = rng.standard_normal((n_tokens, n_heads, head_dim)).astype(np.float32)
+        k = rng.standard_normal((n_tokens, n_kv_heads, head_dim)).astype(np.float32)
+        v = rng.standard_normal((n_tokens, n_kv_heads, head_dim)).astype(np.float32)
+        for buf, a in ((qb, q), (kb, k), (vb, v)):
+            d.write(buf, a.tobytes())
+        d.write(step, pack_step(pos, n_tokens))
+        d.submit(schedule)
+        positions = np.arange(pos, pos + n_tokens)
+        q_ref = ops.rope(ops.rms_norm(q, qn, eps), positions, theta, True)
+        k_all = np.concatenate([k_all, ops.rope(ops.rms_norm(k, kn, eps), positions, theta, True)])
+        v_all = np.concatenate([v_all, v])
+        want = ops.attention(q_ref, k_all, v_all, positions, 1.0 / np.sqrt(head_dim))
+        got = run(gpu, [], out, (max_rows, n_heads, head_dim))[:n_tokens]
+        assert_close(got, want, 2e-5, 1e-4, f"attention of {n_tokens} rows at pos {pos}")
+        pos += n_tokens
+
+
+def test_prefill_attention_errors(gpu):
+    buf = gpu.device.buffer(4096, "x")
+    with pytest.raises(ValueError, match="head_dim 320 is above"):
+        batched.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=320, n_heads=4,
+                                  n_kv_heads=2, max_rows=8)
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        batched.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6,
+                                  n_kv_heads=4, max_rows=8)
