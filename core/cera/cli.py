@@ -26,6 +26,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
     p.add_argument("--ctx", type=int, default=2048,
                    help="context length to allocate (capped at the model's context_length)")
+    p.add_argument("--prefill-chunk", type=int, default=512,
+                   help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -94,7 +96,8 @@ def _progress(done: int, total: int) -> None:
 async def _engine(args):
     from cera.engine import Engine
     device = _device(args.backend)
-    engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress)
+    engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress,
+                               prefill_chunk=args.prefill_chunk)
     return engine, device
 
 

@@ -96,14 +96,16 @@ class Engine:
         self.tokenizer = tokenizer or Tokenizer.from_metadata(gguf_file.metadata)
 
     @classmethod
-    async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None) -> "Engine":
-        """A ready engine: on `device` through the GPU kernels, or the numpy reference if None."""
+    async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
+                   prefill_chunk: int = 512) -> "Engine":
+        """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
+        Prompts go through the GPU in chunks of up to `prefill_chunk` tokens."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer)
         from cera.gpu.model import GpuModel
-        model = GpuModel(cfg, gguf_file, device, cfg.context(ctx))
+        model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
         return cls(gguf_file, model, tokenizer)
 
@@ -181,24 +183,19 @@ class Engine:
                 token, logits = await self.backend.forward([token], pos + i, want)
                 self._last_logits = logits
 
-    async def logits(self, tokens: list[int], chunk: int | None = None) -> np.ndarray:
+    async def logits(self, tokens: list[int]) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""
         self.cfg.check_tokens(tokens)
         if len(tokens) > self.ctx:
             raise ValueError(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
         self.backend.reset()
-        chunk = chunk or len(tokens)
-        rows = []
-        for start in range(0, len(tokens), chunk):
-            _, out = await self.backend.forward(tokens[start: start + chunk], start, LOGITS_ALL)
-            rows.append(out)
-        return np.concatenate(rows)
+        return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
 
-    async def perplexity(self, tokens: list[int], chunk: int | None = None) -> float:
+    async def perplexity(self, tokens: list[int]) -> float:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
         if len(tokens) < 2:
             raise ValueError("perplexity needs at least 2 tokens")
-        logits = (await self.logits(tokens[:-1], chunk)).astype(np.float64)   # (n-1, vocab)
+        logits = (await self.logits(tokens[:-1])).astype(np.float64)   # (n-1, vocab)
         logits -= logits.max(axis=-1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
         nll = -log_probs[np.arange(len(tokens) - 1), tokens[1:]]

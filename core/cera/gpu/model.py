@@ -1,51 +1,77 @@
-"""A model on the GPU: weights uploaded once, activations allocated once, and the
-per-token schedule built once.
+"""A model on the GPU: weights uploaded once, activations allocated once, and the schedules
+built once.
 
-Decode is one submission per token: embed the token the last argmax wrote, run every
-layer, norm, LM head, argmax into `tokens[0]`, and read those 4 bytes back. Everything
-that changes per token (the position) lives in the Step uniform, written once per
-submission, so the same encoded dispatch list serves every token.
+Decode is one submission per token: embed the token the last argmax wrote, run every layer,
+LM head, argmax into `tokens[0]`, and read those 4 bytes back. Everything that changes per
+token (the position) lives in the Step uniform, written once per submission, so the same
+dispatch list serves every token. Each block's RMSNorm is fused into its first matvec.
+
+Prefill goes through the batched kernels in chunks of up to `chunk` tokens, one submission
+per chunk; the KV caches and conv states carry across chunks. Only the last row of the last
+chunk is projected to logits, unless all logits are asked for (scoring).
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from gguf.constants import GGMLQuantizationType
 
 from cera import weights
 from cera.config import ATTENTION, ModelConfig
-from cera.device import Binding
-from cera.gpu import layers, matmul
+from cera.device import Binding, Copy
+from cera.gpu import batched, layers, matmul
 from cera.gpu.step import STEP_BYTES, pack_step
 from cera.kernels import Kernels
 
-F32 = GGMLQuantizationType.F32
+F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
+DEFAULT_CHUNK = 512
+
+
+def warn(message: str) -> None:
+    print(f"cera: {message}", file=sys.stderr, flush=True)
 
 
 class GpuModel:
     """Buffers, kernels and schedules of one model on one device, for up to `ctx` positions."""
     name = "gpu"
 
-    def __init__(self, cfg: ModelConfig, gguf_file, device, ctx: int):
+    def __init__(self, cfg: ModelConfig, gguf_file, device, ctx: int, chunk: int = DEFAULT_CHUNK):
+        if chunk < 1:
+            raise ValueError(f"prefill chunk {chunk} must be at least 1")
         self.cfg, self.gguf, self.device, self.ctx = cfg, gguf_file, device, ctx
+        self.chunk = min(chunk, ctx)
         self.kernels = Kernels(device)
         self.buffers: dict[str, Binding] = {}    # name -> weights (raw GGUF bytes or f32) or activations
-        self._pending = []                      # (buffer, tensor info[, dst offset]) uploads to do
-        self._gpu_token = None                  # the token id tokens[0] holds (argmax wrote it)
+        self.wtypes: dict[str, int] = {}          # weight name -> the ggml type its buffer holds
+        self.shapes = {n: t.shape for n, t in gguf_file.tensors.items()}   # (+ the stacked qkv)
+        self._pending = []                        # (buffer, tensor info, dst offset) uploads to do
+        self._prefill_schedules = {}              # (rows, all logits) -> schedule
+        self._gpu_token = None                    # the token id tokens[0] holds (argmax wrote it)
         self.dispatches_per_token = 0
-        self.submits_per_prefill = 0   # submissions the last forward() took
+        self.submits_per_prefill = 0              # submissions the last multi-token forward() took
 
     # --- weights -------------------------------------------------------------------------
-    def _tensor(self, name: str):
-        """The GPU buffer holding tensor `name` as stored (quantized blocks stay quantized)."""
+    def _tensor(self, name: str) -> Binding:
+        """The GPU buffer holding tensor `name` as stored: quantized blocks stay quantized. A
+        type without a kernel is dequantized once, on the CPU, to F16, and says so."""
         if name not in self.buffers:
             info = self.gguf.tensors[name]
-            self._check_binding(name, info.nbytes)
-            buffer = self.device.buffer(info.nbytes, name)
-            self._pending.append((buffer, info))
-            self.buffers[name] = Binding(buffer)
+            if info.ggml_type in matmul.MATVEC_TYPES:
+                self._check_size(name, info.nbytes)
+                buffer = self.device.buffer(info.nbytes, name)
+                self._pending.append((buffer, info, 0))
+                self.buffers[name], self.wtypes[name] = Binding(buffer), info.ggml_type
+            else:
+                warn(f"{name} is {info.type_name}, which has no GPU kernel: dequantized to F16 at load")
+                data = weights.tensor(self.gguf, name).astype(np.float16)
+                self._check_size(name, data.nbytes)
+                buffer = self.device.buffer(data.nbytes, name)
+                self.device.write(buffer, data.tobytes() + bytes(-data.nbytes % 4))
+                self.buffers[name], self.wtypes[name] = Binding(buffer), F16
         return self.buffers[name]
 
-    def _f32(self, name: str):
+    def _f32(self, name: str) -> Binding:
         """A small tensor (norms, biases, conv taps, frequency factors) as f32 on the GPU."""
         if name not in self.buffers:
             if self.gguf.tensors[name].ggml_type == F32:
@@ -58,148 +84,224 @@ class GpuModel:
         self.device.write(buffer, data.astype(np.float32).tobytes())
         return Binding(buffer)
 
-    def _check_binding(self, name: str, nbytes: int) -> None:
+    def _check_size(self, name: str, nbytes: int) -> None:
         if nbytes > self.device.limits.max_buffer_size:
             raise ValueError(f"tensor {name} is {nbytes} bytes; this GPU's largest buffer is "
                              f"{self.device.limits.max_buffer_size} bytes (model too large for this GPU)")
 
     async def load(self, progress=None) -> None:
-        """Build the schedule (which decides what lives on the GPU), then upload the weights."""
-        self._build()
-        total = sum(p[1].nbytes for p in self._pending)
+        """Build the schedules (which decide what lives on the GPU), then upload the weights."""
+        self._build_decode()
+        self._build_prefill()
+        total = sum(info.nbytes for _, info, _ in self._pending)
         done = 0
-        for buffer, info, *dst in self._pending:
-            await self.device.upload(buffer, self.gguf.source, info.offset, info.nbytes, dst[0] if dst else 0)
+        for buffer, info, offset in self._pending:
+            await self.device.upload(buffer, self.gguf.source, info.offset, info.nbytes, offset)
             done += info.nbytes
             if progress:
                 progress(done, total)
         self._pending.clear()
 
-    # --- the schedule --------------------------------------------------------------------
+    # --- building blocks -----------------------------------------------------------------
     def _act(self, name: str, *shape: int) -> Binding:
         """An f32 activation or state buffer; the shape comment lives at the call."""
         nbytes = 4 * int(np.prod(shape))
         self.buffers[name] = Binding(self.device.buffer(nbytes, name), 0, nbytes)
         return self.buffers[name]
 
-    def _build(self) -> None:
-        cfg, dev, k = self.cfg, self.device, self.kernels
-        h, ff = cfg.hidden, cfg.ff
-        self.step = Binding(dev.buffer(STEP_BYTES, "step", uniform=True), 0, STEP_BYTES)
-        self.tokens = Binding(dev.buffer(4, "tokens"), 0, 4)  # (1,) u32: the current token id
-        x = self._act("x", h)                                 # residual stream
-        xb = self._act("xb", h)                               # normed input of a block
-        hb = self._act("hb", ff)                              # ffn hidden: silu(gate) * up
-        self.logits = self._act("logits", cfg.vocab_size)
-        conv_bcx = conv_out = None
-        if cfg.conv_layers:
-            conv_bcx = self._act("bcx", 3 * h)                # lfm2 in_proj output: B, C, x
-            conv_out = self._act("conv_out", h)
+    def _proj(self, out, name: str, x, rows: int, *, norm: str | None = None, **kw) -> list:
+        """out = W x for one row (a matvec, the block's RMSNorm fused in) or for a chunk of
+        `rows` (the tiled matmul, after a separate batched RMSNorm of x into `xb`)."""
+        w, wtype = self._tensor(name), self.wtypes[name]
+        m, k = self.shapes[name]
+        if "w_up" in kw:
+            kw["w_up"] = self._tensor(kw["w_up"])
+        if rows == 1:
+            normed = dict(norm=self._f32(norm), eps=self.cfg.eps) if norm else {}
+            return [matmul.matvec(self.kernels, self.device, out, w, x, wtype=wtype, k=k, m=m, **normed, **kw)]
+        steps = []
+        if norm:
+            xb = self.buffers[f"xb@{rows}"]
+            steps.append(layers.rms_norm(self.kernels, self.device, xb, x, self._f32(norm), self.step,
+                                         n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=rows, label=norm))
+            x = xb
+        return steps + [batched.matmul(self.kernels, self.device, out, w, x, self.step, wtype=wtype,
+                                       k=k, m=m, max_rows=rows, **kw)]
+
+    def _stackable(self, names: list[str]) -> bool:
+        """q, k, v can share one buffer (one matvec) when they have one kernel type and their
+        bytes and outputs stay aligned."""
+        infos = [self.gguf.tensors[n] for n in names]
+        align = self.device.limits.min_storage_buffer_offset_alignment
+        return (len({t.ggml_type for t in infos}) == 1 and infos[0].ggml_type in matmul.MATVEC_TYPES
+                and not any(t.shape[0] * 4 % align or t.nbytes % 4 for t in infos))
+
+    def _stacked_qkv(self, i: int) -> tuple[str, str | None]:
+        """Stack blk.i's q, k, v weights (and biases) into one buffer at load; their names."""
+        b, cfg = f"blk.{i}.", self.cfg
+        w_name, infos = f"{b}attn_qkv.weight", [self.gguf.tensors[f"{b}attn_{p}.weight"] for p in "qkv"]
+        if w_name not in self.buffers:
+            w = self.device.buffer(sum(t.nbytes for t in infos), w_name)
+            offsets = np.cumsum([0] + [t.nbytes for t in infos[:-1]])
+            self._pending += [(w, t, int(o)) for t, o in zip(infos, offsets)]
+            self.buffers[w_name], self.wtypes[w_name] = Binding(w), infos[0].ggml_type
+            self.shapes[w_name] = (sum(t.shape[0] for t in infos), cfg.hidden)
+            if cfg.qkv_bias:
+                self.buffers[f"{b}attn_qkv.bias"] = self._upload_f32(f"{b}attn_qkv.bias", np.concatenate(
+                    [weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in "qkv"]))
+        return w_name, f"{b}attn_qkv.bias" if cfg.qkv_bias else None
+
+    # --- one layer, for one row (decode) or a chunk of rows (prefill) ----------------------
+    def _layer(self, i: int, rows: int, a: dict) -> list:
+        """The dispatches of layer i; `a` holds the activation buffers for `rows` rows."""
+        cfg, k, dev, b = self.cfg, self.kernels, self.device, f"blk.{i}."
+        x, steps = a["x"], []
+        if cfg.block_kinds[i] == ATTENTION:
+            kv, q_dim = cfg.kv_dim(i), cfg.q_dim
+            names = [f"{b}attn_{p}.weight" for p in "qkv"]
+            norm = b + "attn_norm.weight"
+            if rows == 1 and self._stackable(names):        # one matvec writes q | k | v
+                w_name, bias = self._stacked_qkv(i)
+                qkv = a["qkv"].buffer
+                q, kb, vb = Binding(qkv, 0, 4 * q_dim), Binding(qkv, 4 * q_dim, 4 * kv), \
+                    Binding(qkv, 4 * (q_dim + kv), 4 * kv)
+                steps += self._proj(a["qkv"], w_name, x, rows, norm=norm, bias=bias and self.buffers[bias])
+            else:
+                q, kb, vb = a["q"], Binding(a["k"].buffer, 0, 4 * rows * kv), Binding(a["v"].buffer, 0, 4 * rows * kv)
+                for j, (p, name, out) in enumerate(zip("qkv", names, (q, kb, vb))):
+                    bias = self._f32(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
+                    if rows == 1 or j == 0:   # the norm: fused into each matvec, or run once into xb
+                        steps += self._proj(out, name, x, rows, norm=norm, bias=bias)
+                    else:
+                        steps += self._proj(out, name, a["xb"], rows, bias=bias)
+            k_cache = self.buffers.get(f"{b}key_cache") or self._act(f"{b}key_cache", self.ctx, kv)  # (ctx, kv heads, hd)
+            v_cache = self.buffers.get(f"{b}value_cache") or self._act(f"{b}value_cache", self.ctx, kv)
+            qk_norm = dict(q_norm=self._f32(b + "attn_q_norm.weight"), k_norm=self._f32(b + "attn_k_norm.weight"),
+                           eps=cfg.eps) if cfg.qk_norm else {}
+            freq = self._f32("rope_freqs.weight") if cfg.rope_freq_factors else None
+            shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i])
+            steps.append(layers.rope_kv(k, dev, a["q_rot"], k_cache, v_cache, q, kb, vb, self.step,
+                                        theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot,
+                                        freq_factors=freq, max_tokens=rows, label=f"{b}rope", **qk_norm, **shape))
+            if rows == 1:
+                steps.append(layers.attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
+                                              scale=cfg.attention_scale, label=f"{b}attention", **shape))
+            else:
+                steps.append(batched.prefill_attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
+                                                       scale=cfg.attention_scale, max_rows=rows, **shape))
+            steps += self._proj(x, f"{b}attn_output.weight", a["att"], rows, accumulate=True,
+                                scale=cfg.residual_scale)
+        else:
+            state = self.buffers.get(f"{b}conv_state") or self._act(f"{b}conv_state", cfg.conv_kernel - 1,
+                                                                      cfg.hidden)   # rolling B*x rows
+            steps += self._proj(a["bcx"], f"{b}shortconv.in_proj.weight", x, rows, norm=b + "attn_norm.weight")
+            steps.append(layers.shortconv(k, dev, a["conv_out"], a["bcx"], self._f32(b + "shortconv.conv.weight"),
+                                          state, self.step, hidden=cfg.hidden, kernel=cfg.conv_kernel,
+                                          label=f"{b}shortconv"))
+            steps += self._proj(x, f"{b}shortconv.out_proj.weight", a["conv_out"], rows, accumulate=True,
+                                scale=cfg.residual_scale)
+        gate, up = self.gguf.tensors[b + "ffn_gate.weight"], self.gguf.tensors[b + "ffn_up.weight"]
+        if gate.ggml_type != up.ggml_type:
+            raise ValueError(f"{gate.name} ({gate.type_name}) and {up.name} ({up.type_name}) differ in type: "
+                             "the fused SwiGLU kernels need one type")
+        steps += self._proj(a["hb"], gate.name, x, rows, norm=b + "ffn_norm.weight", w_up=up.name)
+        steps += self._proj(x, f"{b}ffn_down.weight", a["hb"], rows, accumulate=True, scale=cfg.residual_scale)
+        return steps
+
+    def _activations(self, rows: int) -> dict:
+        """Activation buffers for steps of up to `rows` tokens (row-major, one row per token)."""
+        cfg, h, r = self.cfg, self.cfg.hidden, rows
+        a = {"x": self._act(f"x@{r}", r, h),                   # residual stream
+             "xb": self._act(f"xb@{r}", r, h),                 # normed block input (chunks only)
+             "hb": self._act(f"hb@{r}", r, cfg.ff)}            # ffn hidden: silu(gate) * up
         if cfg.attention_layers:
-            kv_max = max(cfg.kv_dim(i) for i in cfg.attention_layers)
-            qkv = self._act("qkv", cfg.q_dim + 2 * kv_max)   # q, k, v of the current token, stacked
-            q_rot = self._act("q_rot", cfg.q_dim)              # q after [QK-norm and] RoPE
-            att = self._act("att", cfg.q_dim)
-        freq = self._f32("rope_freqs.weight") if cfg.rope_freq_factors else None
+            kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
+            if r == 1:
+                a["qkv"] = self._act("qkv@1", cfg.q_dim + 2 * kv)     # q | k | v of a stacked matvec
+            a["q"] = self._act(f"q@{r}", r, cfg.q_dim)
+            a["k"], a["v"] = self._act(f"k@{r}", r, kv), self._act(f"v@{r}", r, kv)
+            a["q_rot"] = self._act(f"q_rot@{r}", r, cfg.q_dim)        # q after [QK-norm and] RoPE
+            a["att"] = self._act(f"att@{r}", r, cfg.q_dim)            # attention output
+        if cfg.conv_layers:
+            a["bcx"] = self._act(f"bcx@{r}", r, 3 * h)                # lfm2 in_proj output: B, C, x
+            a["conv_out"] = self._act(f"conv_out@{r}", r, h)
+        return a
+
+    def _embed(self, x, rows: int) -> list:
+        info = self.gguf.tensors["token_embd.weight"]
+        return matmul.embed_tiled(self.kernels, self.device, x, self._tensor("token_embd.weight"), self.tokens,
+                                  self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
+                                  rows=info.shape[0], max_rows=rows, scale=self.cfg.embedding_scale)
+
+    def _head(self, x) -> list:
+        """logits = W_head rms_norm(x) / logit_scale for one row, then its argmax -> tokens[0]."""
+        cfg = self.cfg
+        steps = matmul.matvec_tiled(self.kernels, self.device, self.logits, self._tensor(cfg.lm_head), x,
+                                    wtype=self.wtypes[cfg.lm_head], k=cfg.hidden, m=cfg.vocab_size,
+                                    scale=1.0 / cfg.logit_scale, norm=self._f32(cfg.final_norm), eps=cfg.eps)
+        return steps + [matmul.argmax(self.kernels, self.device, self.tokens, self.logits, n=cfg.vocab_size)]
+
+    # --- the schedules -------------------------------------------------------------------
+    def _build_decode(self) -> None:
+        cfg, dev = self.cfg, self.device
         if cfg.rope_freq_scale != 1.0:
             raise ValueError("linear RoPE scaling is not implemented on the GPU yet")
-
-        embd = self.gguf.tensors["token_embd.weight"]
-        steps = matmul.embed_tiled(k, dev, x, self._tensor("token_embd.weight"), self.tokens, self.step,
-                                   wtype=embd.ggml_type, k=h, rows=cfg.embedding_rows, max_rows=1,
-                                   scale=cfg.embedding_scale)
+        self.step = Binding(dev.buffer(STEP_BYTES, "step", uniform=True), 0, STEP_BYTES)
+        self.tokens = Binding(dev.buffer(4 * self.chunk, "tokens"), 0, 4)   # (chunk,) u32 token ids
+        self.logits = self._act("logits", cfg.vocab_size)
+        self.decode_act = a = self._activations(1)
+        steps = self._embed(a["x"], 1)
         for i in range(cfg.n_layers):
-            b = f"blk.{i}."
-            steps.append(layers.rms_norm(k, dev, xb, x, self._f32(b + "attn_norm.weight"), self.step,
-                                         n=h, eps=cfg.eps, label=f"{b}attn_norm"))
-            if cfg.block_kinds[i] == ATTENTION:
-                kv = cfg.kv_dim(i)
-                q, kb, vb = (Binding(qkv.buffer, 0, 4 * cfg.q_dim), Binding(qkv.buffer, 4 * cfg.q_dim, 4 * kv),
-                             Binding(qkv.buffer, 4 * (cfg.q_dim + kv), 4 * kv))
-                steps += self._qkv(i, xb, qkv, q, kb, vb)
-                k_cache = self._act(f"{b}key_cache", self.ctx, kv)     # (ctx, n_kv_heads, head_dim)
-                v_cache = self._act(f"{b}value_cache", self.ctx, kv)
-                qk_norm = dict(q_norm=self._f32(b + "attn_q_norm.weight"),
-                               k_norm=self._f32(b + "attn_k_norm.weight"), eps=cfg.eps) if cfg.qk_norm else {}
-                steps.append(layers.rope_kv(
-                    k, dev, q_rot, k_cache, v_cache, q, kb, vb, self.step,
-                    head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
-                    theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot, freq_factors=freq,
-                    label=f"{b}rope", **qk_norm))
-                steps.append(layers.attention(k, dev, att, q_rot, k_cache, v_cache, self.step,
-                                              head_dim=cfg.head_dim, n_heads=cfg.n_heads,
-                                              n_kv_heads=cfg.n_kv_heads[i], scale=cfg.attention_scale,
-                                              label=f"{b}attention"))
-                steps.append(self._matvec(x, f"{b}attn_output.weight", att, accumulate=True,
-                                          scale=cfg.residual_scale))
-            else:
-                steps.append(self._matvec(conv_bcx, f"{b}shortconv.in_proj.weight", xb))
-                state = self._act(f"{b}conv_state", cfg.conv_kernel - 1, h)  # rolling Bx rows
-                steps.append(layers.shortconv(k, dev, conv_out, conv_bcx, self._f32(b + "shortconv.conv.weight"),
-                                              state, self.step, hidden=h, kernel=cfg.conv_kernel,
-                                              label=f"{b}shortconv"))
-                steps.append(self._matvec(x, f"{b}shortconv.out_proj.weight", conv_out, accumulate=True,
-                                          scale=cfg.residual_scale))
-            steps.append(layers.rms_norm(k, dev, xb, x, self._f32(b + "ffn_norm.weight"), self.step,
-                                         n=h, eps=cfg.eps, label=f"{b}ffn_norm"))
-            steps += self._ffn(i, xb, hb)
-            steps.append(self._matvec(x, f"{b}ffn_down.weight", hb, accumulate=True, scale=cfg.residual_scale))
-
-        self.body_schedule = dev.schedule(steps)             # a prompt token whose logits nobody needs
-        steps.append(layers.rms_norm(k, dev, xb, x, self._f32(cfg.final_norm), self.step,
-                                     n=h, eps=cfg.eps, label="output_norm"))
-        steps += self._lm_head(xb)
-        steps.append(matmul.argmax(k, dev, self.tokens, self.logits, n=cfg.vocab_size))
+            steps += self._layer(i, 1, a)
+        steps += self._head(a["x"])
         self.decode_schedule = dev.schedule(steps)
         self.dispatches_per_token = len(steps)
         self._state = [b for name, b in self.buffers.items() if name.endswith(("_cache", "conv_state"))]
 
-    def _matvec(self, out, name: str, x, *, rows: int | None = None, **kw):
-        info = self.gguf.tensors[name]
-        return matmul.matvec(self.kernels, self.device, out, self._tensor(name), x, wtype=info.ggml_type,
-                             k=info.shape[1], m=rows or info.shape[0], **kw)
+    def _build_prefill(self) -> None:
+        """The chunk's layers: embed + every layer, for up to `chunk` rows."""
+        rows = self.chunk
+        self.prefill_act = a = self._activations(rows) if rows > 1 else self.decode_act
+        tokens = Binding(self.tokens.buffer, 0, 4 * rows)
+        steps = matmul.embed_tiled(self.kernels, self.device, a["x"], self._tensor("token_embd.weight"), tokens,
+                                   self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
+                                   rows=self.gguf.tensors["token_embd.weight"].shape[0], max_rows=rows,
+                                   scale=self.cfg.embedding_scale)
+        for i in range(self.cfg.n_layers):
+            steps += self._layer(i, rows, a)
+        self.prefill_steps = steps
 
-    def _qkv(self, i: int, xb, qkv, q, k, v) -> list:
-        """q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv). When the three matrices share a type
-        and both their bytes and their outputs stay aligned, they are stacked into one buffer at
-        load and one matvec writes all of `qkv`; otherwise three matvecs write its parts."""
-        b, cfg, dev = f"blk.{i}.", self.cfg, self.device
-        names = [f"{b}attn_{p}.weight" for p in "qkv"]
-        infos = [self.gguf.tensors[n] for n in names]
-        align = dev.limits.min_storage_buffer_offset_alignment
-        if len({t.ggml_type for t in infos}) > 1 or any(t.shape[0] * 4 % align or t.nbytes % 4 for t in infos):
-            bias = {p: self._f32(f"{b}attn_{p}.bias") for p in "qkv"} if cfg.qkv_bias else {}
-            return [self._matvec(out, name, xb, bias=bias.get(p))
-                    for p, name, out in zip("qkv", names, (q, k, v))]
-        label, rows = f"{b}attn_qkv.weight", sum(t.shape[0] for t in infos)
-        self._check_binding(label, sum(t.nbytes for t in infos))
-        w = dev.buffer(sum(t.nbytes for t in infos), label)
-        offsets = np.cumsum([0] + [t.nbytes for t in infos[:-1]])
-        self._pending += [(w, t, int(o)) for t, o in zip(infos, offsets)]
-        self.buffers[label] = Binding(w)
-        bias = None
-        if cfg.qkv_bias:
-            bias = self.buffers[f"{b}attn_qkv.bias"] = self._upload_f32(f"{b}attn_qkv.bias", np.concatenate(
-                [weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in "qkv"]))
-        return [matmul.matvec(self.kernels, dev, Binding(qkv.buffer, 0, 4 * rows), Binding(w), xb,
-                              wtype=infos[0].ggml_type, k=cfg.hidden, m=rows, bias=bias)]
+    def _prefill_schedule(self, n: int, all_logits: bool):
+        """A chunk of n rows: the layers, then either the last row through the decode head
+        (logits and argmax of that row) or every row through a batched head (scoring)."""
+        key = (n, all_logits)
+        if key not in self._prefill_schedules:
+            cfg, h = self.cfg, self.cfg.hidden
+            x = self.prefill_act["x"]
+            if all_logits:
+                tail = self._scoring_head(n)
+            elif self.chunk == 1:
+                tail = self._head(x)
+            else:   # copy row n-1 of the chunk into the decode row and run the decode head on it
+                tail = [Copy(x.buffer, 4 * (n - 1) * h, self.decode_act["x"].buffer, 0, 4 * h)]
+                tail += self._head(self.decode_act["x"])
+            self._prefill_schedules[key] = self.device.schedule(self.prefill_steps + tail)
+        return self._prefill_schedules[key]
 
-    def _ffn(self, i: int, xb, hb) -> list:
-        """hb = silu(Wgate xb) * (Wup xb): one fused matvec when gate and up share a type."""
-        b = f"blk.{i}."
-        gate, up = self.gguf.tensors[b + "ffn_gate.weight"], self.gguf.tensors[b + "ffn_up.weight"]
-        if gate.ggml_type != up.ggml_type:
-            raise ValueError(f"{b}ffn_gate ({gate.type_name}) and ffn_up ({up.type_name}) differ in type: "
-                             "the fused SwiGLU matvec needs one type")
-        return [self._matvec(hb, gate.name, xb, w_up=self._tensor(up.name))]
-
-    def _lm_head(self, xb) -> list:
-        """logits = W_head xb / logit_scale, in row tiles that fit the binding limit."""
-        cfg, dev = self.cfg, self.device
-        info = self.gguf.tensors[cfg.lm_head]
-        return matmul.matvec_tiled(self.kernels, dev, self.logits, self._tensor(cfg.lm_head), xb,
-                                   wtype=info.ggml_type, k=cfg.hidden, m=cfg.vocab_size,
-                                   scale=1.0 / cfg.logit_scale)
+    def _scoring_head(self, n: int) -> list:
+        """logits (n, vocab) for every row of the chunk, and the last row's argmax."""
+        cfg = self.cfg
+        if "logits_all" not in self.buffers:
+            self._act("logits_all", self.chunk, cfg.vocab_size)
+        a, logits_all = self.prefill_act, self.buffers["logits_all"]
+        steps = [layers.rms_norm(self.kernels, self.device, a["xb"], a["x"], self._f32(cfg.final_norm), self.step,
+                                 n=cfg.hidden, eps=cfg.eps, max_tokens=self.chunk, label="output_norm")]
+        steps += batched.matmul_tiled(self.kernels, self.device, logits_all, self._tensor(cfg.lm_head), a["xb"],
+                                      self.step, wtype=self.wtypes[cfg.lm_head], k=cfg.hidden, m=cfg.vocab_size,
+                                      max_rows=self.chunk, scale=1.0 / cfg.logit_scale)
+        steps.append(Copy(logits_all.buffer, 4 * (n - 1) * cfg.vocab_size, self.logits.buffer, 0,
+                          4 * cfg.vocab_size))
+        return steps + [matmul.argmax(self.kernels, self.device, self.tokens, self.logits, n=cfg.vocab_size)]
 
     # --- running -------------------------------------------------------------------------
     def reset(self) -> None:
@@ -208,25 +310,29 @@ class GpuModel:
             self.device.write(b.buffer, bytes(b.size))
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
-        """Run tokens at positions pos0.. one submission each; return the greedy next token after
-        the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
-        rows = []
+        """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
+        token after the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
+        rows, vocab = [], self.cfg.vocab_size
+        chunks = [tokens[s: s + self.chunk] for s in range(0, len(tokens), self.chunk)]
+        for c, chunk in enumerate(chunks):
+            pos, n, last = pos0 + c * self.chunk, len(chunk), c == len(chunks) - 1
+            self.device.write(self.tokens.buffer, np.asarray(chunk, np.uint32).tobytes())
+            self.device.write(self.step.buffer, pack_step(pos, n))
+            all_logits = logits == "all"
+            if n == 1 and not all_logits:
+                schedule = self.decode_schedule
+            else:
+                schedule = self._prefill_schedule(n, all_logits)
+            self._token_of(await self.device.run(schedule, self.tokens))
+            if all_logits:
+                raw = await self.device.read(self.buffers["logits_all"].buffer, 0, 4 * n * vocab)
+                rows.append(np.frombuffer(raw, np.float32).reshape(n, vocab))
+            elif last and logits:
+                rows.append(np.frombuffer(await self.device.read(self.logits.buffer, 0, 4 * vocab), np.float32))
         if len(tokens) > 1:
-            self.submits_per_prefill = len(tokens)
-        for t, token in enumerate(tokens):
-            if token != self._gpu_token:   # after a greedy step the GPU already holds it
-                self.device.write(self.tokens.buffer, np.array([token], np.uint32).tobytes())
-            self.device.write(self.step.buffer, pack_step(pos0 + t, 1))
-            if t + 1 < len(tokens) and logits != "all":
-                await self.device.run(self.body_schedule)
-                self._gpu_token = token
-                continue
-            self._token_of(await self.device.run(self.decode_schedule, self.tokens))
-            if logits:
-                raw = await self.device.read(self.logits.buffer, 0, self.logits.size)
-                rows.append(np.frombuffer(raw, np.float32))
+            self.submits_per_prefill = len(chunks)
         if logits == "all":
-            return self._gpu_token, np.stack(rows)
+            return self._gpu_token, np.concatenate(rows)
         return self._gpu_token, rows[-1].copy() if logits else None
 
     async def greedy(self, token: int, pos: int, n: int):
