@@ -1,10 +1,16 @@
 // out[0] = the index of the largest of logits[0..N) (the first one on ties, as numpy's
-// argmax; with NaNs the result is unspecified). One workgroup. Defines: N. Bindings: logits, out.
+// argmax; with NaNs the result is unspecified). One workgroup. Defines: N, flag VEC4
+// (logits bound as array<vec4<f32>>, N a multiple of 4: a quarter of the loads).
+// Bindings: logits, out.
 
 const WG = 256u;
 const NONE = 0xFFFFFFFFu;   // no candidate yet (a thread with no elements)
 
+#ifdef VEC4
+@group(0) @binding(0) var<storage, read> logits: array<vec4<f32>>;   // (N / 4,)
+#else
 @group(0) @binding(0) var<storage, read> logits: array<f32>;         // (N,)
+#endif
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;      // (1,)
 
 var<workgroup> best_value: array<f32, WG>;
@@ -20,6 +26,16 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     // each thread scans lid, lid + WG, ...: increasing indices, so strict > keeps the first
     var bv = 0.0;
     var bi = NONE;
+#ifdef VEC4
+    for (var j = lid; j < N / 4u; j += WG) {
+        let v = logits[j];
+        let i = 4u * j;
+        if (bi == NONE || v.x > bv) { bv = v.x; bi = i; }
+        if (v.y > bv) { bv = v.y; bi = i + 1u; }
+        if (v.z > bv) { bv = v.z; bi = i + 2u; }
+        if (v.w > bv) { bv = v.w; bi = i + 3u; }
+    }
+#else
     var i = lid;
     for (; i + 3u * WG < N; i += 4u * WG) {
         let a = logits[i];
@@ -35,6 +51,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         let a = logits[i];
         if (bi == NONE || a > bv) { bv = a; bi = i; }
     }
+#endif
 
     best_value[lid] = bv;
     best_index[lid] = bi;
