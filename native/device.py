@@ -6,6 +6,7 @@ import tempfile
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
+from wgpu.backends.wgpu_native._ffi import ffi as _ffi, lib as _lib  # noqa: E402  (the raw C calls)
 
 from cera.device import Binding, Copy, Dispatch, Limits  # noqa: E402
 
@@ -68,13 +69,14 @@ class NativeDevice:
         return self._device.create_bind_group(layout=kernel.get_bind_group_layout(0), entries=entries)
 
     def schedule(self, steps):
-        """Group consecutive dispatches into compute passes; copies go between passes."""
+        """Group consecutive dispatches into compute passes (copies go between passes), each
+        dispatch kept as the raw wgpu-native handles the per-token loop calls with."""
         segments = []
         for step in steps:
             if isinstance(step, Dispatch):
-                if not segments or not isinstance(segments[-1], list):
-                    segments.append([])
-                segments[-1].append((step.kernel, step.bind_group, step.groups))
+                if not segments or not isinstance(segments[-1], _Pass):
+                    segments.append(_Pass())
+                segments[-1].add(step)
             elif isinstance(step, Copy):
                 segments.append(step)
             else:
@@ -89,10 +91,7 @@ class NativeDevice:
                                               segment.dst_offset, segment.size)
                 continue
             compute = encoder.begin_compute_pass()
-            for kernel, bind_group, (x, y, z) in segment:
-                compute.set_pipeline(kernel)
-                compute.set_bind_group(0, bind_group)
-                compute.dispatch_workgroups(x, y, z)
+            segment.encode(compute._internal)
             compute.end()
         staging = None
         if read is not None:
@@ -134,3 +133,25 @@ class NativeDevice:
 
     async def read(self, buffer, offset: int, size: int) -> bytes:
         return self.read_sync(buffer, offset, size)
+
+
+class _Pass:
+    """Consecutive dispatches of a schedule. Encoding calls wgpu-native directly with handles
+    taken once: wgpu-py's per-call wrappers (error scopes, offset arrays) cost more than the
+    call itself, and a token is a few hundred dispatches. Errors still surface at finish()."""
+
+    def __init__(self):
+        self.dispatches = []   # the Dispatch objects, which keep the handles alive
+        self._raw = []         # (pipeline, bind group, x, y, z) handles
+
+    def add(self, d: Dispatch) -> None:
+        self.dispatches.append(d)
+        self._raw.append((d.kernel._internal, d.bind_group._internal, *d.groups))
+
+    def encode(self, compute) -> None:
+        set_pipeline, set_bind_group = _lib.wgpuComputePassEncoderSetPipeline, _lib.wgpuComputePassEncoderSetBindGroup
+        dispatch, no_offsets = _lib.wgpuComputePassEncoderDispatchWorkgroups, _ffi.NULL
+        for pipeline, bind_group, x, y, z in self._raw:
+            set_pipeline(compute, pipeline)
+            set_bind_group(compute, 0, bind_group, 0, no_offsets)
+            dispatch(compute, x, y, z)

@@ -37,11 +37,11 @@ def main() -> None:
     step_ms = timed(lambda: device.submit(model.decode_schedule, model.tokens), args.repeat)
     print(f"{device.adapter_name}\ndecode step: {step_ms:.3f} ms ({model.dispatches_per_token} dispatches)")
     per_kernel, count = collections.Counter(), collections.Counter()
-    for segment in model.decode_schedule:
-        for dispatch in (segment if isinstance(segment, list) else []):
-            ms = timed(lambda: device.submit([[dispatch]], model.tokens), max(1, args.repeat // 4))
-            per_kernel[dispatch[0].label] += ms
-            count[dispatch[0].label] += 1
+    for dispatch in model.decode_steps:
+        alone = device.schedule([dispatch])
+        ms = timed(lambda: device.submit(alone, model.tokens), max(1, args.repeat // 4))
+        per_kernel[dispatch.kernel.label] += ms
+        count[dispatch.kernel.label] += 1
     empty_ms = timed(lambda: device.submit([], model.tokens), args.repeat)
     print(f"an empty submit with readback: {empty_ms:.3f} ms; per kernel (sum of solo runs, count):")
     for label, ms in per_kernel.most_common(args.top):

@@ -17,6 +17,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
+MAX_ARRAY_DEPTH = 8   # arrays of arrays: a guard against recursion bombs
 _SCALARS = {  # value type -> struct format
     GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H",
     GGUFValueType.INT16: "h", GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i",
@@ -166,7 +167,7 @@ class GGUFFile:
         info = self.tensors[name]
         return self.source.read(info.offset, info.nbytes)
 
-    def _value(self, cur: _Cursor, vtype: int, key: str):
+    def _value(self, cur: _Cursor, vtype: int, key: str, depth: int = 0):
         if vtype == GGUFValueType.STRING:
             return cur.string(key)
         if vtype in _SCALARS:
@@ -179,7 +180,9 @@ class GGUFFile:
             if etype in _SCALARS:
                 fmt = _SCALARS[etype]
                 return list(struct.unpack(f"<{n}{fmt}", cur.take(n * struct.calcsize(fmt), key)))
-            return [self._value(cur, etype, key) for _ in range(n)]
+            if etype == GGUFValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
+                raise ValueError(f"metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
+            return [self._value(cur, etype, key, depth + 1) for _ in range(n)]
         raise ValueError(f"metadata {key}: unknown value type {vtype}")
 
     @staticmethod

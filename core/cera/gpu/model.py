@@ -254,6 +254,7 @@ class GpuModel:
         for i in range(cfg.n_layers):
             steps += self._layer(i, 1, a)
         steps += self._head(a["x"])
+        self.decode_steps = steps
         self.decode_schedule = dev.schedule(steps)
         self.dispatches_per_token = len(steps)
         self._state = [b for name, b in self.buffers.items() if name.endswith(("_cache", "conv_state"))]
