@@ -50,7 +50,10 @@ class Reference:
 
     def matmul(self, x: np.ndarray, name: str) -> np.ndarray:
         """x (T, n) @ W.T for the weight matrix `name`, W (d, n) -> (T, d)."""
-        return x @ self.w(name).T
+        w = self.w(name)
+        if x.shape[0] == 1:
+            return (w @ x[0])[None]   # one token: a gemv (BLAS is slow at 1-row gemm with W.T)
+        return x @ w.T
 
     def reset(self) -> None:
         """Forget every cached position (KV cache and conv state)."""
@@ -69,7 +72,7 @@ class Reference:
         if T == 0:
             raise ValueError("forward needs at least one token")
         if not 0 <= pos0 <= self.n_past:
-            raise ValueError(f"pos0 {pos0} skips positions: the caches hold 0..{self.n_past - 1}")
+            raise ValueError(f"pos0 {pos0} skips positions: {self.n_past} are cached (start at <= {self.n_past})")
         if pos0 + T > self.ctx:
             raise ValueError(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
         if cfg.conv_layers and pos0 not in (0, self.n_past):
@@ -100,7 +103,7 @@ class Reference:
         """One layer: x (T, hidden) at positions pos (T,) -> x (T, hidden)."""
         cfg, b = self.cfg, f"blk.{il}."
         w = lambda name: self.w(b + name)
-        matmul = lambda x, name: self.matmul(x, b + name)
+        matmul = lambda a, name: self.matmul(a, b + name)
         residual_scale = np.float32(cfg.residual_scale)
 
         # mixer: attention, or LFM2's gated short convolution
@@ -121,7 +124,7 @@ class Reference:
         """Causal GQA self-attention of xb (T, hidden), normed, -> (T, hidden)."""
         cfg, b = self.cfg, f"blk.{il}."
         w = lambda name: self.w(b + name)
-        matmul = lambda x, name: self.matmul(x, b + name)
+        matmul = lambda a, name: self.matmul(a, b + name)
         T, H, KVH, hd = len(pos), cfg.n_heads, cfg.n_kv_heads[il], cfg.head_dim
 
         # projections (+ Qwen2's biases)
@@ -164,6 +167,8 @@ class Reference:
     # --- helpers -------------------------------------------------------------------------
     def prefill(self, tokens, chunk: int = 512) -> np.ndarray:
         """Run a prompt from position 0 in chunks of `chunk` tokens -> the last row's logits (vocab,)."""
+        if len(tokens) == 0:
+            raise ValueError("prefill needs at least one token")
         self.reset()
         for start in range(0, len(tokens), chunk):
             logits = self.forward(tokens[start: start + chunk], start)

