@@ -19,7 +19,7 @@ _LIMIT_NAMES = {   # cera.device.Limits field -> WebGPU limit name
     "max_storage_buffers_per_shader_stage": "max-storage-buffers-per-shader-stage",
     "max_compute_workgroups_per_dimension": "max-compute-workgroups-per-dimension",
 }
-_WANTED_FEATURES = ("shader-f16", "subgroup")
+_WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query")   # timestamps: profiling only
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 
