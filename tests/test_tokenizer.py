@@ -19,6 +19,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -101,12 +103,31 @@ def test_llamacpp_vocab_cases(vocab, name):
     assert not bad, f"{len(bad)}/{len(cases)} differ:\n" + "\n".join(bad[:5])
 
 
+@pytest.fixture(scope="module")
+def sdist_models() -> Path:
+    """llama.cpp's models/ folder: $CERA_LLAMA_CPP_MODELS, else the vocabularies taken once
+    from the llama-cpp-python 0.3.36 sdist on PyPI (76 MB) into the cera cache."""
+    if SDIST_MODELS:
+        return Path(SDIST_MODELS)
+    from cera.catalogue import cache_dir
+    folder = cache_dir().parent / "llama-cpp-python-0.3.36-vocabs"
+    if not (folder / "done").exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                            "--dest", tmp, "llama-cpp-python==0.3.36"], check=True)
+            with tarfile.open(next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))) as tar:
+                for member in tar.getmembers():
+                    if "/vendor/llama.cpp/models/ggml-vocab-" in member.name and member.isfile():
+                        member.name = Path(member.name).name
+                        tar.extract(member, folder)
+        (folder / "done").touch()
+    return folder
+
+
 @pytest.mark.parametrize("name", ["falcon", "refact", "command-r", "qwen35"])
-def test_llamacpp_vocab_cases_from_sdist(name):
-    """The larger vocabularies, when the llama-cpp-python sdist is unpacked locally."""
-    if not SDIST_MODELS:
-        pytest.skip("set CERA_LLAMA_CPP_MODELS to llama.cpp's models/ directory")
-    path = Path(SDIST_MODELS) / f"ggml-vocab-{name}.gguf"
+def test_llamacpp_vocab_cases_from_sdist(sdist_models, name):
+    """The larger vocabularies of llama.cpp's own test cases (from the llama-cpp-python sdist)."""
+    path = sdist_models / f"ggml-vocab-{name}.gguf"
     tok = Tokenizer.from_metadata(_read_metadata(path))
     cases = _cases(path.with_suffix(".gguf.inp"))
     bad = _mismatches(tok, cases)
@@ -132,30 +153,17 @@ def test_llamacpp_golden(vocab, name):
     assert not bad, "\n".join(bad[:8])
 
 
-def _model_file(filename: str) -> Path | None:
-    from cera.catalogue import cache_dir
-    for folder in (cache_dir(), Path("/tmp/models")):
-        if (folder / filename).exists():
-            return folder / filename
-    return None
-
-
 @pytest.mark.parametrize("name", ["smollm2", "qwen2.5-coder"])
 def test_model_golden(vocab, name):
     """The model tests' golden files: llama.cpp's tokens for the real models' passages and
-    for the perplexity text (SmolLM2 from its committed vocabulary, Qwen2.5-Coder from
-    the model file when it is cached)."""
-    path = DATA / "golden" / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    golden = json.loads(path.read_text(encoding="utf-8"))
+    for the perplexity text (SmolLM2 from its committed vocabulary, Qwen2.5-Coder from the
+    catalogue's model file)."""
+    from cera import catalogue
+    golden = json.loads((DATA / "golden" / f"{name}.json").read_text(encoding="utf-8"))
     if name == "smollm2":
         tok = vocab("smollm2")
     else:
-        model = _model_file(golden["file"])
-        if model is None:
-            pytest.skip(f"{golden['file']} not in the model cache")
-        tok = Tokenizer.from_metadata(_read_metadata(model))
+        tok = Tokenizer.from_metadata(_read_metadata(catalogue.fetch("qwen2.5-coder-1.5b-instruct")))
     assert (tok.bos_id, tok.eos_id, tok.add_bos) == (golden["bos_id"], golden["eos_id"], golden["add_bos"])
     # those files' eog_ids are picked by token text; llama.cpp's set can hold more
     # (SmolLM2: <reponame>, id 4, the FIM repo token), as test_llamacpp_golden checks
@@ -171,9 +179,8 @@ def test_model_golden(vocab, name):
 def test_synth_vocab_golden():
     """The synthetic models' tiny vocabulary (tests/synth.py) against llama.cpp."""
     files = sorted((DATA / "golden").glob("synth_*.json"))
-    if not files:
-        pytest.skip("no tests/data/golden/synth_*.json")
-    synth = pytest.importorskip("synth")
+    assert files, "no tests/data/golden/synth_*.json"
+    import synth
     tokens, types, merges = synth.tokenizer_vocab()
     tok = Tokenizer.from_metadata({
         "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
@@ -423,14 +430,11 @@ def test_runs_in_pyodide(vocab_dir, tmp_path):
     root = Path(__file__).parents[1]
     sys.path.insert(0, str(root))
     try:
-        from pyodide_build import fetch, manifest
-    except ImportError:
-        pytest.skip("pyodide_build not importable")
+        from pyodide_build import fetch
     finally:
         sys.path.remove(str(root))
-    runtime = fetch.default_cache() / ("npm-" + manifest.PYODIDE_NPM.replace("@", "-")) / "node_modules" / "pyodide"
-    if shutil.which("node") is None or not (runtime / "pyodide.asm.wasm").exists():
-        pytest.skip("node or the cached Pyodide runtime missing (python -m pyodide_build fetches it)")
+    runtime = fetch.pyodide_runtime(fetch.default_cache())   # npm install once, sha256-checked
+    assert shutil.which("node"), "node is needed to run Pyodide outside the browser"
     work = tmp_path / "work"
     work.mkdir()
     for name in ("smollm2", "llama-spm"):
