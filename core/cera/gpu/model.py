@@ -128,18 +128,29 @@ class GpuModel:
         return steps + [batched.matmul(self.kernels, self.device, out, w, x, self.step, wtype=wtype,
                                        k=k, m=m, max_rows=rows, **kw)]
 
-    def _stackable(self, names: list[str]) -> bool:
-        """q, k, v can share one buffer (one matvec) when they have one kernel type and their
-        bytes and outputs stay aligned."""
-        infos = [self.gguf.tensors[n] for n in names]
-        align = self.device.limits.min_storage_buffer_offset_alignment
-        return (len({t.ggml_type for t in infos}) == 1 and infos[0].ggml_type in matmul.MATVEC_TYPES
-                and not any(t.shape[0] * 4 % align or t.nbytes % 4 for t in infos))
+    def _qkv_runs(self, i: int) -> list[str] | None:
+        """blk.i's q, k, v projections grouped into runs of consecutive same-type matrices ("qkv",
+        or "qk" + "v" when v is quantized differently), each run one matvec writing its part of
+        the stacked q | k | v buffer. None when those parts cannot be bound at aligned offsets."""
+        cfg, align = self.cfg, self.device.limits.min_storage_buffer_offset_alignment
+        if (4 * cfg.q_dim) % align or (4 * cfg.kv_dim(i)) % align:
+            return None
+        infos = [self.gguf.tensors[f"blk.{i}.attn_{p}.weight"] for p in "qkv"]
+        runs = ["q"]
+        for p, prev, info in zip("kv", infos, infos[1:]):
+            same = (info.ggml_type == prev.ggml_type and info.ggml_type in matmul.MATVEC_TYPES
+                    and info.nbytes % 4 == 0 and prev.nbytes % 4 == 0)
+            runs[-1:] = [runs[-1] + p] if same else [runs[-1], p]
+        return runs
 
-    def _stacked_qkv(self, i: int) -> tuple[str, str | None]:
-        """Stack blk.i's q, k, v weights (and biases) into one buffer at load; their names."""
+    def _stacked(self, i: int, run: str) -> tuple[str, Binding | None]:
+        """The weight (and bias) of a run of projections: a tensor of the file, or for "qk" /
+        "qkv" their rows stacked into one buffer at load."""
         b, cfg = f"blk.{i}.", self.cfg
-        w_name, infos = f"{b}attn_qkv.weight", [self.gguf.tensors[f"{b}attn_{p}.weight"] for p in "qkv"]
+        bias = lambda p: f"{b}attn_{p}.bias"
+        if len(run) == 1:
+            return f"{b}attn_{run}.weight", self._f32(bias(run)) if cfg.qkv_bias else None
+        w_name, infos = f"{b}attn_{run}.weight", [self.gguf.tensors[f"{b}attn_{p}.weight"] for p in run]
         if w_name not in self.buffers:
             w = self.device.buffer(sum(t.nbytes for t in infos), w_name)
             offsets = np.cumsum([0] + [t.nbytes for t in infos[:-1]])
@@ -147,9 +158,9 @@ class GpuModel:
             self.buffers[w_name], self.wtypes[w_name] = Binding(w), infos[0].ggml_type
             self.shapes[w_name] = (sum(t.shape[0] for t in infos), cfg.hidden)
             if cfg.qkv_bias:
-                self.buffers[f"{b}attn_qkv.bias"] = self._upload_f32(f"{b}attn_qkv.bias", np.concatenate(
-                    [weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in "qkv"]))
-        return w_name, f"{b}attn_qkv.bias" if cfg.qkv_bias else None
+                self.buffers[bias(run)] = self._upload_f32(bias(run), np.concatenate(
+                    [weights.tensor(self.gguf, bias(p)) for p in run]))
+        return w_name, self.buffers[bias(run)] if cfg.qkv_bias else None
 
     # --- one layer, for one row (decode) or a chunk of rows (prefill) ----------------------
     def _layer(self, i: int, rows: int, a: dict) -> list:
@@ -160,12 +171,16 @@ class GpuModel:
             kv, q_dim = cfg.kv_dim(i), cfg.q_dim
             names = [f"{b}attn_{p}.weight" for p in "qkv"]
             norm = b + "attn_norm.weight"
-            if rows == 1 and self._stackable(names):        # one matvec writes q | k | v
-                w_name, bias = self._stacked_qkv(i)
+            runs = self._qkv_runs(i) if rows == 1 else None
+            if runs:                                           # q | k | v in one buffer
                 qkv = a["qkv"].buffer
-                q, kb, vb = Binding(qkv, 0, 4 * q_dim), Binding(qkv, 4 * q_dim, 4 * kv), \
-                    Binding(qkv, 4 * (q_dim + kv), 4 * kv)
-                steps += self._proj(a["qkv"], w_name, x, rows, norm=norm, bias=bias and self.buffers[bias])
+                offset = {"q": 0, "k": 4 * q_dim, "v": 4 * (q_dim + kv)}
+                size = {"q": 4 * q_dim, "k": 4 * kv, "v": 4 * kv}
+                q, kb, vb = (Binding(qkv, offset[p], size[p]) for p in "qkv")
+                for run in runs:
+                    w_name, bias = self._stacked(i, run)
+                    out = Binding(qkv, offset[run[0]], sum(size[p] for p in run))
+                    steps += self._proj(out, w_name, x, rows, norm=norm, bias=bias)
             else:
                 q, kb, vb = a["q"], Binding(a["k"].buffer, 0, 4 * rows * kv), Binding(a["v"].buffer, 0, 4 * rows * kv)
                 for j, (p, name, out) in enumerate(zip("qkv", names, (q, kb, vb))):
