@@ -15,6 +15,7 @@
 // the workgroup sums each row's partials in workgroup memory. Workgroup ids may be 2-D
 // (more than 65535 workgroups): they are flattened row-major.
 #include "quant.wgsl"
+#include "reduce.wgsl"
 
 #ifndef SCALE
 const SCALE = 1.0f;
@@ -120,16 +121,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         let v = select(vec4<f32>(0.0), x_raw(e), vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
         squares += dot(v, v);
     }
-    partial[lid] = squares;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
-    inv_rms = inverseSqrt(partial[0] / f32(K) + EPS);
-    workgroupBarrier();   // everyone has read partial[0] before it is reused
+    inv_rms = inverseSqrt(workgroup_sum(lid, squares) / f32(K) + EPS);
 #endif
 
     var acc = 0.0;

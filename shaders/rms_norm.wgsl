@@ -10,6 +10,7 @@
 // Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256), [DELTA_SCALE].
 // Bindings: x, w, out, step [, delta].
 #include "common.wgsl"
+#include "reduce.wgsl"
 
 #ifdef ADD
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;   // (rows, N) residual, updated
@@ -42,15 +43,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
         sum += v * v;
     }
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(partial[0] / f32(N) + EPS);
+    let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(N) + EPS);
 
     // Each invocation re-reads only the elements it wrote, so the in-place ADD needs no barrier.
     for (var i = lid; i < N; i += WG) {

@@ -17,6 +17,7 @@
 // read, so they may be ranges of one buffer (a stacked QKV matvec's output);
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
 #include "common.wgsl"
+#include "reduce.wgsl"
 
 const WG = 64u;
 const TWO_PI = 6.283185307179586;
@@ -70,15 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         sum += value * value;
     }
 #ifdef QK_NORM
-    partial[lid] = sum;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(partial[0] / f32(HEAD_DIM) + EPS);
+    let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(HEAD_DIM) + EPS);
     for (var i = lid; i < HEAD_DIM; i += WG) {
         row[i] = row[i] * scale * select(k_norm[i], q_norm[i], is_q);
     }
