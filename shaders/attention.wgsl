@@ -1,123 +1,187 @@
-// Causal GQA attention of a step's query rows against the KV cache, with an online softmax.
+// Decode attention, split-KV ("flash-decoding"), pass 1 of 2: the causal GQA attention of a
+// step's query rows over one split of SPLIT cache slots, left unnormalized in a scratch buffer;
+// attention_combine.wgsl merges the splits into the output.
 //
-// Row t of the step is the token at position p = step.pos + t; it attends to cache slots
-// 0..p (rope.wgsl has already written slot p and, for earlier rows of the step, the slots
-// before it). Head h reads kv head h / (N_HEADS / N_KV_HEADS).
-//   out[t, h, :] = softmax(SCALE * k_cache[0..p, kh, :] @ q[t, h, :]) @ v_cache[0..p, kh, :]
+// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p
+// (rope.wgsl has already written the step's slots). Head h reads kv head h / GROUP. Split s
+// covers keys J = [s*SPLIT, (s+1)*SPLIT) ∩ [0, p] and writes, for each query head h,
+//   score_j = SCALE * q[t, h, :] . k_cache[j, kh, :]
+//   m = max_J score_j,   l = sum_J exp(score_j - m),   o = sum_J exp(score_j - m) v_cache[j, kh, :]
 //
-// One workgroup per (head, row): dispatch (N_HEADS, max rows, 1). Keys go in chunks of WG:
-// invocation j scores key c0 + j; the chunk max updates the running max m (and rescales the
-// running sums); then invocation (d, part) = (lid % HEAD_DIM, lid / HEAD_DIM) accumulates
-// value dim d over the chunk's keys part, part + PARTS, ...; the PARTS partial sums are
-// combined at the end.
+// Dispatch (N_HEADS / HPW, N_SPLITS, max rows): a workgroup takes HPW query heads of one kv head
+// (HPW divides GROUP, so they share every K/V load), one split, one row. Splits past p return
+// at once (the combine never reads them), as do rows past step.n_tokens.
+//   1. stage the HPW query rows, pre-scaled, in qs;                                  barrier
+//   2. invocation i scores (head i / SPLIT, key i % SPLIT) into sc and red;          barrier
+//   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
+//   4. sc <- exp(sc - m);                                                            barrier
+//   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
+//      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
+// Keys past p are never read (slots past the live length may hold anything).
 //
-// Defines: HEAD_DIM (<= WG), N_HEADS, N_KV_HEADS, SCALE; flag VEC4 (HEAD_DIM % 4 == 0: the
-// score pass reads keys as vec4).
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS,
+// HPW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
-// out (rows, N_HEADS*HEAD_DIM), step.
+// scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
+// (m, l, 0, 0) then o as D4 vec4 (zero past HEAD_DIM); step.
 #include "common.wgsl"
 
 const WG = 256u;
-const PARTS = WG / HEAD_DIM;         // key stripes in the value pass
-const GROUP = N_HEADS / N_KV_HEADS;  // query heads per kv head
+const GROUP = N_HEADS / N_KV_HEADS;            // query heads per kv head
+const D4 = (HEAD_DIM + 3u) / 4u;               // vec4 columns of a head
+const REC = 1u + D4;                           // vec4 per scratch record
+const SLOT = N_KV_HEADS * HEAD_DIM;            // floats per cache slot
+const OUT4 = HPW * D4;                         // vec4 outputs of a workgroup
+const PARTS = max(1u, WG / OUT4);              // key stripes of the value pass
+const PSLOTS = max(1u, min(WG, (PARTS - 1u) * WG));   // parts' sums (WG when PARTS > 1, else unused)
 const NEG_BIG = -3.0e38;
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
 #ifdef VEC4
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;   // HEAD_DIM % 4 == 0
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
 #else
+@group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k_cache: array<f32>;
-#endif
 @group(0) @binding(2) var<storage, read> v_cache: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+#endif
+@group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> step: Step;
 
-var<workgroup> q_row: array<f32, HEAD_DIM>;   // q[t, h, :] * SCALE
-var<workgroup> probs: array<f32, WG>;         // exp(score - m) of the chunk's keys
-var<workgroup> red: array<f32, WG>;           // max reduction, then per-part sums of probs
-var<workgroup> acc_parts: array<f32, WG>;     // per-part value sums
+var<workgroup> qs: array<vec4<f32>, OUT4>;         // the HPW query rows * SCALE, zero-padded
+var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores, then exp(score - m)
+var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPLIT] = head hh's max
+var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j ...
+var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
+
+// Columns 4c..4c+3 of the head starting at float `base` (zero past HEAD_DIM).
+fn load_q(base: u32, c: u32) -> vec4<f32> {
+#ifdef VEC4
+    return q[base / 4u + c];
+#else
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            v[i] = q[base + 4u * c + i];
+        }
+    }
+    return v;
+#endif
+}
+
+fn load_cache(is_v: bool, base: u32, c: u32) -> vec4<f32> {
+#ifdef VEC4
+    if (is_v) {
+        return v_cache[base / 4u + c];
+    }
+    return k_cache[base / 4u + c];
+#else
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            if (is_v) {
+                v[i] = v_cache[base + 4u * c + i];
+            } else {
+                v[i] = k_cache[base + 4u * c + i];
+            }
+        }
+    }
+    return v;
+#endif
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let t = wid.y;
-    if (t >= step.n_tokens) {
+    let t = wid.z;
+    let n_keys = step.pos + t + 1u;     // row t sees keys 0..n_keys-1
+    let k0 = wid.y * SPLIT;             // this split's first key
+    if (t >= step.n_tokens || k0 >= n_keys) {
         return;   // uniform: whole workgroup
     }
-    let h = wid.x;
-    let kv_off = (h / GROUP) * HEAD_DIM;          // offset of this kv head inside a cache slot
-    let n_keys = step.pos + t + 1u;
-    let q_base = (t * N_HEADS + h) * HEAD_DIM;
-    for (var i = lid; i < HEAD_DIM; i += WG) {
-        q_row[i] = q[q_base + i] * SCALE;
+    let n_live = min(SPLIT, n_keys - k0);
+    let h0 = wid.x * HPW;               // first query head of the workgroup
+    let kv_off = (h0 / GROUP) * HEAD_DIM;   // its kv head's offset inside a cache slot
+
+    // 1. The query rows, pre-scaled.
+    for (var i = lid; i < OUT4; i += WG) {
+        qs[i] = load_q((t * N_HEADS + h0 + i / D4) * HEAD_DIM, i % D4) * SCALE;
     }
     workgroupBarrier();
 
-    let d = lid % HEAD_DIM;
-    let part = lid / HEAD_DIM;
-    var acc = 0.0;      // sum over this part's keys of p_j * v[j, d]
-    var l = 0.0;        // sum over this part's keys of p_j
-    var m = NEG_BIG;    // running max score
-
-    for (var c0 = 0u; c0 < n_keys; c0 += WG) {
-        // Score of key c0 + lid.
-        let j = c0 + lid;
+    // 2. Scores of (head hh, key k0 + j).
+    for (var i = lid; i < HPW * SPLIT; i += WG) {
+        let j = i % SPLIT;
         var s = NEG_BIG;
-        if (j < n_keys) {
-            let k_base = j * (N_KV_HEADS * HEAD_DIM) + kv_off;
-#ifdef VEC4
-            var score4 = vec4<f32>(0.0);
-            for (var i = 0u; i < HEAD_DIM; i += 4u) {
-                let qv = vec4<f32>(q_row[i], q_row[i + 1u], q_row[i + 2u], q_row[i + 3u]);
-                score4 += qv * k_cache[(k_base + i) / 4u];
+        if (j < n_live) {
+            let q0 = (i / SPLIT) * D4;
+            let base = (k0 + j) * SLOT + kv_off;
+            var s4 = vec4<f32>(0.0);
+            for (var c = 0u; c < D4; c++) {
+                s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
             }
-            s = score4.x + score4.y + score4.z + score4.w;
-#else
-            var score = 0.0;
-            for (var i = 0u; i < HEAD_DIM; i++) {
-                score += q_row[i] * k_cache[k_base + i];
-            }
-            s = score;
-#endif
+            s = s4.x + s4.y + s4.z + s4.w;
         }
-        red[lid] = s;
-        workgroupBarrier();
-        for (var w = WG / 2u; w > 0u; w >>= 1u) {
-            if (lid < w) {
-                red[lid] = max(red[lid], red[lid + w]);
-            }
-            workgroupBarrier();
-        }
-        let m_new = max(m, red[0]);
-        let alpha = exp(m - m_new);
-        probs[lid] = select(0.0, exp(s - m_new), j < n_keys);
-        workgroupBarrier();
+        sc[i] = s;
+        red[i] = s;
+    }
+    workgroupBarrier();
 
-        // Value pass over the chunk.
-        acc *= alpha;
-        l *= alpha;
-        if (part < PARTS) {
-            let count = min(WG, n_keys - c0);
-            for (var jj = part; jj < count; jj += PARTS) {
-                let pj = probs[jj];
-                acc += pj * v_cache[(c0 + jj) * (N_KV_HEADS * HEAD_DIM) + kv_off + d];
-                l += pj;
+    // 3. Each head's max over its SPLIT scores.
+    for (var w = SPLIT / 2u; w > 0u; w >>= 1u) {
+        for (var i = lid; i < HPW * SPLIT; i += WG) {
+            if (i % SPLIT < w) {
+                red[i] = max(red[i], red[i + w]);
             }
         }
-        m = m_new;
-        workgroupBarrier();   // probs and red are rewritten by the next chunk
+        workgroupBarrier();
     }
 
-    // Combine the parts: out = sum(acc) / sum(l).
-    acc_parts[lid] = select(0.0, acc, part < PARTS);
-    red[lid] = select(0.0, l, part < PARTS);
+    // 4. Probabilities relative to the split's max (keys past n_live: exp(-huge) = 0, unread).
+    for (var i = lid; i < HPW * SPLIT; i += WG) {
+        sc[i] = exp(sc[i] - red[i - i % SPLIT]);
+    }
     workgroupBarrier();
-    if (lid < HEAD_DIM) {
-        var total = 0.0;
-        var norm = 0.0;
-        for (var pt = 0u; pt < PARTS; pt++) {
-            total += acc_parts[pt * HEAD_DIM + lid];
-            norm += red[pt * HEAD_DIM];
+
+    // 5. o and l of (head hh, vec4 column c) over keys part, part + PARTS, ...
+    let rec0 = (t * N_SPLITS + wid.y) * N_HEADS + h0;   // record of head h0
+    for (var i = lid; i < OUT4 * PARTS; i += WG) {
+        let o = i % OUT4;
+        let hh = o / D4;
+        let c = o % D4;
+        var acc = vec4<f32>(0.0);
+        var l = 0.0;
+        for (var j = i / OUT4; j < n_live; j += PARTS) {
+            let p = sc[hh * SPLIT + j];
+            acc = fma(vec4<f32>(p), load_cache(true, (k0 + j) * SLOT + kv_off, c), acc);
+            l += p;
         }
-        out[q_base + lid] = total / norm;
+        if (PARTS == 1u) {
+            let rec = (rec0 + hh) * REC;
+            scratch[rec + 1u + c] = acc;
+            if (c == 0u) {
+                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            }
+        } else {
+            part_o[i] = acc;
+            part_l[i] = l;
+        }
+    }
+    if (PARTS > 1u) {
+        workgroupBarrier();
+        if (lid < OUT4) {   // OUT4 * PARTS <= WG here
+            let hh = lid / D4;
+            let c = lid % D4;
+            var acc = vec4<f32>(0.0);
+            var l = 0.0;
+            for (var part = 0u; part < PARTS; part++) {
+                acc += part_o[part * OUT4 + lid];
+                l += part_l[part * OUT4 + lid];
+            }
+            let rec = (rec0 + hh) * REC;
+            scratch[rec + 1u + c] = acc;
+            if (c == 0u) {
+                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            }
+        }
     }
 }

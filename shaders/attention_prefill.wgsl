@@ -20,7 +20,7 @@
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4).
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
-// out (rows, N_HEADS*HEAD_DIM), step — as attention.wgsl.
+// out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
 
 const WG = BQ * TPQ;

@@ -314,8 +314,8 @@ def test_rope_then_prefill_attention(gpu):
                           q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps, max_tokens=max_rows, **shape)
     prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
                                                           max_rows=max_rows, **shape)])
-    decode = d.schedule([rope, layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,
-                                                **shape)])
+    decode = d.schedule([rope, *layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,
+                                                 max_ctx=max_ctx, **shape)])
     k_all = v_all = np.zeros((0, n_kv_heads, head_dim), np.float32)
     pos = 0
     for n_tokens, schedule in [(40, prefill), (23, prefill), (1, decode)]:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from cera import ops
+from cera.device import Binding
 from cera.gpu import layers
 from cera.gpu.step import STEP_BYTES, pack_step
 from cera.kernels import Kernels
@@ -147,40 +148,65 @@ def test_rope_kv(device, kernels, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
 
 # --- attention --------------------------------------------------------------------------------
 
-ATTENTION_SHAPES = [(16, 4, 2), (64, 9, 3), (80, 12, 2), (128, 6, 6), (256, 4, 2), (100, 3, 1),
-                    (18, 4, 2)]   # 18: not a multiple of 4, the scalar key path
+ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split
+    (64, 9, 3, None, layers.ATTENTION_SPLIT),      # SmolLM2
+    (128, 12, 2, None, layers.ATTENTION_SPLIT),    # Qwen2.5-1.5B
+    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT),  # a Granite-like attention.scale
+    (256, 4, 2, None, layers.ATTENTION_SPLIT),
+    (18, 6, 2, None, layers.ATTENTION_SPLIT),      # not a multiple of 4: the scalar path
+    (128, 12, 2, None, 16),    # other splits: a group per workgroup, one key stripe ...
+    (256, 8, 1, None, 16),     # ... more vec4 outputs than invocations ...
+    (18, 4, 2, None, 256),     # ... more (head, key) scores than invocations
+]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", ATTENTION_SHAPES)
-def test_attention(device, kernels, head_dim, n_heads, n_kv_heads):
-    max_tokens, max_ctx = 5, 310
-    scale = 1.0 / np.sqrt(head_dim) if head_dim != 80 else 0.0078125   # 80: a Granite-like scale
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split", ATTENTION_SHAPES)
+def test_attention(device, kernels, head_dim, n_heads, n_kv_heads, scale, split):
+    """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
+    cache slots past the live length and unwritten scratch records hold NaN and must not count."""
+    max_tokens, max_ctx = 5, 1024
+    scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
     k_cache = randn(max_ctx, n_kv_heads, head_dim)
     v_cache = randn(max_ctx, n_kv_heads, head_dim)
     q = randn(max_tokens, n_heads, head_dim, scale=2.0)
-    qb, kc, vc = upload(device, q), upload(device, k_cache), upload(device, v_cache)
+    qb, kc, vc = upload(device, q), zeros(device, k_cache.shape), zeros(device, v_cache.shape)
     out = zeros(device, q.shape)
+    scratch_bytes = layers.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
+                                                   max_tokens=max_tokens, split=split)
+    scratch = upload(device, np.full(scratch_bytes // 4, np.nan, np.float32))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatch = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
-                                n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens)
-    # KV lengths 1, 2, 255..257 (a chunk edge), 300, and multi-row steps across the chunk edge.
-    for pos, n_tokens in [(0, 1), (1, 1), (254, 1), (255, 1), (256, 1), (299, 1), (0, 5), (253, 5), (303, 4)]:
+    dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+                                  n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
+                                  split=split, scratch=scratch)
+    # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
+    # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
+    cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
+             (0, 5), (split - 3, 5), (max_ctx - 5, 5)]
+    for pos, n_tokens in cases:
+        n_keys = pos + n_tokens
+        for buf, cache in ((kc, k_cache), (vc, v_cache)):
+            device.write(buf, np.concatenate([cache[:n_keys], np.full_like(cache[n_keys:], np.nan)]).tobytes())
         device.write(out, np.zeros(q.shape, np.float32).tobytes())
         device.write(step, pack_step(pos, n_tokens))
-        run(device, dispatch)
+        run(device, *dispatches)
         got = download(device, out, q.shape)
-        ref = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
-                            np.arange(pos, pos + n_tokens), scale)
+        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale)
         check(f"attention pos {pos} n_tokens {n_tokens}", got[:n_tokens], ref)
-        assert not got[n_tokens:].any()
+        assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
-def test_attention_head_dim_limit(device, kernels):
+def test_attention_errors(device, kernels):
     buf = device.buffer(4096, "x")
+    shape = dict(n_heads=4, n_kv_heads=2, max_ctx=64)
     with pytest.raises(ValueError, match="head_dim 320 is above the kernel's maximum 256"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, n_heads=4, n_kv_heads=2)
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, **shape)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4)
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
+    with pytest.raises(ValueError, match="split 48 must be a power of two"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
+    with pytest.raises(ValueError, match="scratch of 4096 bytes, 4352 needed"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, max_tokens=4,
+                         scratch=Binding(buf, 0, 4096), **shape)
 
 
 def test_rope_then_attention_over_steps(device, kernels):
@@ -195,7 +221,7 @@ def test_rope_then_attention_over_steps(device, kernels):
     schedule = device.schedule([
         layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, theta=theta, neox=True,
                        q_norm=upload(device, qn), k_norm=upload(device, kn), eps=eps, **shape),
-        layers.attention(kernels, device, out, qo, kc, vc, step, **shape)])
+        *layers.attention(kernels, device, out, qo, kc, vc, step, max_ctx=max_ctx, **shape)])
     k_all, v_all = np.zeros((0, n_kv_heads, head_dim), np.float32), np.zeros((0, n_kv_heads, head_dim), np.float32)
     pos = 0
     for n_tokens in [7, 1, 1, 3]:

@@ -281,7 +281,7 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
                       tiles: AttentionTiles | None = None, label: str = "prefill_attention") -> Dispatch:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens.
 
-    Same bindings as cera.gpu.layers.attention: q, out (rows, n_heads*head_dim); k_cache,
+    Bindings: q, out (rows, n_heads*head_dim); k_cache,
     v_cache (max_ctx, n_kv_heads, head_dim), rows of this step already written by rope_kv.
     scale defaults to 1/sqrt(head_dim)."""
     if head_dim > PREFILL_MAX_HEAD_DIM:

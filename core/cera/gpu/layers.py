@@ -2,8 +2,9 @@
 shortconv, swiglu).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
-binds the buffers in the shader's order and returns a `cera.device.Dispatch` sized for the
-most rows a step of the schedule carries. Outputs come first, like `matmul(out, x, w, ...)`.
+binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
+list of two, split-KV then combine) sized for the most rows a step of the schedule carries.
+Outputs come first, like `matmul(out, x, w, ...)`.
 Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
 f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.step).
 Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
@@ -15,7 +16,10 @@ import math
 
 from cera.device import Binding, Dispatch
 
-ATTENTION_MAX_HEAD_DIM = 256   # attention.wgsl keeps a head in one 256-invocation workgroup
+ATTENTION_MAX_HEAD_DIM = 256   # attention_combine.wgsl gives a head's vec4 columns one invocation each
+ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
+ATTENTION_STORAGE = 16384      # bytes: attention.wgsl's workgroup memory, the WebGPU default limit
+ATTENTION_SERIAL_KEYS = 16     # most keys one invocation walks in attention.wgsl's value pass
 
 
 def _binding(b) -> Binding:
@@ -92,23 +96,69 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
                      label, **defines)
 
 
+def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
+    """Key splits of decode attention for a cache of max_ctx slots."""
+    return -(-max_ctx // split)
+
+
+def attention_scratch_bytes(*, head_dim: int, n_heads: int, max_ctx: int, max_tokens: int = 1,
+                            split: int = ATTENTION_SPLIT) -> int:
+    """Bytes of the scratch decode attention keeps its per-split partials in: (max_tokens,
+    splits, n_heads, 1 + ceil(head_dim/4)) vec4, a record of (m, l, 0, 0) then o."""
+    return 16 * max_tokens * attention_splits(max_ctx, split) * n_heads * (1 + -(-head_dim // 4))
+
+
+def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int:
+    """The most query heads of a GQA group that one pass-1 workgroup of attention.wgsl can take
+    while its workgroup memory fits ATTENTION_STORAGE and no invocation walks more than
+    ATTENTION_SERIAL_KEYS keys of the value pass (more heads share more K/V loads; fewer leave
+    more invocations per output column, a shorter serial chain)."""
+    d4 = -(-head_dim // 4)
+    for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
+        parts = max(1, 256 // (hpw * d4))
+        storage = 16 * hpw * d4 + 8 * hpw * split + (20 * 256 if parts > 1 else 20)
+        if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
+            return hpw
+    raise ValueError(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
+
+
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
-              n_kv_heads: int, scale: float | None = None, max_tokens: int = 1,
-              label: str = "attention") -> Dispatch:
-    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t.
+              n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
+              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention") -> list[Dispatch]:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV.
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
-    written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale)."""
+    written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
+
+    Two dispatches: attention.wgsl scores and sums each split of `split` keys (a power of two)
+    in its own workgroups, ceil(max_ctx / split) splits x (n_heads / heads per workgroup) x
+    max_tokens, splits past a row's position exiting at once; attention_combine.wgsl merges
+    the live splits, n_heads x max_tokens workgroups. `scratch` holds the partials between
+    them (attention_scratch_bytes); layers run in sequence, so a plan can share one scratch
+    across its layers. Without one the builder allocates its own."""
     if head_dim > ATTENTION_MAX_HEAD_DIM:
         raise ValueError(f"attention: head_dim {head_dim} is above the kernel's maximum "
                          f"{ATTENTION_MAX_HEAD_DIM}")
+    if split < 1 or split & (split - 1) or split > 256:
+        raise ValueError(f"attention: split {split} must be a power of two up to 256")
     _check_heads(n_heads, n_kv_heads)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale))
+    n_splits = attention_splits(max_ctx, split)
+    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split)
+    scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
+                                            max_tokens=max_tokens, split=split)
+    if scratch is None:
+        scratch = device.buffer(scratch_bytes, f"{label}.scratch")
+    elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
+        raise ValueError(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
+    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits)
     if head_dim % 4 == 0:
-        defines["VEC4"] = True
-    return _dispatch(kernels, device, "attention.wgsl", [q, k_cache, v_cache, out, step],
-                     (n_heads, max_tokens, 1), label, **defines)
+        shape["VEC4"] = True
+    return [_dispatch(kernels, device, "attention.wgsl", [q, k_cache, v_cache, scratch, step],
+                      (n_heads // hpw, n_splits, max_tokens), label, N_KV_HEADS=n_kv_heads,
+                      SCALE=float(scale), HPW=hpw, **shape),
+            _dispatch(kernels, device, "attention_combine.wgsl", [scratch, out, step],
+                      (n_heads, max_tokens, 1), f"{label}.combine", **shape)]
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,

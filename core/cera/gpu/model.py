@@ -199,8 +199,11 @@ class GpuModel:
                                         theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot,
                                         freq_factors=freq, max_tokens=rows, label=f"{b}rope", **qk_norm, **shape))
             if rows == 1:
-                steps.append(layers.attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
-                                              scale=cfg.attention_scale, label=f"{b}attention", **shape))
+                scratch = self.buffers.get("attn_scratch") or self._act(   # split-KV partials, shared by the layers
+                    "attn_scratch", layers.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
+                                                                   max_ctx=self.ctx) // 4)
+                steps += layers.attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step, max_ctx=self.ctx,
+                                          scratch=scratch, scale=cfg.attention_scale, label=f"{b}attention", **shape)
             else:
                 steps.append(batched.prefill_attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
                                                        scale=cfg.attention_scale, max_rows=rows, **shape))
