@@ -47,12 +47,14 @@ def _round_q8_0(x):
 
 
 def _round_q8_1(x):
-    """ggml quantize_row_q8_1 -> (dequantized x, per-block error of its f16 `s` = d*sum(q))."""
+    """ggml quantize_row_q8_1 (x86: q as Q8_0's) -> (dequantized x, per-block error of its f16
+    `s` = d*sum(q))."""
     T, n = x.shape
     b = x.reshape(T, n // 32, 32)
-    d = (np.abs(b).max(-1, keepdims=True) / 127).astype(np.float32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    d = amax / 127
     d16 = d.astype(np.float16).astype(np.float32)
-    q = np.rint(b * np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0))
+    q = np.rint(b * np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0))
     qsum = q.sum(-1)
     s16 = (d[..., 0] * qsum).astype(np.float16).astype(np.float32)
     return (q * d16).reshape(T, n), s16 - d16[..., 0] * qsum        # (T, n), (T, n/32)
