@@ -17,49 +17,13 @@ import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera import ops
-from cera.device import Binding
 from cera.gpu import batched, layers
 from cera.gpu.step import STEP_BYTES, pack_step
-from cera.kernels import Kernels
-from quantdata import padded, random_rows
+from gpu_util import assert_close, run, step_buffer, upload
+from quantdata import random_rows
 
 TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]
-
-
-@pytest.fixture(scope="module")
-def gpu(device):
-    return types.SimpleNamespace(device=device, kernels=Kernels(device))
-
-
-def upload(gpu, data, label="data"):
-    data = padded(np.ascontiguousarray(data))
-    buffer = gpu.device.buffer(len(data), label)
-    gpu.device.write(buffer, data)
-    return buffer
-
-
-def step_buffer(gpu, pos, n_tokens):
-    buf = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
-    gpu.device.write(buf, pack_step(pos, n_tokens))
-    return buf
-
-
-def run(gpu, dispatches, buffer, shape):
-    size = 4 * int(np.prod(shape))
-    data = gpu.device.submit(gpu.device.schedule(list(dispatches)), read=Binding(buffer, 0, size))
-    return np.frombuffer(data, np.float32).reshape(shape)
-
-
-def assert_close(got, want, atol, rtol, what=""):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape, (what, got.shape, want.shape)
-    atol = np.broadcast_to(atol, want.shape)
-    bad = np.argwhere(~(np.abs(got - want) <= atol + rtol * np.abs(want)))
-    if bad.size:
-        lines = [f"  {tuple(int(j) for j in i)}: got {got[tuple(i)]:.7g} want {want[tuple(i)]:.7g}"
-                 for i in bad[:8]]
-        pytest.fail(f"{what}: {len(bad)} of {got.size} mismatch\n" + "\n".join(lines))
 
 
 # --- matmul ------------------------------------------------------------------------------------

@@ -18,42 +18,11 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from cera.device import Binding
 from cera.gpu import matmul
 from cera.gpu.step import pack_step
-from cera.kernels import Kernels
-from quantdata import padded, random_rows
+from gpu_util import assert_close, run, upload
+from quantdata import random_rows
 
 TYPES = sorted(matmul.MATVEC_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    native = pytest.importorskip("cera.native")
-    device = native.NativeDevice()
-    return types.SimpleNamespace(device=device, kernels=Kernels(device))
-
-
-def upload(gpu, data, label="data"):
-    data = padded(np.ascontiguousarray(data))
-    buffer = gpu.device.buffer(len(data), label)
-    gpu.device.write(buffer, data)
-    return buffer
-
-
-def run(gpu, dispatches, buffer, count, dtype=np.float32, offset=0):
-    """Submit dispatches and read `count` items of `dtype` from `buffer`."""
-    size = count * np.dtype(dtype).itemsize
-    data = gpu.device.submit(gpu.device.schedule(dispatches), read=Binding(buffer, offset, size))
-    return np.frombuffer(data, dtype)
-
-
-def assert_close(got, want, atol, rtol, what=""):
-    got, want = np.asarray(got, np.float64).ravel(), np.asarray(want, np.float64).ravel()
-    assert got.shape == want.shape, (got.shape, want.shape)
-    bad = np.flatnonzero(~(np.abs(got - want) <= atol + rtol * np.abs(want)))
-    if bad.size:
-        lines = [f"  [{i}] got {got[i]:.7g} want {want[i]:.7g} diff {got[i] - want[i]:.3g}" for i in bad[:8]]
-        pytest.fail(f"{what}: {bad.size} of {got.size} mismatch (atol {atol:.3g}, rtol {rtol:.3g})\n"
-                    + "\n".join(lines))
 
 
 def block_of(t):

@@ -1,0 +1,39 @@
+"""Helpers for the kernel tests: upload arrays, run dispatches, compare with numpy."""
+import numpy as np
+import pytest
+
+from cera.device import Binding
+from cera.gpu.step import STEP_BYTES, pack_step
+from quantdata import padded
+
+
+def upload(gpu, data, label="data"):
+    data = padded(np.ascontiguousarray(data))
+    buffer = gpu.device.buffer(len(data), label)
+    gpu.device.write(buffer, data)
+    return buffer
+
+
+def step_buffer(gpu, pos, n_tokens):
+    buf = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
+    gpu.device.write(buf, pack_step(pos, n_tokens))
+    return buf
+
+
+def run(gpu, dispatches, buffer, shape, dtype=np.float32, offset=0):
+    """Submit dispatches, then read an array of `shape` and `dtype` from `buffer` at `offset`."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    data = gpu.device.submit(gpu.device.schedule(list(dispatches)), read=Binding(buffer, offset, size))
+    return np.frombuffer(data, dtype).reshape(shape)
+
+
+def assert_close(got, want, atol, rtol, what=""):
+    """|got - want| <= atol + rtol |want| everywhere, else fail listing the first mismatches."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    atol = np.broadcast_to(atol, want.shape)
+    bad = np.argwhere(~(np.abs(got - want) <= atol + rtol * np.abs(want)))
+    if bad.size:
+        lines = [f"  {tuple(int(j) for j in i)}: got {got[tuple(i)]:.7g} want {want[tuple(i)]:.7g}"
+                 for i in bad[:8]]
+        pytest.fail(f"{what}: {len(bad)} of {got.size} mismatch\n" + "\n".join(lines))
