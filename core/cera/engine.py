@@ -89,9 +89,9 @@ class Result:
 
 
 class Engine:
-    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None):
+    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None, cfg: ModelConfig | None = None):
         self.gguf = gguf_file
-        self.cfg = ModelConfig.from_gguf(gguf_file)
+        self.cfg = cfg or ModelConfig.from_gguf(gguf_file)
         self.backend = backend
         self.tokenizer = tokenizer or Tokenizer.from_metadata(gguf_file.metadata)
 
@@ -103,11 +103,11 @@ class Engine:
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
-            return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer)
+            return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer, cfg)
         from cera.gpu.model import GpuModel
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
-        return cls(gguf_file, model, tokenizer)
+        return cls(gguf_file, model, tokenizer, cfg)
 
     @property
     def ctx(self) -> int:
@@ -147,7 +147,7 @@ class Engine:
         t1 = time.perf_counter()
         budget = min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 is run at position len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
-        async for token in self._continue(token, logits, len(ids), budget, sampler, want):
+        async for token, logits in self._continue(token, logits, len(ids), budget, sampler, want):
             if stop_at_eos and self.tokenizer.is_eog(token):
                 stop = "eos"
                 break
@@ -162,26 +162,24 @@ class Engine:
             pieces.append(tail)
             if on_text:
                 on_text(tail)
-        logits = self._last_logits
         return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
 
     async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
-        """The n tokens that follow the prompt: the first from the prefill's logits, then one
-        forward step each. Greedy runs without logits go through the backend's pipelined loop."""
-        self._last_logits = logits
+        """The n tokens that follow the prompt, each with the logits it was picked from (None
+        unless asked for): the first from the prefill, then one forward step each. Greedy runs
+        without logits go through the backend's pipelined loop."""
         if want is LOGITS_NONE and hasattr(self.backend, "greedy"):
             if n > 0:
-                yield token
+                yield token, None
                 async for token in self.backend.greedy(token, pos, n - 1):
-                    yield token
+                    yield token, None
             return
         for i in range(n):
             if not sampler.greedy:
                 token = sampler.sample(logits)
-            yield token
+            yield token, logits
             if i + 1 < n:
                 token, logits = await self.backend.forward([token], pos + i, want)
-                self._last_logits = logits
 
     async def logits(self, tokens: list[int]) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""
