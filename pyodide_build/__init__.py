@@ -1,0 +1,1 @@
+"""Builds cera's static web site (page + Pyodide + verified wheels): `python -m pyodide_build --help`."""

