@@ -20,6 +20,7 @@ _LIMIT_NAMES = {   # cera.device.Limits field -> WebGPU limit name
     "max_compute_workgroups_per_dimension": "max-compute-workgroups-per-dimension",
 }
 _WANTED_FEATURES = ("shader-f16", "subgroup", "timestamp-query")   # timestamps: profiling only
+_WEBGPU_NAMES = {"subgroup": "subgroups"}   # wgpu-py's feature names -> the WebGPU spec's
 _STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 _UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 
@@ -37,7 +38,7 @@ class NativeDevice:
         features = [f for f in _WANTED_FEATURES if f in adapter.features]
         required = {name: adapter.limits[name] for name in _LIMIT_NAMES.values()}
         self._device = adapter.request_device_sync(required_features=features, required_limits=required)
-        self.features = frozenset(features)
+        self.features = frozenset(_WEBGPU_NAMES.get(f, f) for f in features)
         self.limits = Limits(**{field: self._device.limits[name] for field, name in _LIMIT_NAMES.items()})
         self._staging = {}   # size -> free MAP_READ buffers
 

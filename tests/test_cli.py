@@ -97,3 +97,15 @@ def test_generation_stops_when_the_context_is_full(model):
     result = cera_json("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
     assert result["stop_reason"] == "context_full"
     assert len(result["prompt_tokens"]) + len(result["tokens"]) == 24 + 1   # the last token is never run
+
+
+def test_should_stop_ends_generation(model, device):
+    import asyncio
+    from cera.engine import Engine
+    engine = asyncio.run(Engine.load(GGUFFile.open(model), device, ctx=64))
+    seen = []
+    result = asyncio.run(engine.generate("hello", 20, stop_at_eos=False, on_text=seen.append,
+                                         should_stop=lambda: len(seen) >= 3))
+    assert result.stop_reason == "stopped" and len(seen) == 3
+    again = asyncio.run(engine.generate("hello", 6, stop_at_eos=False))   # the abandoned step leaves no trace
+    assert again.tokens == asyncio.run(engine.generate("hello", 6, stop_at_eos=False)).tokens

@@ -8,6 +8,7 @@ templates, sampling, stopping, streaming text, timing and scoring.
 from __future__ import annotations
 
 import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,7 +73,7 @@ class Result:
     text: str
     tokens: list[int]                 # generated ids
     prompt_tokens: list[int]
-    stop_reason: str                  # "eos", "max_tokens" or "context_full"
+    stop_reason: str                  # "eos", "max_tokens", "context_full" or "stopped"
     prefill_s: float
     decode_s: float
     logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
@@ -128,9 +129,10 @@ class Engine:
 
     async def generate(self, prompt: str | list[int], max_tokens: int = 128, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
-                       keep_logits: bool = False) -> Result:
+                       keep_logits: bool = False, should_stop=None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
-        as text becomes complete. keep_logits: read back and return the last position's logits."""
+        as text becomes complete. keep_logits: read back and return the last position's logits.
+        should_stop: called before each new token; True ends generation ("stopped")."""
         sampler = sampler or Sampler()
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
@@ -147,21 +149,22 @@ class Engine:
         t1 = time.perf_counter()
         budget = min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 is run at position len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
-        async for token, logits in self._continue(token, logits, len(ids), budget, sampler, want):
-            if stop_at_eos and self.tokenizer.is_eog(token):
-                stop = "eos"
-                break
-            out.append(token)
-            piece = detok.push(token)
-            if piece:
-                pieces.append(piece)
-                if on_text:
-                    on_text(piece)
-        tail = detok.flush()
-        if tail:
+        emit = on_text or (lambda piece: None)
+        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want)) as steps:
+            async for token, logits in steps:
+                if stop_at_eos and self.tokenizer.is_eog(token):
+                    stop = "eos"
+                    break
+                if should_stop and should_stop():
+                    stop = "stopped"
+                    break
+                out.append(token)
+                if piece := detok.push(token):
+                    pieces.append(piece)
+                    emit(piece)
+        if tail := detok.flush():
             pieces.append(tail)
-            if on_text:
-                on_text(tail)
+            emit(tail)
         return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
 
     async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
@@ -171,8 +174,9 @@ class Engine:
         if want is LOGITS_NONE and hasattr(self.backend, "greedy"):
             if n > 0:
                 yield token, None
-                async for token in self.backend.greedy(token, pos, n - 1):
-                    yield token, None
+                async with aclosing(self.backend.greedy(token, pos, n - 1)) as steps:
+                    async for token in steps:
+                        yield token, None
             return
         for i in range(n):
             if not sampler.greedy:

@@ -51,45 +51,13 @@ def classify(err: BaseException) -> dict:
     return {"name": name, "message": message}
 
 
-class _Stop(Exception):
-    pass
-
-
-class _StoppableBackend:
-    """Wraps the engine's backend: once stop() is asked, the next forward returns end-of-generation,
-    so Engine.generate finishes normally and returns what it has."""
-
-    def __init__(self, backend, eos_id: int):
-        self.inner, self.eos_id, self.stopping = backend, eos_id, False
-        if hasattr(backend, "greedy"):          # the engine takes the pipelined loop where there is one
-            self.greedy = self._greedy
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def forward(self, tokens, pos0, logits=None):
-        if self.stopping:
-            return self.eos_id, None
-        return await self.inner.forward(tokens, pos0, logits)
-
-    async def _greedy(self, token, pos, n):
-        steps = self.inner.greedy(token, pos, n)
-        try:
-            async for token in steps:
-                yield self.eos_id if self.stopping else token
-                if self.stopping:
-                    return
-        finally:
-            await steps.aclose()
-
-
 class Session:
     def __init__(self, host, post, limits=None):
         self.host, self.post = host, post
         self.device = WebDevice(host, dict(limits) if limits else None)
         self.engine = None
         self.source = None
-        self._backend = None
+        self._stopping = False
         _sessions.append(self)
 
     def info(self):
@@ -109,15 +77,13 @@ class Session:
             from cera.gguf_file import GGUFFile
 
             t0 = time.perf_counter()
-            self.engine = self._backend = None
+            self.engine = None
             gc.collect()                      # the previous model's buffers: freed on the GPU now
             self.device.release_unused()
             source = BlobSource(blob, self.host)
             gguf = GGUFFile(source)
             engine = await Engine.load(gguf, self.device, ctx=int(ctx), progress=self._progress(msg_id, "upload"))
             await self.device.check()
-            eos = engine.tokenizer.eos_id
-            engine.backend = self._backend = _StoppableBackend(engine.backend, eos)
             self.engine, self.source = engine, source
             cfg = engine.cfg
             return _js({"ok": True, "name": source.name, "arch": gguf.arch, "bytes": source.size,
@@ -130,8 +96,7 @@ class Session:
             return _js({"ok": False, "error": classify(err)})
 
     def stop(self):
-        if self._backend is not None:
-            self._backend.stopping = True
+        self._stopping = True
 
     async def generate(self, prompt, max_tokens, chat, msg_id):
         if self.engine is None:
@@ -150,17 +115,17 @@ class Session:
                 last[0] = now
 
         try:
-            self._backend.stopping = False
+            self._stopping = False
             calls0 = dict(self.device.calls())
             result = await self.engine.generate(str(prompt), max_tokens=int(max_tokens), chat=bool(chat),
-                                                on_text=on_text)
+                                                on_text=on_text, should_stop=lambda: self._stopping)
             if pending:
                 self.post(_js({"id": msg_id, "kind": "token", "text": "".join(pending)}))
             calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
             calls["postMessage"] = posts[0]   # streamed text (the final flush and the result not counted)
             return _js({"ok": True, "text": result.text, "tokens": list(result.tokens),   # ids, as `python -m cera generate --json`
                         "promptTokens": len(result.prompt_tokens),
-                        "stopReason": "stopped" if self._backend.stopping else result.stop_reason,
+                        "stopReason": result.stop_reason,
                         "prefillSeconds": result.prefill_s, "decodeSeconds": result.decode_s,
                         "decodeTokensPerS": result.decode_tokens_per_s,
                         "prefillTokensPerS": result.prefill_tokens_per_s,
@@ -168,4 +133,4 @@ class Session:
         except Exception as err:   # noqa: BLE001
             return _js({"ok": False, "error": classify(err)})
         finally:
-            self._backend.stopping = False
+            self._stopping = False

@@ -275,7 +275,9 @@ class GpuModel:
         self.decode_steps = steps
         self.decode_schedule = dev.schedule(steps)
         self.dispatches_per_token = len(steps)
-        self._state = [b for name, b in self.buffers.items() if name.endswith(("_cache", "conv_state"))]
+        # the KV caches need no clearing between sequences: attention reads only the positions
+        # the current sequence has written; the conv states are read whole
+        self._state = [b for name, b in self.buffers.items() if name.endswith("conv_state")]
 
     def _build_prefill(self) -> None:
         """The chunk's layers: embed + every layer, for up to `chunk` rows."""
@@ -324,7 +326,7 @@ class GpuModel:
 
     # --- running -------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget the sequence: clear the KV caches and conv states."""
+        """Forget the sequence: zero the conv states (the KV caches are overwritten as it goes)."""
         for b in self._state:
             self.device.write(b.buffer, bytes(b.size))
 
@@ -361,16 +363,20 @@ class GpuModel:
         if token != self._gpu_token:
             self.device.write(self.tokens.buffer, np.array([token], np.uint32).tobytes())
         pending = None
-        for i in range(n):
-            self.device.write(self.step.buffer, pack_step(pos + i, 1))
-            submitted = self.device.run(self.decode_schedule, self.tokens)
+        try:
+            for i in range(n):
+                self.device.write(self.step.buffer, pack_step(pos + i, 1))
+                previous, pending = pending, self.device.run(self.decode_schedule, self.tokens)
+                if previous is not None:
+                    token = self._token_of(await previous)
+                    self._gpu_token = None   # the step in flight overwrites it
+                    yield token
             if pending is not None:
-                token = self._token_of(await pending)
-                self._gpu_token = None   # the step in flight has overwritten it
-                yield token
-            pending = submitted
-        if pending is not None:
-            yield self._token_of(await pending)
+                last, pending = pending, None
+                yield self._token_of(await last)
+        finally:
+            if pending is not None:   # closed early: let the step in flight finish
+                await pending
 
     def _token_of(self, readback: bytes) -> int:
         self._gpu_token = int(np.frombuffer(readback, np.uint32)[0])
