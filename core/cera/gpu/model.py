@@ -26,7 +26,6 @@ from cera.kernels import Kernels
 
 F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
 DEFAULT_CHUNK = 512
-SMALL_CHUNK = 32   # chunks this short get dispatches (and matmul tiles) sized for 32 rows
 
 
 def warn(message: str) -> None:
@@ -47,8 +46,7 @@ class GpuModel:
         self.wtypes: dict[str, int] = {}          # weight name -> the ggml type its buffer holds
         self.shapes = {n: t.shape for n, t in gguf_file.tensors.items()}   # (+ the stacked qkv)
         self._pending = []                        # (buffer, tensor info, dst offset) uploads to do
-        self._prefill_steps = {}                  # rows a chunk's dispatches are sized for -> steps
-        self._prefill_schedules = {}              # (chunk length, all logits) -> schedule
+        self._prefill_schedules = {}              # (rows, all logits) -> schedule
         self._gpu_token = None                    # the token id tokens[0] holds (argmax wrote it)
         self.dispatches_per_token = 0
         self.submits_per_prefill = 0              # submissions the last multi-token forward() took
@@ -111,7 +109,7 @@ class GpuModel:
         self.buffers[name] = Binding(self.device.buffer(nbytes, name), 0, nbytes)
         return self.buffers[name]
 
-    def _proj(self, out, name: str, x, rows: int, *, norm: str | None = None, xb=None, **kw) -> list:
+    def _proj(self, out, name: str, x, rows: int, *, norm: str | None = None, **kw) -> list:
         """out = W x for one row (a matvec, the block's RMSNorm fused in) or for a chunk of
         `rows` (the tiled matmul, after a separate batched RMSNorm of x into `xb`)."""
         w, wtype = self._tensor(name), self.wtypes[name]
@@ -123,6 +121,7 @@ class GpuModel:
             return [matmul.matvec(self.kernels, self.device, out, w, x, wtype=wtype, k=k, m=m, **normed, **kw)]
         steps = []
         if norm:
+            xb = self.buffers[f"xb@{rows}"]
             steps.append(layers.rms_norm(self.kernels, self.device, xb, x, self._f32(norm), self.step,
                                          n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=rows, label=norm))
             x = xb
@@ -187,7 +186,7 @@ class GpuModel:
                 for j, (p, name, out) in enumerate(zip("qkv", names, (q, kb, vb))):
                     bias = self._f32(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
                     if rows == 1 or j == 0:   # the norm: fused into each matvec, or run once into xb
-                        steps += self._proj(out, name, x, rows, norm=norm, xb=a["xb"], bias=bias)
+                        steps += self._proj(out, name, x, rows, norm=norm, bias=bias)
                     else:
                         steps += self._proj(out, name, a["xb"], rows, bias=bias)
             k_cache = self.buffers.get(f"{b}key_cache") or self._act(f"{b}key_cache", self.ctx, kv)  # (ctx, kv heads, hd)
@@ -213,8 +212,7 @@ class GpuModel:
         else:
             state = self.buffers.get(f"{b}conv_state") or self._act(f"{b}conv_state", cfg.conv_kernel - 1,
                                                                       cfg.hidden)   # rolling B*x rows
-            steps += self._proj(a["bcx"], f"{b}shortconv.in_proj.weight", x, rows, norm=b + "attn_norm.weight",
-                                xb=a["xb"])
+            steps += self._proj(a["bcx"], f"{b}shortconv.in_proj.weight", x, rows, norm=b + "attn_norm.weight")
             steps.append(layers.shortconv(k, dev, a["conv_out"], a["bcx"], self._f32(b + "shortconv.conv.weight"),
                                           state, self.step, hidden=cfg.hidden, kernel=cfg.conv_kernel,
                                           label=f"{b}shortconv"))
@@ -224,7 +222,7 @@ class GpuModel:
         if gate.ggml_type != up.ggml_type:
             raise ValueError(f"{gate.name} ({gate.type_name}) and {up.name} ({up.type_name}) differ in type: "
                              "the fused SwiGLU kernels need one type")
-        steps += self._proj(a["hb"], gate.name, x, rows, norm=b + "ffn_norm.weight", xb=a["xb"], w_up=up.name)
+        steps += self._proj(a["hb"], gate.name, x, rows, norm=b + "ffn_norm.weight", w_up=up.name)
         steps += self._proj(x, f"{b}ffn_down.weight", a["hb"], rows, accumulate=True, scale=cfg.residual_scale)
         return steps
 
@@ -282,52 +280,46 @@ class GpuModel:
         self._state = [b for name, b in self.buffers.items() if name.endswith("conv_state")]
 
     def _build_prefill(self) -> None:
-        self.prefill_act = self._activations(self.chunk) if self.chunk > 1 else self.decode_act
-        self._chunk_steps(self.chunk)   # before the upload: it names every weight a chunk reads
-
-    def _chunk_steps(self, rows: int) -> list:
-        """Embed + every layer for up to `rows` rows (dispatches and matmul tiles sized for them)."""
-        if rows not in self._prefill_steps:
-            a = self.prefill_act
-            tokens = Binding(self.tokens.buffer, 0, 4 * rows)
-            steps = matmul.embed_tiled(self.kernels, self.device, a["x"], self._tensor("token_embd.weight"), tokens,
-                                       self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
-                                       rows=self.gguf.tensors["token_embd.weight"].shape[0], max_rows=rows,
-                                       scale=self.cfg.embedding_scale)
-            for i in range(self.cfg.n_layers):
-                steps += self._layer(i, rows, a)
-            self._prefill_steps[rows] = steps
-        return self._prefill_steps[rows]
+        """The chunk's layers: embed + every layer, for up to `chunk` rows."""
+        rows = self.chunk
+        self.prefill_act = a = self._activations(rows) if rows > 1 else self.decode_act
+        tokens = Binding(self.tokens.buffer, 0, 4 * rows)
+        steps = matmul.embed_tiled(self.kernels, self.device, a["x"], self._tensor("token_embd.weight"), tokens,
+                                   self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
+                                   rows=self.gguf.tensors["token_embd.weight"].shape[0], max_rows=rows,
+                                   scale=self.cfg.embedding_scale)
+        for i in range(self.cfg.n_layers):
+            steps += self._layer(i, rows, a)
+        self.prefill_steps = steps
 
     def _prefill_schedule(self, n: int, all_logits: bool):
         """A chunk of n rows: the layers, then either the last row through the decode head
         (logits and argmax of that row) or every row through a batched head (scoring)."""
         key = (n, all_logits)
         if key not in self._prefill_schedules:
-            h = self.cfg.hidden
-            rows = SMALL_CHUNK if n <= SMALL_CHUNK < self.chunk else self.chunk
+            cfg, h = self.cfg, self.cfg.hidden
             x = self.prefill_act["x"]
             if all_logits:
-                tail = self._scoring_head(n, rows)
+                tail = self._scoring_head(n)
             elif self.chunk == 1:
                 tail = self._head(x)
             else:   # copy row n-1 of the chunk into the decode row and run the decode head on it
                 tail = [Copy(x.buffer, 4 * (n - 1) * h, self.decode_act["x"].buffer, 0, 4 * h)]
                 tail += self._head(self.decode_act["x"])
-            self._prefill_schedules[key] = self.device.schedule(self._chunk_steps(rows) + tail)
+            self._prefill_schedules[key] = self.device.schedule(self.prefill_steps + tail)
         return self._prefill_schedules[key]
 
-    def _scoring_head(self, n: int, rows: int) -> list:
-        """logits (n, vocab) for every row of a chunk of up to `rows`, and the last row's argmax."""
+    def _scoring_head(self, n: int) -> list:
+        """logits (n, vocab) for every row of the chunk, and the last row's argmax."""
         cfg = self.cfg
         if "logits_all" not in self.buffers:
             self._act("logits_all", self.chunk, cfg.vocab_size)
         a, logits_all = self.prefill_act, self.buffers["logits_all"]
         steps = [layers.rms_norm(self.kernels, self.device, a["xb"], a["x"], self._f32(cfg.final_norm), self.step,
-                                 n=cfg.hidden, eps=cfg.eps, max_tokens=rows, label="output_norm")]
+                                 n=cfg.hidden, eps=cfg.eps, max_tokens=self.chunk, label="output_norm")]
         steps += batched.matmul_tiled(self.kernels, self.device, logits_all, self._tensor(cfg.lm_head), a["xb"],
                                       self.step, wtype=self.wtypes[cfg.lm_head], k=cfg.hidden, m=cfg.vocab_size,
-                                      max_rows=rows, scale=1.0 / cfg.logit_scale)
+                                      max_rows=self.chunk, scale=1.0 / cfg.logit_scale)
         steps.append(Copy(logits_all.buffer, 4 * (n - 1) * cfg.vocab_size, self.logits.buffer, 0,
                           4 * cfg.vocab_size))
         return steps + [matmul.argmax(self.kernels, self.device, self.tokens, self.logits, n=cfg.vocab_size)]
