@@ -54,41 +54,7 @@ var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPL
 var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j ...
 var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
 
-// Columns 4c..4c+3 of the head starting at float `base` (zero past HEAD_DIM).
-fn load_q(base: u32, c: u32) -> vec4<f32> {
-#ifdef VEC4
-    return q[base / 4u + c];
-#else
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            v[i] = q[base + 4u * c + i];
-        }
-    }
-    return v;
-#endif
-}
-
-fn load_cache(is_v: bool, base: u32, c: u32) -> vec4<f32> {
-#ifdef VEC4
-    if (is_v) {
-        return v_cache[base / 4u + c];
-    }
-    return k_cache[base / 4u + c];
-#else
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            if (is_v) {
-                v[i] = v_cache[base + 4u * c + i];
-            } else {
-                v[i] = k_cache[base + 4u * c + i];
-            }
-        }
-    }
-    return v;
-#endif
-}
+#include "attention_load.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -48,41 +48,7 @@ var<workgroup> qs: array<vec4<f32>, BQ * D4>;     // q rows * SCALE, zero-padded
 var<workgroup> kv: array<vec4<f32>, BKV * KS4>;   // the key tile, then the value tile
 var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
-// Columns 4c..4c+3 of a head starting at float `base` (zero past HEAD_DIM).
-fn load_q(base: u32, c: u32) -> vec4<f32> {
-#ifdef VEC4
-    return q[base / 4u + c];
-#else
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            v[i] = q[base + 4u * c + i];
-        }
-    }
-    return v;
-#endif
-}
-
-fn load_cache(is_v: bool, base: u32, c: u32) -> vec4<f32> {
-#ifdef VEC4
-    if (is_v) {
-        return v_cache[base / 4u + c];
-    }
-    return k_cache[base / 4u + c];
-#else
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            if (is_v) {
-                v[i] = v_cache[base + 4u * c + i];
-            } else {
-                v[i] = k_cache[base + 4u * c + i];
-            }
-        }
-    }
-    return v;
-#endif
-}
+#include "attention_load.wgsl"
 
 // Keys j0 .. j0+BKV-1 of kv head kh (zero past n_keys) into kv.
 fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, n_keys: u32) {
