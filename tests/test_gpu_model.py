@@ -82,3 +82,30 @@ def test_greedy_matches_llama_cpp(engines, name):
                 assert first - second < tie, \
                     f"greedy token {i}: {got} != llama.cpp's {want} (its margin {first - second:.3f})"
                 break
+
+
+def _with_limits(device, **limits):
+    """The same device, reporting smaller limits (a smaller GPU)."""
+    import copy
+    import dataclasses
+    small = copy.copy(device)
+    small.limits = dataclasses.replace(device.limits, **limits)
+    return small
+
+
+def test_matrices_beyond_the_binding_limit_are_tiled(device, engines, tmp_path):
+    """With a 16 KiB storage binding limit every weight, the LM head and the embedding are bound
+    in row tiles; the logits stay those of the untiled model."""
+    gpu, _, golden = engines("llama_f32")
+    path = write_variant(tmp_path / "m.gguf", "llama_f32")
+    small = asyncio.run(Engine.load(GGUFFile.open(path), _with_limits(device, max_storage_buffer_binding_size=16384),
+                                    ctx=64))
+    tokens = golden["sequences"][1]["tokens"]
+    np.testing.assert_allclose(asyncio.run(small.logits(tokens)), asyncio.run(gpu.logits(tokens)), rtol=1e-5, atol=1e-5)
+    assert small.backend.dispatches_per_token > gpu.backend.dispatches_per_token
+
+
+def test_too_small_a_binding_names_the_tensor(device, tmp_path):
+    path = write_variant(tmp_path / "m.gguf", "llama_f32")
+    with pytest.raises(ValueError, match=r"tensor .*weight.*storage binding limit"):
+        asyncio.run(Engine.load(GGUFFile.open(path), _with_limits(device, max_storage_buffer_binding_size=256), ctx=64))

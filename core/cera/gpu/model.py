@@ -45,6 +45,7 @@ class GpuModel:
         self.buffers: dict[str, Binding] = {}    # name -> weights (raw GGUF bytes or f32) or activations
         self.wtypes: dict[str, int] = {}          # weight name -> the ggml type its buffer holds
         self.shapes = {n: t.shape for n, t in gguf_file.tensors.items()}   # (+ the stacked qkv)
+        self.shapes[cfg.lm_head] = (cfg.vocab_size, cfg.hidden)   # head rows past the vocabulary: unused
         self._pending = []                        # (buffer, tensor info, dst offset) uploads to do
         self._prefill_schedules = {}              # (rows, all logits) -> schedule
         self._gpu_token = None                    # the token id tokens[0] holds (argmax wrote it)
@@ -116,17 +117,21 @@ class GpuModel:
         m, k = self.shapes[name]
         if "w_up" in kw:
             kw["w_up"] = self._tensor(kw["w_up"])
-        if rows == 1:
-            normed = dict(norm=self._f32(norm), eps=self.cfg.eps) if norm else {}
-            return [matmul.matvec(self.kernels, self.device, out, w, x, wtype=wtype, k=k, m=m, **normed, **kw)]
-        steps = []
-        if norm:
-            xb = self.buffers[f"xb@{rows}"]
-            steps.append(layers.rms_norm(self.kernels, self.device, xb, x, self._f32(norm), self.step,
-                                         n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=rows, label=norm))
-            x = xb
-        return steps + [batched.matmul(self.kernels, self.device, out, w, x, self.step, wtype=wtype,
-                                       k=k, m=m, max_rows=rows, **kw)]
+        try:   # a matrix bigger than one storage binding goes in row tiles
+            if rows == 1:
+                normed = dict(norm=self._f32(norm), eps=self.cfg.eps) if norm else {}
+                return matmul.matvec_tiled(self.kernels, self.device, out, w, x, wtype=wtype, k=k, m=m,
+                                           **normed, **kw)
+            steps = []
+            if norm:
+                xb = self.buffers[f"xb@{rows}"]
+                steps.append(layers.rms_norm(self.kernels, self.device, xb, x, self._f32(norm), self.step,
+                                             n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=rows, label=norm))
+                x = xb
+            return steps + batched.matmul_tiled(self.kernels, self.device, out, w, x, self.step, wtype=wtype,
+                                                k=k, m=m, max_rows=rows, **kw)
+        except ValueError as err:
+            raise ValueError(f"tensor {name}: {err} (model too large for this GPU's limits)") from None
 
     def _qkv_runs(self, i: int) -> list[str] | None:
         """blk.i's q, k, v projections grouped into runs of consecutive same-type matrices ("qkv",
@@ -246,17 +251,20 @@ class GpuModel:
         return a
 
     def _embed(self, x, rows: int) -> list:
-        info = self.gguf.tensors["token_embd.weight"]
-        return matmul.embed_tiled(self.kernels, self.device, x, self._tensor("token_embd.weight"), self.tokens,
-                                  self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
-                                  rows=info.shape[0], max_rows=rows, scale=self.cfg.embedding_scale)
+        """x (rows, hidden) = the embeddings of tokens[0..rows) (times Granite's embedding_scale)."""
+        name = "token_embd.weight"
+        try:
+            return matmul.embed_tiled(self.kernels, self.device, x, self._tensor(name),
+                                      Binding(self.tokens.buffer, 0, 4 * rows), self.step, wtype=self.wtypes[name],
+                                      k=self.cfg.hidden, rows=self.gguf.tensors[name].shape[0], max_rows=rows,
+                                      scale=self.cfg.embedding_scale)
+        except ValueError as err:
+            raise ValueError(f"tensor {name}: {err} (model too large for this GPU's limits)") from None
 
     def _head(self, x) -> list:
         """logits = W_head rms_norm(x) / logit_scale for one row, then its argmax -> tokens[0]."""
         cfg = self.cfg
-        steps = matmul.matvec_tiled(self.kernels, self.device, self.logits, self._tensor(cfg.lm_head), x,
-                                    wtype=self.wtypes[cfg.lm_head], k=cfg.hidden, m=cfg.vocab_size,
-                                    scale=1.0 / cfg.logit_scale, norm=self._f32(cfg.final_norm), eps=cfg.eps)
+        steps = self._proj(self.logits, cfg.lm_head, x, 1, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
         return steps + [matmul.argmax(self.kernels, self.device, self.tokens, self.logits, n=cfg.vocab_size)]
 
     # --- the schedules -------------------------------------------------------------------
@@ -283,11 +291,7 @@ class GpuModel:
         """The chunk's layers: embed + every layer, for up to `chunk` rows."""
         rows = self.chunk
         self.prefill_act = a = self._activations(rows) if rows > 1 else self.decode_act
-        tokens = Binding(self.tokens.buffer, 0, 4 * rows)
-        steps = matmul.embed_tiled(self.kernels, self.device, a["x"], self._tensor("token_embd.weight"), tokens,
-                                   self.step, wtype=self.wtypes["token_embd.weight"], k=self.cfg.hidden,
-                                   rows=self.gguf.tensors["token_embd.weight"].shape[0], max_rows=rows,
-                                   scale=self.cfg.embedding_scale)
+        steps = self._embed(a["x"], rows)
         for i in range(self.cfg.n_layers):
             steps += self._layer(i, rows, a)
         self.prefill_steps = steps
@@ -297,7 +301,7 @@ class GpuModel:
         (logits and argmax of that row) or every row through a batched head (scoring)."""
         key = (n, all_logits)
         if key not in self._prefill_schedules:
-            cfg, h = self.cfg, self.cfg.hidden
+            h = self.cfg.hidden
             x = self.prefill_act["x"]
             if all_logits:
                 tail = self._scoring_head(n)
@@ -314,12 +318,9 @@ class GpuModel:
         cfg = self.cfg
         if "logits_all" not in self.buffers:
             self._act("logits_all", self.chunk, cfg.vocab_size)
-        a, logits_all = self.prefill_act, self.buffers["logits_all"]
-        steps = [layers.rms_norm(self.kernels, self.device, a["xb"], a["x"], self._f32(cfg.final_norm), self.step,
-                                 n=cfg.hidden, eps=cfg.eps, max_tokens=self.chunk, label="output_norm")]
-        steps += batched.matmul_tiled(self.kernels, self.device, logits_all, self._tensor(cfg.lm_head), a["xb"],
-                                      self.step, wtype=self.wtypes[cfg.lm_head], k=cfg.hidden, m=cfg.vocab_size,
-                                      max_rows=self.chunk, scale=1.0 / cfg.logit_scale)
+        logits_all = self.buffers["logits_all"]
+        steps = self._proj(logits_all, cfg.lm_head, self.prefill_act["x"], self.chunk, norm=cfg.final_norm,
+                           scale=1.0 / cfg.logit_scale)
         steps.append(Copy(logits_all.buffer, 4 * (n - 1) * cfg.vocab_size, self.logits.buffer, 0,
                           4 * cfg.vocab_size))
         return steps + [matmul.argmax(self.kernels, self.device, self.tokens, self.logits, n=cfg.vocab_size)]
