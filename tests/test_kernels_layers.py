@@ -9,8 +9,6 @@ from cera.gpu import layers
 from cera.gpu.step import STEP_BYTES, pack_step
 from cera.kernels import Kernels
 
-wgpu = pytest.importorskip("wgpu")
-
 
 @pytest.fixture(scope="module")
 def device():

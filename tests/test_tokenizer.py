@@ -205,7 +205,7 @@ _HF_QWEN2 = _HF_LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def _hf_tokenizer(tok: Tokenizer, meta: dict):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     from tokenizers import Regex, models, pre_tokenizers
     pre = tok.pre
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
