@@ -170,66 +170,81 @@ class GpuModel:
     # --- one layer, for one row (decode) or a chunk of rows (prefill) ----------------------
     def _layer(self, i: int, rows: int, a: dict) -> list:
         """The dispatches of layer i; `a` holds the activation buffers for `rows` rows."""
+        mixer = self._attention if self.cfg.block_kinds[i] == ATTENTION else self._shortconv
+        return mixer(i, rows, a) + self._ffn(i, rows, a)
+
+    def _qkv(self, i: int, rows: int, a: dict) -> tuple[list, Binding, Binding, Binding]:
+        """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
+        cfg, b, x = self.cfg, f"blk.{i}.", a["x"]
+        kv, q_dim, norm = cfg.kv_dim(i), cfg.q_dim, b + "attn_norm.weight"
+        runs = self._qkv_runs(i) if rows == 1 else None
+        steps = []
+        if runs:                                           # q | k | v in one buffer, a matvec per run
+            qkv = a["qkv"].buffer
+            offset = {"q": 0, "k": 4 * q_dim, "v": 4 * (q_dim + kv)}
+            size = {"q": 4 * q_dim, "k": 4 * kv, "v": 4 * kv}
+            for run in runs:
+                w_name, bias = self._stacked(i, run)
+                out = Binding(qkv, offset[run[0]], sum(size[p] for p in run))
+                steps += self._proj(out, w_name, x, rows, norm=norm, bias=bias)
+            return (steps, *(Binding(qkv, offset[p], size[p]) for p in "qkv"))
+        q, k, v = a["q"], Binding(a["k"].buffer, 0, 4 * rows * kv), Binding(a["v"].buffer, 0, 4 * rows * kv)
+        for j, (p, out) in enumerate(zip("qkv", (q, k, v))):
+            bias = self._f32(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
+            if rows == 1 or j == 0:   # the norm: fused into each matvec, or run once into xb
+                steps += self._proj(out, f"{b}attn_{p}.weight", x, rows, norm=norm, bias=bias)
+            else:
+                steps += self._proj(out, f"{b}attn_{p}.weight", a["xb"], rows, bias=bias)
+        return steps, q, k, v
+
+    def _attention(self, i: int, rows: int, a: dict) -> list:
+        """x += residual_scale * Wo attention(rope(q), rope(k), v), writing k and v to the cache."""
         cfg, k, dev, b = self.cfg, self.kernels, self.device, f"blk.{i}."
-        x, steps = a["x"], []
-        if cfg.block_kinds[i] == ATTENTION:
-            kv, q_dim = cfg.kv_dim(i), cfg.q_dim
-            names = [f"{b}attn_{p}.weight" for p in "qkv"]
-            norm = b + "attn_norm.weight"
-            runs = self._qkv_runs(i) if rows == 1 else None
-            if runs:                                           # q | k | v in one buffer
-                qkv = a["qkv"].buffer
-                offset = {"q": 0, "k": 4 * q_dim, "v": 4 * (q_dim + kv)}
-                size = {"q": 4 * q_dim, "k": 4 * kv, "v": 4 * kv}
-                q, kb, vb = (Binding(qkv, offset[p], size[p]) for p in "qkv")
-                for run in runs:
-                    w_name, bias = self._stacked(i, run)
-                    out = Binding(qkv, offset[run[0]], sum(size[p] for p in run))
-                    steps += self._proj(out, w_name, x, rows, norm=norm, bias=bias)
-            else:
-                q, kb, vb = a["q"], Binding(a["k"].buffer, 0, 4 * rows * kv), Binding(a["v"].buffer, 0, 4 * rows * kv)
-                for j, (p, name, out) in enumerate(zip("qkv", names, (q, kb, vb))):
-                    bias = self._f32(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
-                    if rows == 1 or j == 0:   # the norm: fused into each matvec, or run once into xb
-                        steps += self._proj(out, name, x, rows, norm=norm, bias=bias)
-                    else:
-                        steps += self._proj(out, name, a["xb"], rows, bias=bias)
-            k_cache = self.buffers.get(f"{b}key_cache") or self._act(f"{b}key_cache", self.ctx, kv)  # (ctx, kv heads, hd)
-            v_cache = self.buffers.get(f"{b}value_cache") or self._act(f"{b}value_cache", self.ctx, kv)
-            qk_norm = dict(q_norm=self._f32(b + "attn_q_norm.weight"), k_norm=self._f32(b + "attn_k_norm.weight"),
-                           eps=cfg.eps) if cfg.qk_norm else {}
-            freq = self._f32("rope_freqs.weight") if cfg.rope_freq_factors else None
-            shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i])
-            steps.append(layers.rope_kv(k, dev, a["q_rot"], k_cache, v_cache, q, kb, vb, self.step,
-                                        theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot,
-                                        freq_factors=freq, max_tokens=rows, label=f"{b}rope", **qk_norm, **shape))
-            if rows == 1:
-                scratch = self.buffers.get("attn_scratch") or self._act(   # split-KV partials, shared by the layers
-                    "attn_scratch", layers.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
-                                                                   max_ctx=self.ctx) // 4)
-                steps += layers.attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step, max_ctx=self.ctx,
-                                          scratch=scratch, scale=cfg.attention_scale, label=f"{b}attention", **shape)
-            else:
-                steps.append(batched.prefill_attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
-                                                       scale=cfg.attention_scale, max_rows=rows, **shape))
-            steps += self._proj(x, f"{b}attn_output.weight", a["att"], rows, accumulate=True,
-                                scale=cfg.residual_scale)
+        kv = cfg.kv_dim(i)
+        steps, q, kb, vb = self._qkv(i, rows, a)
+        k_cache = self.buffers.get(f"{b}key_cache") or self._act(f"{b}key_cache", self.ctx, kv)  # (ctx, kv heads, hd)
+        v_cache = self.buffers.get(f"{b}value_cache") or self._act(f"{b}value_cache", self.ctx, kv)
+        qk_norm = dict(q_norm=self._f32(b + "attn_q_norm.weight"), k_norm=self._f32(b + "attn_k_norm.weight"),
+                       eps=cfg.eps) if cfg.qk_norm else {}
+        freq = self._f32("rope_freqs.weight") if cfg.rope_freq_factors else None
+        shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i])
+        steps.append(layers.rope_kv(k, dev, a["q_rot"], k_cache, v_cache, q, kb, vb, self.step,
+                                    theta=cfg.rope_theta, neox=cfg.rope_neox, n_rot=cfg.n_rot,
+                                    freq_factors=freq, max_tokens=rows, label=f"{b}rope", **qk_norm, **shape))
+        if rows == 1:
+            scratch = self.buffers.get("attn_scratch") or self._act(   # split-KV partials, shared by the layers
+                "attn_scratch", layers.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
+                                                               max_ctx=self.ctx) // 4)
+            steps += layers.attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step, max_ctx=self.ctx,
+                                      scratch=scratch, scale=cfg.attention_scale, label=f"{b}attention", **shape)
         else:
-            state = self.buffers.get(f"{b}conv_state") or self._act(f"{b}conv_state", cfg.conv_kernel - 1,
-                                                                      cfg.hidden)   # rolling B*x rows
-            steps += self._proj(a["bcx"], f"{b}shortconv.in_proj.weight", x, rows, norm=b + "attn_norm.weight")
-            steps.append(layers.shortconv(k, dev, a["conv_out"], a["bcx"], self._f32(b + "shortconv.conv.weight"),
-                                          state, self.step, hidden=cfg.hidden, kernel=cfg.conv_kernel,
-                                          label=f"{b}shortconv"))
-            steps += self._proj(x, f"{b}shortconv.out_proj.weight", a["conv_out"], rows, accumulate=True,
-                                scale=cfg.residual_scale)
+            steps.append(batched.prefill_attention(k, dev, a["att"], a["q_rot"], k_cache, v_cache, self.step,
+                                                   scale=cfg.attention_scale, max_rows=rows, **shape))
+        return steps + self._proj(a["x"], f"{b}attn_output.weight", a["att"], rows, accumulate=True,
+                                  scale=cfg.residual_scale)
+
+    def _shortconv(self, i: int, rows: int, a: dict) -> list:
+        """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
+        cfg, b = self.cfg, f"blk.{i}."
+        state = self.buffers.get(f"{b}conv_state") or self._act(f"{b}conv_state", cfg.conv_kernel - 1,
+                                                                  cfg.hidden)   # rolling B*x rows
+        steps = self._proj(a["bcx"], f"{b}shortconv.in_proj.weight", a["x"], rows, norm=b + "attn_norm.weight")
+        steps.append(layers.shortconv(self.kernels, self.device, a["conv_out"], a["bcx"],
+                                      self._f32(b + "shortconv.conv.weight"), state, self.step, hidden=cfg.hidden,
+                                      kernel=cfg.conv_kernel, label=f"{b}shortconv"))
+        return steps + self._proj(a["x"], f"{b}shortconv.out_proj.weight", a["conv_out"], rows, accumulate=True,
+                                  scale=cfg.residual_scale)
+
+    def _ffn(self, i: int, rows: int, a: dict) -> list:
+        """x += residual_scale * W_down (silu(W_gate h) * (W_up h)), h = ffn_norm(x)."""
+        b = f"blk.{i}."
         gate, up = self.gguf.tensors[b + "ffn_gate.weight"], self.gguf.tensors[b + "ffn_up.weight"]
         if gate.ggml_type != up.ggml_type:
             raise ValueError(f"{gate.name} ({gate.type_name}) and {up.name} ({up.type_name}) differ in type: "
                              "the fused SwiGLU kernels need one type")
-        steps += self._proj(a["hb"], gate.name, x, rows, norm=b + "ffn_norm.weight", w_up=up.name)
-        steps += self._proj(x, f"{b}ffn_down.weight", a["hb"], rows, accumulate=True, scale=cfg.residual_scale)
-        return steps
+        steps = self._proj(a["hb"], gate.name, a["x"], rows, norm=b + "ffn_norm.weight", w_up=up.name)
+        return steps + self._proj(a["x"], f"{b}ffn_down.weight", a["hb"], rows, accumulate=True,
+                                  scale=self.cfg.residual_scale)
 
     def _activations(self, rows: int) -> dict:
         """Activation buffers for steps of up to `rows` tokens (row-major, one row per token)."""
