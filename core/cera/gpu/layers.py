@@ -1,5 +1,5 @@
 """Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv, swiglu).
+shortconv).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
 binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
@@ -48,17 +48,6 @@ def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
     wg = 64 if n <= 256 else 256
     return _dispatch(kernels, device, "rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1),
                      label, N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
-
-
-def add_rms_norm(kernels, device, out, residual, delta, w, step, *, n: int, eps: float,
-                 delta_scale: float = 1.0, max_tokens: int = 1, label: str = "add_rms_norm") -> Dispatch:
-    """residual += delta * delta_scale (in place), then out = rms_norm(residual) * w.
-
-    residual, delta, out (tokens, n); w (n,). delta_scale is Granite's residual_scale (else 1)."""
-    wg = 64 if n <= 256 else 256
-    return _dispatch(kernels, device, "rms_norm.wgsl", [residual, w, out, step, delta], (1, max_tokens, 1),
-                     label, N=n, ROWS_PER_TOKEN=1, EPS=float(eps), WG=wg, ADD=True,
-                     DELTA_SCALE=float(delta_scale))
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
@@ -172,13 +161,6 @@ def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, ke
         raise ValueError(f"shortconv: kernel {kernel} must be at least 2")
     return _dispatch(kernels, device, "shortconv.wgsl", [bcx, conv_w, state, out, step],
                      (-(-hidden // 64), 1, 1), label, HIDDEN=hidden, KERNEL=kernel)
-
-
-def swiglu(kernels, device, out, gate, up, step, *, n: int, max_tokens: int = 1,
-           label: str = "swiglu") -> Dispatch:
-    """out = silu(gate) * up; gate, up, out (tokens, n)."""
-    return _dispatch(kernels, device, "swiglu.wgsl", [gate, up, out, step], (-(-n // 256), max_tokens, 1),
-                     label, N=n)
 
 
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:
