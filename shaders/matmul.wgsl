@@ -96,14 +96,7 @@ const N_MATS = 1u;
 var<workgroup> ws: array<vec4<f32>, N_MATS * BK * M4>;
 var<workgroup> xs: array<vec4<f32>, BK * T4>;
 
-fn wword(src: u32, i: u32) -> u32 {
-#ifdef GLU
-    if (src == 1u) {
-        return w_up[i];
-    }
-#endif
-    return w[i];
-}
+#include "weights.wgsl"
 
 // ---- staging ------------------------------------------------------------------------------
 

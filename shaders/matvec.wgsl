@@ -82,14 +82,7 @@ var<workgroup> partial: array<f32, WG>;
 var<workgroup> partial_up: array<f32, WG>;
 #endif
 
-fn wword(src: u32, i: u32) -> u32 {
-#ifdef GLU
-    if (src == 1u) {
-        return w_up[i];
-    }
-#endif
-    return w[i];
-}
+#include "weights.wgsl"
 
 // dot of 4 weights with x[e .. e+3], elements past the row masked (float rows of any length)
 fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
