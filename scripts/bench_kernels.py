@@ -35,7 +35,7 @@ from quantdata import padded, random_rows  # noqa: E402
 
 from cera.device import Binding  # noqa: E402
 from cera.gpu import batched, matmul  # noqa: E402
-from cera.gpu.step import STEP_BYTES, pack_step  # noqa: E402
+from cera.gpu.state import STEP_BYTES, pack_step  # noqa: E402
 from cera.kernels import Kernels  # noqa: E402
 
 

@@ -14,7 +14,7 @@ import wgpu
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu.step import pack_step
+from cera.gpu.state import pack_step
 from cera.native import NativeDevice
 
 

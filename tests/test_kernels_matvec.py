@@ -17,7 +17,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.device import Binding
 from cera.gpu import matmul
-from cera.gpu.step import pack_step
+from cera.gpu.state import pack_step
 from gpu_util import assert_close, run, upload
 from quantdata import random_rows
 

@@ -405,7 +405,7 @@ const { loadPyodide } = require(runtime + "/pyodide.js");
   const py = await loadPyodide({ indexURL: runtime + "/" });
   py.FS.mkdirTree("/work/cera");
   py.FS.writeFile("/work/cera/__init__.py", "");
-  for (const f of ["tokenizer.py", "pretokenize.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
+  for (const f of ["tokenizer.py", "pretokenize.py", "errors.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
   for (const f of fs.readdirSync(work)) py.FS.writeFile("/work/" + f, fs.readFileSync(work + "/" + f));
   console.log(py.runPython(`
 import json, sys, unicodedata

@@ -172,7 +172,7 @@ def test_kernel_from_shaders_runs_on_the_pyodide_device(page):
 import json
 import numpy as np
 from cera.device import Binding, Copy, Dispatch
-from cera.gpu.step import pack_step
+from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.app import _sessions
 dev = _sessions[0].device

@@ -10,6 +10,7 @@ from collections import Counter
 from cera import catalogue
 from cera.config import ModelConfig
 from cera.gguf_file import GGUFFile
+from cera.errors import ContextFull
 
 BACKENDS = ("gpu", "reference")
 
@@ -179,7 +180,7 @@ async def bench(args) -> dict:
     import numpy as np
     engine, device = await _engine(args)
     if args.prompt_tokens + args.gen_tokens > engine.ctx:
-        raise ValueError(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
+        raise ContextFull(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
     ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, args.prompt_tokens).tolist()
     runs = []
     for i in range(args.repeat + 1):   # the first run warms up pipelines and caches

@@ -17,6 +17,7 @@ from cera.chat import render
 from cera.config import ModelConfig
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
+from cera.errors import ContextFull, InvalidArgument
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 
@@ -49,7 +50,7 @@ class Sampler:
 
     def __post_init__(self):
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+            raise InvalidArgument("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         self.rng = np.random.default_rng(self.seed)
 
     @property
@@ -119,7 +120,7 @@ class Engine:
         if chat:
             template = self.gguf.metadata.get("tokenizer.chat_template")
             if not template:
-                raise ValueError("this model has no chat template (tokenizer.chat_template); drop --chat")
+                raise InvalidArgument("this model has no chat template (tokenizer.chat_template); drop --chat")
             messages = ([{"role": "system", "content": system}] if system else []) + \
                 [{"role": "user", "content": prompt}]
             tok = self.tokenizer
@@ -136,10 +137,10 @@ class Engine:
         sampler = sampler or Sampler()
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
-            raise ValueError("empty prompt: nothing to condition on")
+            raise InvalidArgument("empty prompt: nothing to condition on")
         self.cfg.check_tokens(ids)
         if len(ids) >= self.ctx:
-            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+            raise ContextFull(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
 
@@ -189,14 +190,14 @@ class Engine:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""
         self.cfg.check_tokens(tokens)
         if len(tokens) > self.ctx:
-            raise ValueError(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
+            raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
         self.backend.reset()
         return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
 
     async def perplexity(self, tokens: list[int]) -> float:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
         if len(tokens) < 2:
-            raise ValueError("perplexity needs at least 2 tokens")
+            raise InvalidArgument("perplexity needs at least 2 tokens")
         logits = (await self.logits(tokens[:-1])).astype(np.float64)   # (n-1, vocab)
         logits -= logits.max(axis=-1, keepdims=True)
         log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))

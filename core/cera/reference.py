@@ -19,6 +19,7 @@ import numpy as np
 from . import ops, weights
 from .config import CONV, ModelConfig
 from .gguf_file import GGUFFile
+from cera.errors import ContextFull, InvalidArgument
 
 
 class Reference:
@@ -70,13 +71,13 @@ class Reference:
         cfg, T = self.cfg, len(tokens)
         cfg.check_tokens(tokens)
         if T == 0:
-            raise ValueError("forward needs at least one token")
+            raise InvalidArgument("forward needs at least one token")
         if not 0 <= pos0 <= self.n_past:
-            raise ValueError(f"pos0 {pos0} skips positions: {self.n_past} are cached (start at <= {self.n_past})")
+            raise InvalidArgument(f"pos0 {pos0} skips positions: {self.n_past} are cached (start at <= {self.n_past})")
         if pos0 + T > self.ctx:
-            raise ValueError(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
+            raise ContextFull(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
         if cfg.conv_layers and pos0 not in (0, self.n_past):
-            raise ValueError(f"pos0 {pos0}: a short-conv state cannot rewind (continue at {self.n_past} or restart at 0)")
+            raise InvalidArgument(f"pos0 {pos0}: a short-conv state cannot rewind (continue at {self.n_past} or restart at 0)")
         if pos0 == 0:
             for state in self.conv_state.values():
                 state.fill(0)
@@ -168,7 +169,7 @@ class Reference:
     def prefill(self, tokens, chunk: int = 512) -> np.ndarray:
         """Run a prompt from position 0 in chunks of `chunk` tokens -> the last row's logits (vocab,)."""
         if len(tokens) == 0:
-            raise ValueError("prefill needs at least one token")
+            raise InvalidArgument("prefill needs at least one token")
         self.reset()
         for start in range(0, len(tokens), chunk):
             logits = self.forward(tokens[start: start + chunk], start)
@@ -188,7 +189,7 @@ class Reference:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1 (one window from position 0),
         log-softmax in float64; the window is run in chunks of `chunk` tokens."""
         if len(tokens) < 2:
-            raise ValueError("perplexity needs at least 2 tokens")
+            raise InvalidArgument("perplexity needs at least 2 tokens")
         self.reset()
         nll, count = 0.0, 0
         for start in range(0, len(tokens) - 1, chunk):
