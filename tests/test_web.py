@@ -327,6 +327,26 @@ def test_bad_files_give_errors_a_user_can_act_on(page, models, model, name, word
     assert "complete .gguf" in page.inner_text("#error .advice")
 
 
+def test_page_api_misuse_is_a_named_error(browser, server):
+    """generate() before any load(), and load() with no source, are InvalidArgument errors."""
+    page = open_page(browser, server)
+    got = page.evaluate("""async () => {
+        const name = (p) => p.then(() => null, (e) => ({name: e.name, message: e.message}));
+        return [await name(window.cera.generate("Hello")), await name(window.cera.load())];
+    }""")
+    page.close()
+    assert [e["name"] for e in got] == ["InvalidArgument", "InvalidArgument"]
+    assert "load" in got[0]["message"] and "source" in got[1]["message"]
+
+
+def test_prompt_longer_than_the_context_is_named(page, models):
+    page.evaluate("(url) => window.cera.load(url, {ctx: 16})", models["llama_q4_0"][1])
+    err = page.evaluate("(p) => window.cera.generate(p).then(() => null, (e) => ({name: e.name, message: e.message}))",
+                        "word " * 40)
+    assert err["name"] == "ContextFull" and "context" in err["message"]
+    assert "larger context" in page.inner_text("#error .advice")
+
+
 def test_unsupported_arch_is_named(page, models):
     err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
                         models["gemma"][1])
@@ -336,7 +356,7 @@ def test_unsupported_arch_is_named(page, models):
 
 def test_model_too_large_for_the_gpu_limits_names_the_tensor(browser, server, models):
     """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) refuses the model,
-    naming the tensor and the limit."""
+    naming the buffer (the first to be allocated: layer 0's KV cache) and the limit."""
     page = browser.new_page()
     page.goto(server.url + "index.html?limits=max_buffer_size:4096")
     page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=BOOT_MS)
@@ -344,7 +364,7 @@ def test_model_too_large_for_the_gpu_limits_names_the_tensor(browser, server, mo
                         models["llama_q4_0"][1])
     page.close()
     assert err["name"] == "TooLarge"
-    assert "token_embd.weight" in err["message"] and "4096" in err["message"]
+    assert "blk.0.key_cache needs 32768 bytes" in err["message"] and "4096" in err["message"]
 
 
 def test_device_loss_is_reported(browser, server, models):
@@ -367,7 +387,7 @@ def test_no_webgpu_says_how_to_enable_it(pw, server):
     page.wait_for_selector("#error:not([hidden])", timeout=BOOT_MS)
     text = page.inner_text("#error")
     browser.close()
-    assert "NoWebGPU" in text and "enable" in text.lower()
+    assert "NoGpu" in text and "enable" in text.lower()
 
 
 @pytest.mark.slow

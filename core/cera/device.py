@@ -11,7 +11,6 @@ except that a buffer has `.label` and `.size`.
 """
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -112,9 +111,6 @@ def passes(steps: Sequence[Step]) -> list[Pass | Copy]:
     return segments
 
 
-_SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\(\s*subgroup_")
-
-
 @dataclass(eq=False)
 class Device(ABC):
     """A WebGPU device: what the model and the tests are written against."""
@@ -145,8 +141,6 @@ class Device(ABC):
     def kernel(self, name: str, code: str) -> Any:
         """Compile WGSL `code` (entry point `main`, auto layout) into a compute pipeline.
         Raises ShaderError("shader {name} failed to compile: ...")."""
-        if "subgroups" in self.features and "enable subgroups;" not in code and _SUBGROUP_USE.search(code):
-            code = "enable subgroups;\n" + code
         return self._kernel(name, code)
 
     def bind(self, kernel, bindings: Sequence[Binding], label: str = "") -> Any:

@@ -15,17 +15,21 @@ import numpy as np
 
 from cera.chat import render
 from cera.config import ModelConfig
+from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
 from cera.errors import ContextFull, InvalidArgument
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
+DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
+DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
 
 
 class ReferenceBackend:
     """The numpy reference behind the backend interface."""
     name = "reference (numpy)"
     dispatches_per_token = 0
+    submits_per_prefill = 0
 
     def __init__(self, gguf_file, ctx: int | None):
         self.model = Reference(gguf_file, ctx)
@@ -99,14 +103,13 @@ class Engine:
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
-                   prefill_chunk: int = 512) -> "Engine":
+                   prefill_chunk: int = DEFAULT_CHUNK) -> "Engine":
         """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
         Prompts go through the GPU in chunks of up to `prefill_chunk` tokens."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer, cfg)
-        from cera.gpu.model import GpuModel
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
         return cls(gguf_file, model, tokenizer, cfg)
@@ -128,7 +131,7 @@ class Engine:
                             eos_token=tok.token_text(tok.eos_id))
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
 
-    async def generate(self, prompt: str | list[int], max_tokens: int = 128, chat: bool = False,
+    async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
                        keep_logits: bool = False, should_stop=None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)

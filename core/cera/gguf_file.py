@@ -94,7 +94,7 @@ class _Cursor:
     def take(self, n: int, what: str) -> bytes:
         if self.pos + n > self.source.size:
             raise BadFile(f"GGUF header truncated: {what} at byte {self.pos} needs {n} bytes, "
-                             f"file has {self.source.size}")
+                             f"file has {self.source.size} (the file is truncated: download it again)")
         start = self.pos - self._buf_start
         if start + n > len(self._buf):
             # read ahead a chunk, but not past what a PrefixSource holds unless this read needs it
@@ -152,7 +152,7 @@ class GGUFFile:
             offset = self.data_offset + rel_offset
             if offset + nbytes > source.size:
                 raise BadFile(f"tensor {name} ends past end of file "
-                                 f"({offset + nbytes} > {source.size} bytes)")
+                                 f"({offset + nbytes} > {source.size} bytes: the file is truncated, download it again)")
             self.tensors[name] = TensorInfo(name, ggml_type, ne, offset, nbytes)
 
     @classmethod
