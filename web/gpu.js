@@ -221,7 +221,7 @@ export class GpuHost {
     if (writes) this.applyWrites(writes);
     let bytes = new Uint8Array(await blob.slice(srcOffset, srcOffset + size).arrayBuffer());
     if (bytes.length !== size) {
-      throw new CeraError("BadFile", `the file ends at byte ${srcOffset + bytes.length}, inside a tensor that ` +
+      throw new CeraError("TruncatedFile", `the file ends at byte ${srcOffset + bytes.length}, inside a tensor that ` +
         `needs bytes up to ${srcOffset + size}: the file is truncated (download it again)`);
     }
     if (size % 4) {

@@ -2,7 +2,7 @@
 
 Errors a user can act on exit with their own status (cera.errors: 2 invalid argument,
 3 model not found, 4 bad file, 5 unsupported, 6 too large for this GPU, 7 context full,
-8 no GPU, 9 device lost, 10 shader error, 11 GPU error); with --json they print
+8 no GPU, 9 device lost, 10 shader error, 11 GPU error, 12 truncated file); with --json they print
 {"error": {"type": ..., "message": ...}} on stdout."""
 from __future__ import annotations
 

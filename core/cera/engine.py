@@ -26,14 +26,13 @@ DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
 
 
 class ReferenceBackend:
-    """The numpy reference behind the backend interface."""
-    name = "reference (numpy)"
+    """The numpy reference (or a subclass of it) behind the backend interface."""
     dispatches_per_token = 0
     submits_per_prefill = 0
 
-    def __init__(self, gguf_file, ctx: int | None):
-        self.model = Reference(gguf_file, ctx)
-        self.ctx = self.model.ctx
+    def __init__(self, model: Reference):
+        self.model = model
+        self.ctx = model.ctx
 
     def reset(self) -> None:
         self.model.reset()
@@ -41,6 +40,12 @@ class ReferenceBackend:
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+
+    async def greedy(self, token: int, pos: int, n: int):
+        """The n greedy tokens that follow `token` at `pos`, one forward step each."""
+        for i in range(n):
+            token, _ = await self.forward([token], pos + i)
+            yield token
 
 
 @dataclass
@@ -109,7 +114,7 @@ class Engine:
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
-            return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer, cfg)
+            return cls(gguf_file, ReferenceBackend(Reference(gguf_file, ctx)), tokenizer, cfg)
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
         return cls(gguf_file, model, tokenizer, cfg)
@@ -174,8 +179,8 @@ class Engine:
     async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
         """The n tokens that follow the prompt, each with the logits it was picked from (None
         unless asked for): the first from the prefill, then one forward step each. Greedy runs
-        without logits go through the backend's pipelined loop."""
-        if want is LOGITS_NONE and hasattr(self.backend, "greedy"):
+        without logits go through the backend's own loop (the GPU's is pipelined)."""
+        if want is LOGITS_NONE:
             if n > 0:
                 yield token, None
                 async with aclosing(self.backend.greedy(token, pos, n - 1)) as steps:

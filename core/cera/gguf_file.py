@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-from cera.errors import BadFile
+from cera.errors import BadFile, TruncatedFile
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -93,7 +93,7 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         if self.pos + n > self.source.size:
-            raise BadFile(f"GGUF header truncated: {what} at byte {self.pos} needs {n} bytes, "
+            raise TruncatedFile(f"GGUF header truncated: {what} at byte {self.pos} needs {n} bytes, "
                              f"file has {self.source.size} (the file is truncated: download it again)")
         start = self.pos - self._buf_start
         if start + n > len(self._buf):
@@ -151,7 +151,7 @@ class GGUFFile:
                 raise BadFile(f"tensor {name} offset {rel_offset} is not aligned to {alignment}")
             offset = self.data_offset + rel_offset
             if offset + nbytes > source.size:
-                raise BadFile(f"tensor {name} ends past end of file "
+                raise TruncatedFile(f"tensor {name} ends past end of file "
                                  f"({offset + nbytes} > {source.size} bytes: the file is truncated, download it again)")
             self.tensors[name] = TensorInfo(name, ggml_type, ne, offset, nbytes)
 

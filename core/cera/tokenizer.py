@@ -164,16 +164,11 @@ class Tokenizer:
     bos_id = property(lambda self: self._ids.get("bos"))
     eos_id = property(lambda self: self._ids.get("eos"))
     eot_id = property(lambda self: self._ids.get("eot"))
-    eom_id = property(lambda self: self._ids.get("eom"))
     unk_id = property(lambda self: self._ids.get("unk"))
-    pad_id = property(lambda self: self._ids.get("pad"))
 
     def is_eog(self, token_id: int) -> bool:
         """True for tokens that end generation (EOS, EOT, <|im_end|>, ...)."""
         return token_id in self.eog_ids
-
-    def is_control(self, token_id: int) -> bool:
-        return bool(self.attrs[token_id] & CONTROL)
 
     def token_text(self, token_id: int | None) -> str:
         """The token's entry in the vocabulary ("" for None), e.g. "<s>" or "Ġthe"."""
