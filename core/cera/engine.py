@@ -15,6 +15,7 @@ import numpy as np
 
 from cera.chat import render
 from cera.config import ModelConfig
+from cera.errors import ContextFull, InvalidArgument
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
 
@@ -63,7 +64,8 @@ class Sampler:
             order = order[: self.top_k]
         probs = np.exp(logits[order] - logits[order[0]])
         probs /= probs.sum()
-        keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)   # smallest set reaching top_p
+        # the smallest set reaching top_p (all of them when rounding keeps the sum below top_p = 1)
+        keep = min(int(np.searchsorted(np.cumsum(probs), self.top_p) + 1), len(order))
         probs = probs[:keep] / probs[:keep].sum()
         return int(order[self.rng.choice(keep, p=probs)])
 
@@ -117,15 +119,20 @@ class Engine:
     def prompt_tokens(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
         """Tokenize a prompt; with `chat`, first render it with the model's chat template."""
         if chat:
-            template = self.gguf.metadata.get("tokenizer.chat_template")
-            if not template:
-                raise ValueError("this model has no chat template (tokenizer.chat_template); drop --chat")
-            messages = ([{"role": "system", "content": system}] if system else []) + \
-                [{"role": "user", "content": prompt}]
-            tok = self.tokenizer
-            prompt = render(template, messages, bos_token=tok.token_text(tok.bos_id),
-                            eos_token=tok.token_text(tok.eos_id))
+            return self.chat_tokens(([{"role": "system", "content": system}] if system else []) +
+                                    [{"role": "user", "content": prompt}])
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
+        model's chat template, ending where the assistant speaks next."""
+        template = self.gguf.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise InvalidArgument("this model has no chat template (tokenizer.chat_template); "
+                                  "use plain completion (no --chat)")
+        tok = self.tokenizer
+        text = render(template, messages, bos_token=tok.token_text(tok.bos_id), eos_token=tok.token_text(tok.eos_id))
+        return tok.encode(text, add_special=True, parse_special=True)
 
     async def generate(self, prompt: str | list[int], max_tokens: int = 128, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
@@ -139,7 +146,7 @@ class Engine:
             raise ValueError("empty prompt: nothing to condition on")
         self.cfg.check_tokens(ids)
         if len(ids) >= self.ctx:
-            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+            raise ContextFull(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
 
