@@ -1,11 +1,13 @@
-"""`python -m cera`: generate, perplexity, tokenize, info, bench, models."""
+"""`python -m cera`: generate, perplexity, tokenize, info, bench, models, serve."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 from cera import catalogue
 from cera.config import ModelConfig
@@ -21,6 +23,11 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
+    _engine_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
     _model_arg(p)
     p.add_argument("--backend", choices=BACKENDS, default="gpu",
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
@@ -28,7 +35,6 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=512,
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,6 +79,18 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
 
     sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
+                                     "/v1/models (Ctrl-C stops it)", formatter_class=fmt)
+    _engine_args(s)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: every interface; set --api-key then)")
+    s.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait behind the one generating; more get HTTP 429")
+    s.add_argument("--api-key", default=os.environ.get("CERA_API_KEY"),
+                   help="require `Authorization: Bearer KEY` on every request (default: $CERA_API_KEY; "
+                        "none: no key needed)")
     return ap
 
 
@@ -206,11 +224,31 @@ def models(_args) -> dict:
     return {}
 
 
+def serve(args) -> dict:
+    from cera.runner import Runner
+    from cera.server import serve
+    if args.max_queue < 0:
+        raise ValueError("--max-queue must be >= 0")
+    runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress)
+    try:
+        print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
+              f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)
+        serve(runner, _model_id(args.model), args.host, args.port, args.max_queue, args.api_key)
+    finally:
+        runner.close()
+    return {}
+
+
+def _model_id(model: str) -> str:
+    """The name clients send as "model": the catalogue name, or the GGUF's file name."""
+    return model if model in catalogue.CATALOGUE else Path(model).name
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize,
-                   "info": info, "bench": bench, "models": models}[args.command]
+                   "info": info, "bench": bench, "models": models, "serve": serve}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
             out = asyncio.run(out)
