@@ -209,7 +209,9 @@ def test_requests_past_the_queue_get_429(runner):
         waiting = {}
         queued = threading.Thread(target=lambda: waiting.update(out=complete(c, "hi", 4)))
         queued.start()
+        deadline = time.time() + 30
         while server.admitted < 2:
+            assert time.time() < deadline, "the second request was never queued"
             time.sleep(0.01)
         with pytest.raises(openai.RateLimitError) as err:
             complete(c, "one too many", 4)
