@@ -110,6 +110,8 @@ def python_in_worker(page, code: str) -> dict:
 def test_build_is_verified_and_self_contained(site):
     lock = json.loads((site / "pyodide" / "pyodide-lock.json").read_text())
     assert lock["info"]["version"] == "0.27.7"
+    from pyodide_lock import PyodideLockSpec
+    PyodideLockSpec.from_json(site / "pyodide" / "pyodide-lock.json").check_wheel_filenames()   # valid, consistent
     assert set(lock["packages"]) == {"numpy", "jinja2", "markupsafe", "pyyaml", "gguf", "cera", "cera-web"}
     from pyodide_build import manifest
     pinned = {"numpy": "ebb61241",   # Pyodide 0.27.7's own lock file lists this hash for its numpy wheel

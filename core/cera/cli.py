@@ -1,4 +1,4 @@
-"""`python -m cera`: generate, perplexity, tokenize, info, plan, bench, models.
+"""`python -m cera`: generate, perplexity, tokenize, info, plan, bench, models, serve.
 
 Errors a user can act on exit with their own status (cera.errors: 2 invalid argument,
 3 model not found, 4 bad file, 5 unsupported, 6 too large for this GPU, 7 context full,
@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 from cera import catalogue
 from cera.config import ModelConfig
@@ -18,9 +20,8 @@ from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, ContextFull, InvalidArgument
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
+from cera.runner import BACKENDS, open_device
 from cera.errors import ContextFull
-
-BACKENDS = ("gpu", "reference")
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:
@@ -30,6 +31,11 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
+    _engine_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
     _model_arg(p)
     p.add_argument("--backend", choices=BACKENDS, default="gpu",
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
@@ -37,7 +43,6 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,18 +96,23 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
 
     sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
+                                     "/v1/models (Ctrl-C stops it)", formatter_class=fmt)
+    _engine_args(s)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: every interface; set --api-key then)")
+    s.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait behind the one generating; more get HTTP 429")
+    s.add_argument("--api-key", default=os.environ.get("CERA_API_KEY"),
+                   help="require `Authorization: Bearer KEY` on every request (default: $CERA_API_KEY; "
+                        "none: no key needed)")
     return ap
 
 
 def _open(model: str) -> GGUFFile:
     return GGUFFile.open(catalogue.resolve(model))
-
-
-def _device(backend: str):
-    if backend == "reference":
-        return None
-    from cera.native import NativeDevice   # the native host; the core never imports it otherwise
-    return NativeDevice()
 
 
 def _progress(done: int, total: int) -> None:
@@ -113,7 +123,7 @@ def _progress(done: int, total: int) -> None:
 
 async def _engine(args):
     from cera.engine import Engine
-    device = _device(args.backend)
+    device = open_device(args.backend)
     engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress,
                                prefill_chunk=args.prefill_chunk)
     return engine, device
@@ -185,7 +195,7 @@ def info(args) -> dict:
            "file_bytes": g.source.size}
     if not args.no_gpu:
         try:
-            device = _device("gpu")
+            device = open_device("gpu")
             out["adapter"] = device.adapter_name
             out["adapter_features"] = sorted(device.features)
             out["adapter_limits"] = vars(device.limits)
@@ -227,7 +237,7 @@ def plan(args) -> dict:
         raise InvalidArgument(f"--rows {args.rows} must be at least 1")
     g = _open(args.model)
     cfg = ModelConfig.from_gguf(g)
-    model = GpuModel(cfg, g, _device("gpu"), cfg.context(args.ctx), chunk=args.rows)
+    model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows)
     p = model.plan(args.rows)
     steps, totals = p.table(args.positions), p.totals(args.positions)
     totals["weight_bytes"] = model.weights.nbytes
@@ -250,12 +260,32 @@ def models(_args) -> dict:
     return {}
 
 
+def serve(args) -> dict:
+    from cera.runner import Runner
+    from cera.server import serve
+    if args.max_queue < 0:
+        raise InvalidArgument("--max-queue must be >= 0")
+    runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress)
+    try:
+        print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
+              f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)
+        serve(runner, _model_id(args.model), args.host, args.port, args.max_queue, args.api_key)
+    finally:
+        runner.close()
+    return {}
+
+
+def _model_id(model: str) -> str:
+    """The name clients send as "model": the catalogue name, or the GGUF's file name."""
+    return model if model in catalogue.CATALOGUE else Path(model).name
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     as_json = getattr(args, "json", False)
     try:
         command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize, "info": info,
-                   "plan": plan, "bench": bench, "models": models}[args.command]
+                   "plan": plan, "bench": bench, "models": models, "serve": serve}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
             out = asyncio.run(out)

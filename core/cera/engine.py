@@ -15,10 +15,10 @@ import numpy as np
 
 from cera.chat import render
 from cera.config import ModelConfig
+from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
-from cera.errors import ContextFull, InvalidArgument
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
@@ -73,7 +73,8 @@ class Sampler:
             order = order[: self.top_k]
         probs = np.exp(logits[order] - logits[order[0]])
         probs /= probs.sum()
-        keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)   # smallest set reaching top_p
+        # the smallest set reaching top_p (all of them when rounding keeps the sum below top_p = 1)
+        keep = min(int(np.searchsorted(np.cumsum(probs), self.top_p) + 1), len(order))
         probs = probs[:keep] / probs[:keep].sum()
         return int(order[self.rng.choice(keep, p=probs)])
 
@@ -126,15 +127,20 @@ class Engine:
     def prompt_tokens(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
         """Tokenize a prompt; with `chat`, first render it with the model's chat template."""
         if chat:
-            template = self.gguf.metadata.get("tokenizer.chat_template")
-            if not template:
-                raise InvalidArgument("this model has no chat template (tokenizer.chat_template); drop --chat")
-            messages = ([{"role": "system", "content": system}] if system else []) + \
-                [{"role": "user", "content": prompt}]
-            tok = self.tokenizer
-            prompt = render(template, messages, bos_token=tok.token_text(tok.bos_id),
-                            eos_token=tok.token_text(tok.eos_id))
+            return self.chat_tokens(([{"role": "system", "content": system}] if system else []) +
+                                    [{"role": "user", "content": prompt}])
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
+        model's chat template, ending where the assistant speaks next."""
+        template = self.gguf.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise InvalidArgument("this model has no chat template (tokenizer.chat_template); "
+                                  "use plain completion (no --chat)")
+        tok = self.tokenizer
+        text = render(template, messages, bos_token=tok.token_text(tok.bos_id), eos_token=tok.token_text(tok.eos_id))
+        return tok.encode(text, add_special=True, parse_special=True)
 
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
