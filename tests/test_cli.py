@@ -123,10 +123,13 @@ def test_help_explains_every_option():
                     f"{command} --help does not explain {action.option_strings[-1]}"
 
 
-def test_generation_stops_when_the_context_is_full(model):
-    out = cera("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+def test_generation_shifts_the_context_unless_told_not_to(model):
+    args = ("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+    shifted = cera_json(*args)
+    assert shifted["stop_reason"] in ("max_tokens", "eos") and len(shifted["tokens"]) > 24
+    out = cera(*args, "--no-context-shift")
     assert "context of 24 tokens is full" in out.stderr
-    result = cera_json("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+    result = cera_json(*args, "--no-context-shift")
     assert result["stop_reason"] == "context_full"
     assert len(result["prompt_tokens"]) + len(result["tokens"]) == 24 + 1   # the last token is never run
 

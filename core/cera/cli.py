@@ -61,6 +61,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
     g.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
     g.add_argument("--seed", type=int, help="random seed for sampling")
+    g.add_argument("--no-context-shift", dest="context_shift", action="store_false",
+                   help="stop with reason context_full when the context fills, instead of dropping the "
+                        "older half of it (after --keep) and going on")
+    g.add_argument("--keep", type=int, help="positions a context shift never drops (default: the BOS token "
+                                            "if the model adds one)")
     g.add_argument("--logits", action="store_true",
                    help="with --json: include the last position's full logits (reads them back)")
 
@@ -137,7 +142,8 @@ async def generate(args) -> dict:
     if stream and not args.chat:
         print(args.prompt, end="", flush=True)
     ids = engine.prompt_tokens(args.prompt, args.chat, args.system)
-    r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits)
+    r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits,
+                              context_shift=args.context_shift, keep=args.keep)
     out = {"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stop_reason": r.stop_reason,
            "prefill_tokens_per_s": round(r.prefill_tokens_per_s, 2),
            "decode_tokens_per_s": round(r.decode_tokens_per_s, 2),
@@ -148,7 +154,8 @@ async def generate(args) -> dict:
     if not args.json:
         print()
         if r.stop_reason == "context_full":
-            print(f"[stopped: the context of {engine.ctx} tokens is full; raise --ctx]", file=sys.stderr)
+            print(f"[stopped: the context of {engine.ctx} tokens is full; raise --ctx, or drop "
+                  "--no-context-shift]", file=sys.stderr)
         print(f"[{len(r.prompt_tokens)} prompt tokens at {out['prefill_tokens_per_s']} tok/s, "
               f"{len(r.tokens)} generated at {out['decode_tokens_per_s']} tok/s, "
               f"{out['dispatches_per_token']} dispatches/token, {out['adapter'] or 'numpy reference'}]",

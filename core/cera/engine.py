@@ -41,6 +41,9 @@ class ReferenceBackend:
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
 
+    async def shift(self, keep: int, discard: int, n_past: int) -> None:
+        self.model.shift(keep, discard)
+
     async def greedy(self, token: int, pos: int, n: int):
         """The n greedy tokens that follow `token` at `pos`, one forward step each."""
         for i in range(n):
@@ -144,10 +147,14 @@ class Engine:
 
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
-                       keep_logits: bool = False, should_stop=None) -> Result:
+                       keep_logits: bool = False, should_stop=None, context_shift: bool = True,
+                       keep: int | None = None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
         as text becomes complete. keep_logits: read back and return the last position's logits.
-        should_stop: called before each new token; True ends generation ("stopped")."""
+        should_stop: called before each new token; True ends generation ("stopped").
+        context_shift: when the context fills, keep its first `keep` positions (default: the BOS
+        token, if the model adds one), drop half of the rest and go on; without it generation
+        stops there ("context_full")."""
         sampler = sampler or Sampler()
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
@@ -155,6 +162,10 @@ class Engine:
         self.cfg.check_tokens(ids)
         if len(ids) >= self.ctx:
             raise ContextFull(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+        keep = int(self.tokenizer.add_bos and ids[0] == self.tokenizer.bos_id) if keep is None else keep
+        if context_shift and not 0 <= keep <= self.ctx - 2:
+            raise InvalidArgument(f"keep {keep}: a context shift needs 0 <= keep <= {self.ctx - 2} (the context "
+                                  f"holds {self.ctx})")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
 
@@ -162,10 +173,10 @@ class Engine:
         t0 = time.perf_counter()
         token, logits = await self.backend.forward(ids, 0, want)
         t1 = time.perf_counter()
-        budget = min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 is run at position len(ids)+i-1
+        budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
         emit = on_text or (lambda piece: None)
-        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want)) as steps:
+        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want, keep)) as steps:
             async for token, logits in steps:
                 if stop_at_eos and self.tokenizer.is_eog(token):
                     stop = "eos"
@@ -182,23 +193,32 @@ class Engine:
             emit(tail)
         return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
 
-    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
+    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want, keep: int):
         """The n tokens that follow the prompt, each with the logits it was picked from (None
-        unless asked for): the first from the prefill, then one forward step each. Greedy runs
-        without logits go through the backend's own loop (the GPU's is pipelined)."""
-        if want is LOGITS_NONE:
-            if n > 0:
-                yield token, None
-                async with aclosing(self.backend.greedy(token, pos, n - 1)) as steps:
-                    async for token in steps:
+        unless asked for): the first from the prefill, then one forward step each, at positions
+        pos, pos+1, ... Greedy runs without logits go through the backend's own loop (the GPU's
+        is pipelined). When the context is full, the cache shifts (see generate)."""
+        if not sampler.greedy:
+            token = sampler.sample(logits)
+        yield token, logits
+        done = 1
+        while done < n:
+            if pos == self.ctx:
+                discard = (pos - keep) // 2
+                await self.backend.shift(keep, discard, pos)
+                pos -= discard
+            steps = min(n - done, self.ctx - pos)
+            if want is LOGITS_NONE:
+                async with aclosing(self.backend.greedy(token, pos, steps)) as run:
+                    async for token in run:
                         yield token, None
-            return
-        for i in range(n):
-            if not sampler.greedy:
-                token = sampler.sample(logits)
-            yield token, logits
-            if i + 1 < n:
-                token, logits = await self.backend.forward([token], pos + i, want)
+            else:
+                for i in range(steps):
+                    token, logits = await self.backend.forward([token], pos + i, want)
+                    if not sampler.greedy:
+                        token = sampler.sample(logits)
+                    yield token, logits
+            pos, done = pos + steps, done + steps
 
     async def logits(self, tokens: list[int]) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""

@@ -16,9 +16,10 @@ from collections import OrderedDict
 import numpy as np
 
 from cera.config import ModelConfig
-from cera.device import Device
+from cera.device import Binding, Device
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan
+from cera.gpu.layers import SHIFT_BYTES, pack_shift
+from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
 from cera.kernels import Kernels
@@ -50,6 +51,7 @@ class GpuModel:
         self._logits_all = None                  # (chunk, vocab) for scoring, allocated when first asked for
         self._prefill_schedules = OrderedDict()  # (rows, scoring) -> schedule, the most recent last
         self._gpu_token = None                   # the token id tokens[0] holds (argmax wrote it)
+        self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
 
     @property
@@ -83,6 +85,23 @@ class GpuModel:
     def reset(self) -> None:
         """Forget the sequence."""
         self.state.reset(self.device)
+
+    async def shift(self, keep: int, discard: int, n_past: int) -> None:
+        """Context shift: drop cached positions keep..keep+discard-1 of the n_past cached, moving
+        the later ones down by `discard` with their keys re-rotated; the conv states, which
+        carry no position, stay."""
+        n = n_past - keep - discard
+        if keep < 0 or discard < 1 or n < 0:
+            raise InvalidArgument(f"shift of {discard} positions after {keep} of {n_past}: out of range")
+        if n == 0:
+            return
+        if self._shift is None:   # scratch for the moved rows and the Shift uniform, made on first use
+            kv = max(self.cfg.kv_dim(i) for i in self.cfg.attention_layers)
+            scratch = (f32_buffer(self.device, "shift_k", self.ctx, kv), f32_buffer(self.device, "shift_v", self.ctx, kv))
+            self._shift = scratch, Binding(self.device.buffer(SHIFT_BYTES, "shift", uniform=True), 0, SHIFT_BYTES)
+        scratch, uniform = self._shift
+        self.device.write(uniform.buffer, pack_shift(keep, discard, n))
+        await self.device.run(self.device.schedule(shift_plan(self.decode, keep, n, scratch, uniform).steps))
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
