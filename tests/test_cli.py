@@ -144,3 +144,25 @@ def test_should_stop_ends_generation(model, device):
     assert result.stop_reason == "stopped" and len(seen) == 3
     again = asyncio.run(engine.generate("hello", 6, stop_at_eos=False))   # the abandoned step leaves no trace
     assert again.tokens == asyncio.run(engine.generate("hello", 6, stop_at_eos=False)).tokens
+
+
+def test_chat_turns_prefill_only_their_new_tokens(model):
+    """Three turns through `python -m cera chat --json`: each reply equals a cold `generate` of
+    the whole rendered conversation, and turns after the first prefill only what is new."""
+    proc = subprocess.run([sys.executable, "-m", "cera", "chat", "-m", model, "--ctx", "256", "-n", "6", "--json"],
+                          input="hello\nhow are you\nbye\n", capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    turns = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(turns) == 3 and turns[0]["reused"] == 0
+    for previous, turn in zip(turns, turns[1:]):   # at least the whole previous prompt is reused
+        assert turn["reused"] >= previous["prompt_tokens"] and turn["prefilled"] == turn["prompt_tokens"] - turn["reused"]
+    import asyncio
+    from cera.engine import Engine
+    engine = asyncio.run(Engine.load(GGUFFile.open(model), None, ctx=256))
+    messages = []
+    for turn, user in zip(turns, ["hello", "how are you", "bye"]):
+        messages.append({"role": "user", "content": user})
+        engine.reset()
+        cold = asyncio.run(engine.generate(engine.chat_tokens(messages), 6))
+        assert turn["reply"] == cold.text
+        messages.append({"role": "assistant", "content": cold.text})

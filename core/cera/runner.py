@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cera import catalogue
-from cera.engine import Engine, Result, Sampler
+from cera.engine import DEFAULT_CTX, Engine, Result, Sampler
+from cera.gpu.model import DEFAULT_CHUNK
+from cera.prefix import PrefixCache
 from cera.errors import InvalidArgument
 from cera.gguf_file import GGUFFile
 
@@ -91,21 +93,24 @@ class Runner:
         self._thread.start()
 
     @classmethod
-    def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
-             prefill_chunk: int = 512, progress=None) -> "Runner":
-        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading raises."""
+    def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX, backend: str = "gpu",
+             prefill_chunk: int = DEFAULT_CHUNK, progress=None, prefix_cache_mb: int = 0,
+             prefix_cache_dir: str | None = None) -> "Runner":
+        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading
+        raises. prefix_cache_mb > 0 keeps the states after earlier prompts (cera.prefix)."""
         runner = cls()
         try:
-            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress))
+            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir))
         except BaseException:
             runner.close()
             raise
         return runner
 
-    async def _load(self, model, ctx, backend, prefill_chunk, progress) -> None:
-        device = open_device(backend)
-        gguf = GGUFFile.open(catalogue.resolve(str(model)))
-        self.engine = await Engine.load(gguf, device, ctx=ctx, progress=progress, prefill_chunk=prefill_chunk)
+    async def _load(self, model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir) -> None:
+        device, path = open_device(backend), catalogue.resolve(str(model))
+        cache = PrefixCache.for_model(path, backend, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
+        self.engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress,
+                                        prefill_chunk=prefill_chunk, prefix_cache=cache)
         self.adapter = device.adapter_name if device else None
 
     def call(self, coro):
