@@ -12,11 +12,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gpu_util import assert_close  # noqa: E402
 from synth import write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
@@ -202,6 +204,79 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
     assert got["err"] < 1e-5
     assert got["row1"]
     assert got["runs"] == 2     # run() and read() are one JS call each
+
+
+def test_layer_kernels_on_the_pyodide_device(page):
+    """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
+    attention for an 8th, the context shift's key re-rotation, and LFM2's short conv, through the
+    browser host, against cera.ops computed here."""
+    import base64
+    from cera import ops
+    rng = np.random.default_rng(5)
+    hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
+    q, k, v = (rng.standard_normal((8, n, hd)).astype(np.float32) for n in (heads, kv_heads, kv_heads))
+    qn, kn = rng.standard_normal(hd).astype(np.float32), rng.standard_normal(hd).astype(np.float32)
+    bcx, conv_w = rng.standard_normal((3, 3 * hidden)).astype(np.float32), rng.standard_normal((hidden, 3)).astype(np.float32)
+    b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
+    got = python_in_worker(page, f"""
+import base64, json
+import numpy as np
+from cera.device import Binding
+from cera.gpu import batched, layers
+from cera.gpu.state import pack_step
+from cera.kernels import Kernels
+from cera_web.app import _sessions
+dev = _sessions[0].device
+kernels = Kernels(dev)
+def upload(text):
+    data = base64.b64decode(text)
+    buf = dev.buffer(len(data), "in")
+    dev.write(buf, data)
+    return buf
+zeros = lambda n: dev.buffer(4 * n, "out")
+q, k, v = upload({b64(q)!r}), upload({b64(k)!r}), upload({b64(v)!r})
+qn, kn, bcx, conv_w = upload({b64(qn)!r}), upload({b64(kn)!r}), upload({b64(bcx)!r}), upload({b64(conv_w)!r})
+q_rot, kc, vc, att = zeros(8 * {heads * hd}), zeros({ctx * kv_heads * hd}), zeros({ctx * kv_heads * hd}), zeros(8 * {heads * hd})
+step = dev.buffer(16, "step", uniform=True)
+shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads})
+def rope(row0, rows):   # rows row0.. of q, k, v (bytes per row: 4 * heads * head_dim)
+    part = lambda buf, n: Binding(buf, 4 * row0 * n * {hd}, 4 * rows * n * {hd})
+    return layers.rope_kv(kernels, dev, q_rot, kc, vc, part(q, {heads}), part(k, {kv_heads}), part(v, {kv_heads}),
+                          step, theta={theta}, neox=True, q_norm=qn, k_norm=kn, eps={eps}, max_tokens=rows, **shape)
+out = {{}}
+dev.write(step, pack_step(0, 7))
+await dev.run(dev.schedule([rope(0, 7), batched.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
+out["prefill"] = await dev.read(att, 0, 4 * 7 * {heads * hd})
+dev.write(step, pack_step(7, 1))
+await dev.run(dev.schedule([rope(7, 1), *layers.attention(kernels, dev, att, q_rot, kc, vc, step, max_ctx={ctx},
+                                                           split=4, **shape)]))
+out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
+out["cache"] = await dev.read(kc, 0, 4 * 8 * {kv_heads * hd})
+shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
+dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
+await dev.run(dev.schedule([layers.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
+                                            n_kv_heads={kv_heads}, theta={theta}, neox=True, n_rot={hd}, max_rows=4)]))
+out["shifted"] = await dev.read(k_out, 0, 4 * 4 * {kv_heads * hd})
+state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
+dev.write(step, pack_step(0, 3))
+await dev.run(dev.schedule([layers.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
+out["conv"] = await dev.read(conv, 0, 4 * 3 * {hidden})
+json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
+""")
+    arr = lambda name, *shape: np.frombuffer(base64.b64decode(got[name]), np.float32).reshape(shape)
+    pos = np.arange(8)
+    q_ref = ops.rope(ops.rms_norm(q, qn, eps), pos, theta, True)
+    k_ref = ops.rope(ops.rms_norm(k, kn, eps), pos, theta, True)
+    att = ops.attention(q_ref, k_ref, v, pos, 1.0 / np.sqrt(hd))                  # (8, heads, hd)
+    # WGSL lets sin and cos be off by 2^-11 (absolute); SwiftShader's are (lavapipe's are closer)
+    tol = dict(atol=2e-3, rtol=1e-3)
+    assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
+    assert_close(arr("decode", 1, heads, hd), att[7:], **tol, what="split-KV decode attention")
+    assert_close(arr("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
+    shifted = ops.rope(arr("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
+    assert_close(arr("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
+    y, _ = ops.shortconv(bcx, conv_w, np.zeros((2, hidden), np.float32))
+    assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
 
 
 def test_compile_error_names_the_kernel(page):
@@ -395,7 +470,6 @@ def test_no_webgpu_says_how_to_enable_it(pw, server):
 
 
 @pytest.mark.slow
-@pytest.mark.real_model
 def test_smollm2_greedy_text_matches_the_native_host(browser, server):
     """The real SmolLM2-135M (98 MB, from PyPI via cera.catalogue): the page's greedy tokens equal
     the native host's. SwiftShader runs it at seconds per token, hence slow."""

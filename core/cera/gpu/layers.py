@@ -16,12 +16,12 @@ import math
 import struct
 
 from cera.config import MAX_HEAD_DIM
-from cera.device import Binding, Dispatch
+from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
-ATTENTION_STORAGE = 16384      # bytes: attention.wgsl's workgroup memory, the WebGPU default limit
+ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
 ATTENTION_SERIAL_KEYS = 16     # most keys one invocation walks in attention.wgsl's value pass
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
