@@ -288,3 +288,24 @@ def test_serve_help_explains_every_flag():
     for flag in ("--model", "--host", "--port", "--ctx", "--max-queue", "--api-key", "--backend"):
         assert flag in out
     assert "127.0.0.1" in out and "8080" in out
+
+
+def test_a_conversation_reuses_its_cached_prefix(runner):
+    """The second turn of a chat carries the first; the server's one engine prefills only what is
+    new (usage.prompt_tokens_details.cached_tokens), and answers as it would from scratch."""
+    with serving(runner) as (url, _):
+        c = client(url)
+        first = [{"role": "user", "content": "hello there"}]
+        reply = c.chat.completions.create(model=MODEL_ID, messages=first, max_tokens=6, temperature=0)
+        second = first + [{"role": "assistant", "content": reply.choices[0].message.content},
+                          {"role": "user", "content": "and then?"}]
+        warm = c.chat.completions.create(model=MODEL_ID, messages=second, max_tokens=6, temperature=0)
+        assert warm.usage.prompt_tokens_details.cached_tokens >= reply.usage.prompt_tokens
+        runner.call(_reset(runner))
+        cold = c.chat.completions.create(model=MODEL_ID, messages=second, max_tokens=6, temperature=0)
+        assert cold.usage.prompt_tokens_details.cached_tokens == 0
+        assert warm.choices[0].message.content == cold.choices[0].message.content
+
+
+async def _reset(runner):
+    runner.engine.reset()

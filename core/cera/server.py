@@ -285,7 +285,8 @@ def _engine_error(error: BaseException, param: str | None) -> ApiError:
 
 def _usage(result: Result) -> dict:
     prompt, completion = len(result.prompt_tokens), len(result.tokens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": result.reused}}   # state reused, not prefilled
 
 
 class _Shape:
