@@ -263,7 +263,6 @@ def test_ctrl_c_stops_generations_and_exits(model_path, tmp_path):
     assert "Shutting down" in text and "Traceback" not in text and "cancelled" in text
 
 
-@pytest.mark.real_model
 def test_chat_equals_the_cli_on_smollm2(tmp_path):
     """The whole path with a real chat template: server (chat, streamed chat) == generate --chat."""
     question, n = "What is the capital of France?", 8
