@@ -239,6 +239,6 @@ def test_argmax(gpu, n):
 
 def test_unsupported_type(gpu):
     with pytest.raises(ValueError, match="no matvec kernel"):
-        matmul.units_per_row(T.Q2_K, 256)
+        matmul.units_per_row(T.TQ1_0, 256)
     with pytest.raises(ValueError, match="multiple"):
         matmul.row_bytes(T.Q4_K, 100)
