@@ -90,8 +90,11 @@ fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
 }
 
 // IQ4_NL / IQ4_XS: the 16 non-uniform levels a 4-bit index selects (ggml's kvalues_iq4nl).
-const IQ4_LEVELS = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+// A `var<private>` never written, not a `const`: naga copies a dynamically indexed `const`
+// array into a local variable at every access.
+var<private> IQ4_LEVELS: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0,
+                                                        -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0,
+                                                        89.0, 113.0);
 
 fn iq4_levels(q: vec4<u32>) -> vec4<f32> {
     return vec4<f32>(IQ4_LEVELS[q.x], IQ4_LEVELS[q.y], IQ4_LEVELS[q.z], IQ4_LEVELS[q.w]);
