@@ -1,7 +1,8 @@
 // Dequantization of raw GGUF rows (ggml block layouts), read from `array<u32>` storage.
 //
-// Defines: one type flag (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS F16
-// BF16 F32) and K (elements per row, a multiple of the type's block size).
+// Defines: one type flag (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ2_XS IQ2_S
+// IQ3_XXS IQ3_S IQ4_NL IQ4_XS F16 BF16 F32) and K (elements per row, a multiple of the type's
+// block size).
 //
 // The includer provides the weight fetch, so one shader can read two matrices of the
 // same type (the gate and up projections of a GLU):
@@ -19,8 +20,8 @@
 alias Unit = array<vec4<f32>, 4>;
 
 // ---- byte helpers ------------------------------------------------------------------
-// Rows of 18-, 22-, 34-, 110- and 210-byte blocks (and f16 rows of odd length) start at
-// 2-byte boundaries, so every field read here is at an even byte offset.
+// Rows of 18-, 22-, 34-, 66-, 74-, 82-, 98-, 110- and 210-byte blocks (and f16 rows of odd
+// length) start at 2-byte boundaries, so every field read here is at an even byte offset.
 
 // 4 bytes at an even byte offset.
 fn load_u32(src: u32, byte: u32) -> u32 {
@@ -98,6 +99,28 @@ var<private> IQ4_LEVELS: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, 
 
 fn iq4_levels(q: vec4<u32>) -> vec4<f32> {
     return vec4<f32>(IQ4_LEVELS[q.x], IQ4_LEVELS[q.y], IQ4_LEVELS[q.z], IQ4_LEVELS[q.w]);
+}
+
+// IQ2 / IQ3: grid points (shaders/iq*_grid.wgsl: grid_entry(i), 8 or 4 packed level indices)
+// with sign bits. The sign bits of 8 values from 7 stored ones: the 8th makes their count even.
+fn iq_signs(s: u32) -> u32 {
+    return s | ((countOneBits(s) & 1u) << 7u);
+}
+
+// v with the sign flipped where bits b .. b+3 of s are set
+fn signed4(v: vec4<f32>, s: u32, b: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(bitcast<vec4<u32>>(v) ^ (bits4(s, b) << vec4<u32>(31u)));
+}
+
+// Level indices j .. j+3 of a grid entry, `bits` wide each
+fn grid_indices(e: u32, j: u32, bits: u32) -> vec4<u32> {
+    return (vec4<u32>(e) >> ((vec4<u32>(j) + vec4<u32>(0u, 1u, 2u, 3u)) * bits)) & vec4<u32>((1u << bits) - 1u);
+}
+
+// Values j .. j+3 of an IQ2 grid point: levels 8, 25, 43
+fn iq2_levels(e: u32, j: u32) -> vec4<f32> {
+    let c = grid_indices(e, j, 2u);
+    return to_f32(8u + 17u * c + c / 2u, 0.0);
 }
 
 // ---- the types ---------------------------------------------------------------------
@@ -419,6 +442,153 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
 
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 2u) * 32u + (u % 2u) * 8u + (g & 1u) * 4u + (g >> 1u) * 16u;
+}
+#endif
+
+#ifdef IQ2_XXS
+#include "iq2xxs_grid.wgsl"
+const BLOCK_ELEMS = 256u;
+const BLOCK_BYTES = 66u;   // d: f16 | 8 x (4 grid indices: bytes | signs and scale: u32 w)
+// Sub-block b (0..7) of 32 elements: points l = 0..3 of 8 values, IQ2XXS_GRID entry of index
+// byte l, signs iq_signs(bits 7l .. 7l+6 of w); x = d * (0.5 + (w >> 28)) / 4 * value.
+// Unit (b, h): points 2h, 2h+1.
+
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    let blk = row_byte + (u / 16u) * BLOCK_BYTES;
+    let b = (u % 16u) / 2u;
+    let h = u % 2u;
+    let idx = load_u32(src, blk + 2u + 8u * b) >> (16u * h);
+    let w = load_u32(src, blk + 6u + 8u * b);
+    let db = load_f16(src, blk) * (0.5 + f32(w >> 28u)) * 0.25;
+    let p0 = grid_entry(idx & 0xFFu);
+    let p1 = grid_entry((idx >> 8u) & 0xFFu);
+    let s0 = iq_signs((w >> (14u * h)) & 127u);
+    let s1 = iq_signs((w >> (14u * h + 7u)) & 127u);
+    return Unit(signed4(db * iq2_levels(p0, 0u), s0, 0u), signed4(db * iq2_levels(p0, 4u), s0, 4u),
+                signed4(db * iq2_levels(p1, 0u), s1, 0u), signed4(db * iq2_levels(p1, 4u), s1, 4u));
+}
+
+fn group_elem(u: u32, g: u32) -> u32 {
+    return u * 16u + g * 4u;
+}
+#endif
+
+#ifdef IQ2_XS
+#include "iq2xs_grid.wgsl"
+const BLOCK_ELEMS = 256u;
+const BLOCK_BYTES = 74u;   // d: f16 | qs: 32 x u16 | scales: 8 bytes
+// Point k (0..31) of 8 values: qs[k] = IQ2XS_GRID index (9 bits) | 7 sign bits << 9. Unit t
+// (0..15): points 2t, 2t+1, x = d * (0.5 + nibble t of scales) / 4 * value.
+
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    let blk = row_byte + (u / 16u) * BLOCK_BYTES;
+    let t = u % 16u;
+    let qs = load_u32(src, blk + 2u + 4u * t);   // points 2t (low half), 2t+1
+    let sc = (load_u32(src, blk + 66u + 4u * (t / 8u)) >> (4u * (t % 8u))) & 15u;
+    let db = load_f16(src, blk) * (0.5 + f32(sc)) * 0.25;
+    let p0 = grid_entry(qs & 511u);
+    let p1 = grid_entry((qs >> 16u) & 511u);
+    let s0 = iq_signs((qs >> 9u) & 127u);
+    let s1 = iq_signs(qs >> 25u);
+    return Unit(signed4(db * iq2_levels(p0, 0u), s0, 0u), signed4(db * iq2_levels(p0, 4u), s0, 4u),
+                signed4(db * iq2_levels(p1, 0u), s1, 0u), signed4(db * iq2_levels(p1, 4u), s1, 4u));
+}
+
+fn group_elem(u: u32, g: u32) -> u32 {
+    return u * 16u + g * 4u;
+}
+#endif
+
+#ifdef IQ2_S
+#include "iq2s_grid.wgsl"
+const BLOCK_ELEMS = 256u;
+const BLOCK_BYTES = 82u;   // d: f16 | qs: 32 bytes | signs: 32 bytes | qh: 8 bytes | scales: 8 bytes
+// Point k (0..31) of 8 values: IQ2S_GRID index qs[k] | bits 2(k%4), +1 of qh[k/4] << 8, signs
+// the byte signs[k]. Unit t (0..15): points 2t, 2t+1, x = d * (0.5 + nibble t of scales) / 4 * value.
+
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    let blk = row_byte + (u / 16u) * BLOCK_BYTES;
+    let t = u % 16u;
+    let qs = load_u16(src, blk + 2u + 2u * t);
+    let signs = load_u16(src, blk + 34u + 2u * t);
+    let qh = load_u32(src, blk + 66u + 4u * (t / 8u)) >> (4u * (t % 8u));   // bits 0-1: point 2t, 2-3: 2t+1
+    let sc = (load_u32(src, blk + 74u + 4u * (t / 8u)) >> (4u * (t % 8u))) & 15u;
+    let db = load_f16(src, blk) * (0.5 + f32(sc)) * 0.25;
+    let p0 = grid_entry((qs & 0xFFu) | ((qh & 3u) << 8u));
+    let p1 = grid_entry((qs >> 8u) | (((qh >> 2u) & 3u) << 8u));
+    return Unit(signed4(db * iq2_levels(p0, 0u), signs, 0u), signed4(db * iq2_levels(p0, 4u), signs, 4u),
+                signed4(db * iq2_levels(p1, 0u), signs, 8u), signed4(db * iq2_levels(p1, 4u), signs, 12u));
+}
+
+fn group_elem(u: u32, g: u32) -> u32 {
+    return u * 16u + g * 4u;
+}
+#endif
+
+#ifdef IQ3_XXS
+#include "iq3xxs_grid.wgsl"
+const BLOCK_ELEMS = 256u;
+const BLOCK_BYTES = 98u;   // d: f16 | qs: 64 grid indices (bytes) | 8 x signs and scale (u32 w)
+// Sub-block b (0..7) of 32 elements: points p = 0..7 of 4 values, IQ3XXS_GRID entry of index
+// qs[8b + p]; points 2l, 2l+1 take the signs iq_signs(bits 7l .. 7l+6 of w of b);
+// x = d * (0.5 + (w >> 28)) / 2 * value. Unit (b, h): points 4h .. 4h+3, a group each.
+
+// The 4 values of a grid point: levels 4, 12, .., 52, 62
+fn iq3xxs_point(idx: u32) -> vec4<f32> {
+    let c = grid_indices(grid_entry(idx), 0u, 3u);
+    return to_f32(4u + 8u * c + 2u * (c / 7u), 0.0);
+}
+
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    let blk = row_byte + (u / 16u) * BLOCK_BYTES;
+    let b = (u % 16u) / 2u;
+    let h = u % 2u;
+    let idx = load_u32(src, blk + 2u + 8u * b + 4u * h);   // the 4 points' indices
+    let w = load_u32(src, blk + 66u + 4u * b);
+    let db = load_f16(src, blk) * (0.5 + f32(w >> 28u)) * 0.5;
+    let s0 = iq_signs((w >> (14u * h)) & 127u);
+    let s1 = iq_signs((w >> (14u * h + 7u)) & 127u);
+    return Unit(signed4(db * iq3xxs_point(idx & 0xFFu), s0, 0u),
+                signed4(db * iq3xxs_point((idx >> 8u) & 0xFFu), s0, 4u),
+                signed4(db * iq3xxs_point((idx >> 16u) & 0xFFu), s1, 0u),
+                signed4(db * iq3xxs_point(idx >> 24u), s1, 4u));
+}
+
+fn group_elem(u: u32, g: u32) -> u32 {
+    return u * 16u + g * 4u;
+}
+#endif
+
+#ifdef IQ3_S
+#include "iq3s_grid.wgsl"
+const BLOCK_ELEMS = 256u;
+const BLOCK_BYTES = 110u;  // d: f16 | qs: 64 bytes | qh: 8 bytes | signs: 32 bytes | scales: 4 bytes
+// Sub-block b (0..7) of 32 elements: points p = 0..7 of 4 values, IQ3S_GRID entry of index
+// qs[8b + p] | bit p of qh[b] << 8, signs bits 4(p%2) .. of byte signs[4b + p/2];
+// x = d * (1 + 2 * nibble b of scales) * value. Unit (b, h): points 4h .. 4h+3, a group each.
+
+// The 4 values of a grid point: levels 1, 3, .., 15
+fn iq3s_point(idx: u32) -> vec4<f32> {
+    return to_f32(1u + 2u * grid_indices(grid_entry(idx), 0u, 3u), 0.0);
+}
+
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    let blk = row_byte + (u / 16u) * BLOCK_BYTES;
+    let b = (u % 16u) / 2u;
+    let h = u % 2u;
+    let idx = load_u32(src, blk + 2u + 8u * b + 4u * h);
+    let qh = load_u32(src, blk + 66u + 4u * (b / 4u)) >> (8u * (b % 4u) + 4u * h);   // bit g: point 4h + g
+    let signs = load_u16(src, blk + 74u + 4u * b + 2u * h);
+    let sc = (load_u32(src, blk + 106u) >> (4u * b)) & 15u;
+    let db = load_f16(src, blk) * f32(1u + 2u * sc);
+    return Unit(signed4(db * iq3s_point((idx & 0xFFu) | ((qh & 1u) << 8u)), signs, 0u),
+                signed4(db * iq3s_point(((idx >> 8u) & 0xFFu) | ((qh & 2u) << 7u)), signs, 4u),
+                signed4(db * iq3s_point(((idx >> 16u) & 0xFFu) | ((qh & 4u) << 6u)), signs, 8u),
+                signed4(db * iq3s_point((idx >> 24u) | ((qh & 8u) << 5u)), signs, 12u));
+}
+
+fn group_elem(u: u32, g: u32) -> u32 {
+    return u * 16u + g * 4u;
 }
 #endif
 

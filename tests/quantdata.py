@@ -13,7 +13,8 @@ from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 
-RANDOM_BLOCK_TYPES = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS)   # gguf.quants cannot write these
+RANDOM_BLOCK_TYPES = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS,
+                      T.IQ3_S, T.IQ4_NL, T.IQ4_XS)   # gguf.quants cannot write these
 
 
 def _f16_bytes(values: np.ndarray) -> np.ndarray:
@@ -39,6 +40,10 @@ def _random_blocks(qtype: T, n: int, rng: np.random.Generator) -> np.ndarray:
         parts = [scale(5e-4, 1.5e-3), scale(5e-4, 1.5e-3), noise(12), noise(32), noise(128)]
     elif qtype == T.Q6_K:     # ql[128] | qh[64] | scales[16] (i8) | d
         parts = [noise(128), noise(64), noise(16), scale(5e-4, 1.5e-3)]
+    elif qtype in (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S):   # d | grid indices, signs, scales; |x| <= 15.5 / 4 * 43 * d
+        parts = [scale(5e-3, 1.5e-2), noise(GGML_QUANT_SIZES[qtype][1] - 2)]
+    elif qtype in (T.IQ3_XXS, T.IQ3_S):   # d | grid indices, signs, scales; |x| <= 31 * 15 * d
+        parts = [scale(1e-3, 3e-3), noise(GGML_QUANT_SIZES[qtype][1] - 2)]
     elif qtype == T.IQ4_NL:   # d | qs[16]; |x| <= 127 * d
         parts = [scale(5e-3, 1.5e-2), noise(16)]
     elif qtype == T.IQ4_XS:   # d | scales_h (u16) | scales_l[4] | qs[128]; |x| <= 32 * 127 * d
