@@ -8,7 +8,8 @@ non-degenerate logits; 1-D norm weights are F32 near 1; biases, rope factors and
 LFM2's depthwise conv kernel stay F32 whatever `wtype` says.
 
 `wtype`: a ggml type name for every 2-D weight (f32, f16, bf16, q8_0, q4_0, q4_1,
-q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs) or the preset `q4_k_m` (Q4_K,
+q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl,
+iq4_xs) or the preset `q4_k_m` (Q4_K,
 with Q6_K for the output head and for attn_v / ffn_down of even layers, as
 llama-quantize mixes it). gguf-py cannot quantize K-quants or i-quants: those tensors are
 random *valid* blocks (random scales and quants, fp16 super-block scales picked for the
@@ -39,11 +40,12 @@ from gguf.constants import GGML_QUANT_SIZES
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
 ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2")
-SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq4_xs"}   # 256-element blocks
+SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
+                      "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
 FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
     "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10,
-    "q3_k": 11, "q4_k": 14, "q4_k_m": 15, "q5_k": 16, "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30,
-    "bf16": 32,
+    "q3_k": 11, "q4_k": 14, "q4_k_m": 15, "q5_k": 16, "q6_k": 18, "iq2_xxs": 19, "iq2_xs": 20,
+    "iq3_xxs": 23, "iq4_nl": 25, "iq3_s": 26, "iq2_s": 28, "iq4_xs": 30, "bf16": 32,
 }
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -193,8 +195,10 @@ def _near_one(cfg, name, n) -> np.ndarray:
 
 # std of one dequantized value for unit super-block scale d (dmin as set below), sc, m, q
 # uniform: Q2_K/Q4_K/Q5_K: d*sc*q - dmin*m; Q3_K: d*(sc-32)*q, q in [-4, 4); Q6_K:
-# d*sc*(q-32), sc in [-64, 64); IQ4_NL: d*level; IQ4_XS: d*(sc-32)*level (the 16 IQ4 levels)
+# d*sc*(q-32), sc in [-64, 64); IQ2_*: d*(0.5+sc)/4*p, IQ3_XXS: d*(0.5+sc)/2*p, IQ3_S:
+# d*(1+2sc)*p with p a value of a grid point; IQ4_NL: d*level; IQ4_XS: d*(sc-32)*level
 _SPREAD = {T.Q2_K: 13.87, T.Q3_K: 43.34, T.Q4_K: 257.2, T.Q5_K: 524.5, T.Q6_K: 682.8,
+           T.IQ2_XXS: 53.36, T.IQ2_XS: 55.9, T.IQ2_S: 56.39, T.IQ3_XXS: 142.41, T.IQ3_S: 140.24,
            T.IQ4_NL: 67.44, T.IQ4_XS: 1246.3}
 _DMIN = {T.Q2_K: 1.5, T.Q4_K: 7.5, T.Q5_K: 15.5}   # dmin/d that centres the values near zero
 _D_BYTE = {T.Q2_K: 80, T.Q3_K: 108, T.Q6_K: 208}   # where the f16 d (then dmin) sits; else byte 0
@@ -397,6 +401,11 @@ VARIANTS: dict[str, dict] = {
     "llama_q6_k": dict(arch="llama", wtype="q6_k"),
     "llama_q2_k": dict(arch="llama", wtype="q2_k"),
     "llama_q3_k": dict(arch="llama", wtype="q3_k"),
+    "llama_iq2_xxs": dict(arch="llama", wtype="iq2_xxs"),
+    "llama_iq2_xs": dict(arch="llama", wtype="iq2_xs"),
+    "llama_iq2_s": dict(arch="llama", wtype="iq2_s"),
+    "llama_iq3_xxs": dict(arch="llama", wtype="iq3_xxs", seed=1),   # seed 0 greedy: a 0.1 near-tie
+    "llama_iq3_s": dict(arch="llama", wtype="iq3_s"),
     "llama_iq4_nl": dict(arch="llama", wtype="iq4_nl"),
     "llama_iq4_xs": dict(arch="llama", wtype="iq4_xs"),
     "qwen2_f32": dict(arch="qwen2"),

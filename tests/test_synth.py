@@ -106,7 +106,8 @@ def test_tokenizer_vocab_is_gpt2_byte_level():
         assert left + right in tokens
 
 
-@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS])
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+                                   T.IQ3_XXS, T.IQ3_S, T.IQ4_NL, T.IQ4_XS])
 def test_random_blocks_have_the_asked_spread(qtype):
     raw = random_blocks(np.random.default_rng(0), 32, 512, qtype, std=0.1)
     values = quants.dequantize(raw, qtype)
