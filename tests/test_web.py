@@ -205,7 +205,8 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
     assert got["runs"] == 2     # run() and read() are one JS call each
 
 
-@pytest.mark.parametrize("wtype", ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"])
+@pytest.mark.parametrize("wtype", ["Q2_K", "Q3_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL",
+                                   "IQ4_XS"])
 def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
