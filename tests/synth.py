@@ -9,12 +9,12 @@ LFM2's depthwise conv kernel stay F32 whatever `wtype` says.
 
 `wtype`: a ggml type name for every 2-D weight (f32, f16, bf16, q8_0, q4_0, q4_1,
 q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl,
-iq4_xs) or the preset `q4_k_m` (Q4_K,
-with Q6_K for the output head and for attn_v / ffn_down of even layers, as
-llama-quantize mixes it). gguf-py cannot quantize K-quants or i-quants: those tensors are
-random *valid* blocks (random scales and quants, fp16 super-block scales picked for the
-wanted spread). Types of 256-element blocks need rows that are multiples of 256, so such
-a `wtype` switches the defaults to hidden 256, head_dim 64 (qwen3: key_length 128), ff 512.
+iq4_xs) or the preset `q4_k_m` (Q4_K, with Q6_K for the output head and for attn_v /
+ffn_down of even layers, as llama-quantize mixes it). gguf-py cannot quantize K-quants or
+i-quants: those tensors are random *valid* blocks (random scales and quants, fp16
+super-block scales picked for the wanted spread). Types of 256-element blocks need rows
+that are multiples of 256, so such a `wtype` switches the defaults to hidden 256,
+head_dim 64 (qwen3: key_length 128), ff 512.
 
 Overrides (keyword arguments, all optional): n_layers, hidden, n_heads, n_kv_heads,
 head_dim, ff, context, rms_eps, rope_base, tied (no output.weight), rope_freqs
