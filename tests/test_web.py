@@ -6,6 +6,7 @@ API `window.cera`. Native results come from `python -m cera generate` on the sam
 """
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -14,11 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from cera.gpu.matmul import MATVEC_TYPES
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
+from quantdata import padded, random_rows  # noqa: E402
 from synth import write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
@@ -210,7 +214,6 @@ def test_layer_kernels_on_the_pyodide_device(page):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
     attention for an 8th, the context shift's key re-rotation, and LFM2's short conv, through the
     browser host, against cera.ops computed here."""
-    import base64
     from cera import ops
     rng = np.random.default_rng(5)
     hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
@@ -277,6 +280,55 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
     assert_close(arr("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
     y, _ = ops.shortconv(bcx, conv_w, np.zeros((2, hidden), np.float32))
     assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
+
+
+@pytest.mark.parametrize("wtype", [t.name for t in sorted(MATVEC_TYPES)])
+def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
+    """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
+    SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
+    row counts that are not multiples of the workgroups."""
+    t = GGMLQuantizationType[wtype]
+    m, k, tokens = 37, 4 * GGML_QUANT_SIZES[t][0], [36, 0, 17, 36, 5]
+    n_tokens = len(tokens)
+    rng = np.random.default_rng(int(t))
+    raw, w = random_rows(t, m, k, rng)                           # (m, row bytes), (m, k)
+    x = rng.standard_normal((n_tokens, k)).astype(np.float32)    # (n_tokens, k)
+    got = python_in_worker(page, f"""
+import base64, json
+import numpy as np
+from cera.device import Binding
+from cera.gpu import batched, matmul
+from cera.gpu.state import pack_step
+from cera.kernels import Kernels
+from cera_web.app import _sessions
+dev = _sessions[0].device
+kernels = Kernels(dev)
+def upload(data, label):
+    buf = dev.buffer(len(data), label)
+    dev.write(buf, data)
+    return buf
+w = upload(base64.b64decode({base64.b64encode(padded(raw)).decode()!r}), "w")
+x = upload(base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}), "x")
+tokens = upload(np.array({tokens}, np.uint32).tobytes(), "tokens")
+step = dev.buffer(16, "step", uniform=True)
+dev.write(step, pack_step(0, {n_tokens}))
+vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
+emb = dev.buffer(4 * {n_tokens * k}, "emb")
+schedule = dev.schedule([
+    matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
+    batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
+    matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
+                 max_rows={n_tokens})])
+out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
+       "emb": await dev.read(emb, 0, 4 * {n_tokens * k})}}
+json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
+""")
+    vec, mat, emb = (np.frombuffer(base64.b64decode(got[n]), np.float32) for n in ("vec", "mat", "emb"))
+    xs = x.astype(np.float64)
+    assert_close(vec, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype}")
+    assert_close(mat.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
+                 f"batched matmul {wtype}")
+    assert_close(emb.reshape(n_tokens, k), w[tokens], 1e-6, 1e-6, f"embed {wtype}")
 
 
 def test_compile_error_names_the_kernel(page):

@@ -16,7 +16,7 @@ const ADVICE = {
   BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
   TruncatedFile: "The file ends too early: download it again (or copy it again) and load the complete file.",
   ModelNotFound: "Check the model's name or path.",
-  Unsupported: "cera runs llama, qwen2, qwen3, granite and lfm2 models with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16/F32 weights.",
+  Unsupported: "cera runs llama, qwen2, qwen3, granite and lfm2 models with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ2/IQ3/IQ4/F16/BF16/F32 weights.",
   TooLarge: "Pick a smaller model or a smaller quantization: this GPU's WebGPU limits cannot hold it.",
   StorageFull: "Free some of this site's storage (or the disk), or load the file from disk instead of a URL.",
   FetchFailed: "Check the URL; the server must allow cross-origin requests (CORS), or load the file from disk.",
