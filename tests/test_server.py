@@ -21,6 +21,7 @@ import uvicorn
 
 from cera.runner import Job, Runner, StopText
 from cera.server import Server
+from native_server import cera_serve
 from synth import write_model
 
 MODEL_ID = "synth.gguf"
@@ -219,33 +220,6 @@ def test_requests_past_the_queue_get_429(runner):
         running.close()
         queued.join(60)
         assert waiting["out"].choices[0].text
-
-
-@contextmanager
-def cera_serve(tmp_path, *args):
-    """`python -m cera serve` as a subprocess on a free port, ready: (base URL, process, log path)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cera", "serve", "--port", str(port), *args],
-                                stdout=err, stderr=err)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            try:
-                urllib.request.urlopen(url + "/models", timeout=5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield url, proc, log
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(30)
 
 
 def test_ctrl_c_stops_generations_and_exits(model_path, tmp_path):

@@ -1,8 +1,10 @@
 """The browser half: the built static site in headless Chromium (WebGPU on SwiftShader).
 
 The site is built by `python -m pyodide_build` (downloads cached in ~/.cache/cera), served
-from 127.0.0.1 by a thread, and driven through the page's controls and its automation
-API `window.cera`. Native results come from `python -m cera generate` on the same file.
+from 127.0.0.1 by a thread, and driven through the demo page's controls and its automation
+API `window.cera`, and through the module cera.js as another page would import it. Native
+results come from `python -m cera generate`, and from `python -m cera serve` through the
+official `openai` client, on the same file.
 """
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import json
 import subprocess
 import sys
 import zipfile
+from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
+import openai
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -22,6 +27,7 @@ from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
+from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
 from synth import write_model  # noqa: E402
 
@@ -126,6 +132,7 @@ def test_build_is_verified_and_self_contained(site):
         assert lock["packages"][name]["sha256"].startswith(sha), name
     # (the wheels built here are checked by Pyodide itself against the lock as the page installs them)
     for name in ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css", "catalogue.json",
+                 "cera.js", "cera.d.ts", "errors.js", "example.html",
                  "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/python_stdlib.zip"):
         assert (site / name).is_file(), name
     with zipfile.ZipFile(site / "pyodide" / lock["packages"]["cera"]["file_name"]) as wheel:
@@ -541,3 +548,182 @@ def test_smollm2_greedy_text_matches_the_native_host(browser, server):
     # the weights went Blob -> writeBuffer in JS: only the header and a few small tensors crossed
     assert loaded["bytesThroughWasm"] < 0.05 * path.stat().st_size
     assert stats["wasmHeapBytes"] < path.stat().st_size
+
+
+# --- cera.js, as another page uses it ----------------------------------------------------
+@pytest.fixture(scope="module")
+def native(synth, tmp_path_factory):
+    """name -> an `openai` client of `python -m cera serve -m NAME.gguf`, started on first use."""
+    with ExitStack() as running:
+        clients = {}
+
+        def client(name):
+            if name not in clients:
+                url, _, _ = running.enter_context(cera_serve(tmp_path_factory.mktemp("serve"), "-m", str(synth[name])))
+                clients[name] = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=300)
+            return clients[name]
+        yield client
+
+
+@pytest.fixture(scope="module")
+def engines(browser, server, models):
+    """A page of the site that imports cera.js (window.cera) and made one engine per model
+    (window.engines.NAME), each in its own worker."""
+    (server.root / "blank.html").write_text("<!doctype html><title>cera.js under test</title>")
+    page = browser.new_page()
+    page.set_default_timeout(MODEL_MS)
+    page.goto(server.url + "blank.html")
+    page.evaluate("""async (urls) => {
+        window.cera = await import("./cera.js");
+        const made = await Promise.all(Object.values(urls).map((model) => cera.createEngine({model})));
+        window.engines = Object.fromEntries(Object.keys(urls).map((name, i) => [name, made[i]]));
+    }""", {name: models[name][1] for name in ("llama_q4_0", "qwen2_q8_0")})
+    yield page
+    page.close()
+
+
+def without_id(objects: list[dict]) -> list[dict]:
+    """OpenAI objects without what differs between two answers to one request: id, created."""
+    return [{k: v for k, v in o.items() if k not in ("id", "created")} for o in objects]
+
+
+def test_example_page_streams_the_native_servers_chat_reply(browser, server, models, native):
+    """example.html?model=URL&prompt=TEXT, as a developer copies it: its streamed text is what
+    `python -m cera serve` answers to the same messages (greedy, 64 tokens), and it needs no
+    cross-origin isolation (no COOP/COEP headers)."""
+    path, url = models["qwen2_q8_0"]
+    prompt = "The quick brown fox"
+    want = native("qwen2_q8_0").chat.completions.create(
+        model=path.name, messages=[{"role": "user", "content": prompt}], max_tokens=64, temperature=0)
+    page = browser.new_page()
+    page.goto(f"{server.url}example.html?model={quote(url, safe='')}&prompt={quote(prompt, safe='')}")
+    page.wait_for_function("document.body.dataset.done === 'true'", timeout=MODEL_MS)
+    text, isolated = page.text_content("#out"), page.evaluate("crossOriginIsolated")
+    page.close()
+    assert text == want.choices[0].message.content and want.usage.completion_tokens > 0
+    assert isolated is False
+
+
+def test_a_model_from_another_origin_needs_cors(engines, site, native, synth):
+    """A model URL on another origin loads when its server allows cross-origin reads
+    (Access-Control-Allow-Origin), and fails as FetchFailed when it does not."""
+    with Server(site / "models", cors=True) as open_to_all, Server(site / "models") as closed:
+        got = engines.evaluate("""async ([allowed, refused]) => {
+            const engine = new cera.Engine();
+            const refusal = await engine.reload(refused).then(() => null, (e) => e.name);
+            await engine.reload(allowed);
+            const reply = await engine.completions.create({prompt: "hello world", max_tokens: 8, temperature: 0});
+            await engine.unload();
+            return {refusal, text: reply.choices[0].text};
+        }""", [open_to_all.url + "llama_q4_0.gguf", closed.url + "llama_q4_0.gguf"])
+    want = native("llama_q4_0").completions.create(model="llama_q4_0.gguf", prompt="hello world", max_tokens=8,
+                                                   temperature=0)
+    assert got == {"refusal": "FetchFailed", "text": want.choices[0].text}
+
+
+def test_two_engines_in_one_page_answer_each_with_its_own_model(engines, native):
+    messages = [{"role": "user", "content": "Hi there"}]
+    got = engines.evaluate("""async (messages) => {
+        const ask = (engine) => engine.chat.completions.create({messages, max_tokens: 12, temperature: 0});
+        const names = Object.keys(engines);
+        const replies = await Promise.all(names.map((name) => ask(engines[name])));   // at once: one worker each
+        const stats = await Promise.all(names.map((name) => engines[name].runtimeStats()));
+        return Object.fromEntries(names.map((name, i) => [name, {reply: replies[i], stats: stats[i],
+                                                                 info: engines[name].info}]));
+    }""", messages)
+    texts = set()
+    for name, mine in got.items():
+        want = native(name).chat.completions.create(model=f"{name}.gguf", messages=messages, max_tokens=12,
+                                                    temperature=0)
+        assert mine["reply"]["choices"][0]["message"]["content"] == want.choices[0].message.content
+        assert mine["reply"]["model"] == want.model == f"{name}.gguf"
+        assert mine["info"]["model"]["arch"] == mine["stats"]["arch"] == name.split("_")[0]
+        assert "swiftshader" in mine["stats"]["adapter"].lower() and mine["stats"]["model"] == f"{name}.gguf"
+        assert mine["stats"]["lastRequest"]["decodeTokensPerS"] > 0
+        texts.add(want.choices[0].message.content)
+    assert len(texts) == 2
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_objects_and_usage_equal_the_native_servers(engines, native, endpoint):
+    """The whole response, then every chunk of the same request streamed (with usage), as the
+    native server answers them, but for id and created. (How much of the first prompt each engine
+    had cached depends on its earlier requests; for the second, on the first: the same.)"""
+    chat = endpoint == "chat"
+    request = dict(max_tokens=10, temperature=0, stop=["\n\n"])
+    request.update({"messages": [{"role": "user", "content": "Once upon a time"}]} if chat
+                   else {"prompt": "Once upon a time"})
+    client = native("llama_q4_0")
+    create = client.chat.completions.create if chat else client.completions.create
+    want = create(model="llama_q4_0.gguf", **request).to_dict()
+    want_chunks = [c.to_dict() for c in create(model="llama_q4_0.gguf", stream=True,
+                                               stream_options={"include_usage": True}, **request)]
+    got, chunks = engines.evaluate("""async ([chat, request]) => {
+        const create = (r) => chat ? engines.llama_q4_0.chat.completions.create(r) : engines.llama_q4_0.completions.create(r);
+        const whole = await create(request), chunks = [];
+        for await (const chunk of await create({...request, stream: true, stream_options: {include_usage: true}})) {
+            chunks.push(chunk);
+        }
+        return [whole, chunks];
+    }""", [chat, request])
+    cached = [o["usage"].pop("prompt_tokens_details")["cached_tokens"] for o in (got, want)]
+    assert without_id([got]) == without_id([want]) and max(cached) < got["usage"]["prompt_tokens"]
+    assert got["id"].startswith("chatcmpl-" if chat else "cmpl-") and abs(got["created"] - want["created"]) < 600
+    assert without_id(chunks) == without_id(want_chunks) and len({c["id"] for c in chunks}) == 1
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0   # the first request's prompt
+
+
+def test_interrupt_ends_a_long_stream_early(engines):
+    """interrupt() stops the generation in flight within a token: the stream ends with
+    finish_reason "stop". Leaving a for-await loop early stops that request the same way."""
+    got = engines.evaluate("""async () => {
+        const engine = engines.llama_q4_0;
+        const long = (prompt) => engine.completions.create({prompt, max_tokens: 250, temperature: 0, stream: true});
+        const chunks = [];
+        for await (const chunk of await long("Once upon a time")) {
+            chunks.push(chunk);
+            if (chunks.length === 3) engine.interrupt();
+        }
+        const interrupted = (await engine.runtimeStats()).lastRequest;
+        for await (const chunk of await long("Once upon a time there was")) break;
+        let left;   // once the abandoned request has ended
+        do left = (await engine.runtimeStats()).lastRequest;
+        while (left.promptTokens === interrupted.promptTokens);
+        return {last: chunks.at(-1), interrupted, left};
+    }""")
+    assert got["last"]["choices"][0]["finish_reason"] == "stop"
+    for stats in (got["interrupted"], got["left"]):
+        assert stats["stopReason"] == "cancelled" and stats["completionTokens"] < 100   # of 250
+
+
+def test_module_misuse_rejects_with_invalid_argument(engines):
+    """Arguments of the wrong type are refused in the page, before the worker; values out of
+    range by the engine, as natively; an unloaded engine refuses every call."""
+    got = engines.evaluate("""async () => {
+        const named = (f) => f().then(() => "resolved", (e) => `${e.name}: ${e.message}`);
+        const engine = engines.llama_q4_0, hello = [{role: "user", content: "hello"}];
+        const unloaded = new cera.Engine();
+        await unloaded.unload();
+        return {
+            noModel: await named(() => cera.createEngine({})),
+            badCtx: await named(() => cera.createEngine({model: "m.gguf", ctx: "big"})),
+            unknownOption: await named(() => cera.createEngine({model: "m.gguf", context: 64})),
+            noMessages: await named(() => engine.chat.completions.create({messages: []})),
+            badContent: await named(() => engine.chat.completions.create({messages: [{role: "user", content: 5}]})),
+            textMaxTokens: await named(() => engine.chat.completions.create({messages: hello, max_tokens: "12"})),
+            unknownField: await named(() => engine.chat.completions.create({messages: hello, maxTokens: 12})),
+            noPrompt: await named(() => engine.completions.create({max_tokens: 3})),
+            otherModel: await named(() => engine.completions.create({prompt: "hi", model: "gpt-4o"})),
+            negativeTemperature: await named(() => engine.completions.create({prompt: "hi", temperature: -1})),
+            unloaded: await named(() => unloaded.reload("m.gguf")),
+        };
+    }""")
+    for case, message in got.items():
+        assert message.startswith("InvalidArgument: "), (case, message)
+    assert "model is required" in got["noModel"] and "source" in got["noModel"]
+    assert "ctx must be a positive integer" in got["badCtx"] and "unknown field context" in got["unknownOption"]
+    assert "messages must be a non-empty array" in got["noMessages"] and "messages must" in got["badContent"]
+    assert "max_tokens must be a positive integer" in got["textMaxTokens"]
+    assert "unknown field maxTokens" in got["unknownField"] and "prompt is required" in got["noPrompt"]
+    assert "this engine runs llama_q4_0.gguf" in got["otherModel"] and "temperature" in got["negativeTemperature"]
+    assert "unloaded" in got["unloaded"]
