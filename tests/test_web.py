@@ -394,10 +394,12 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     result = page.evaluate("([p, c]) => window.cera.generate(p, {maxTokens: 12, chat: c})", [prompt, chat])
     assert result["tokens"] == native["tokens"]
     assert result["text"] == native["text"]
-    assert page.inner_text("#output") == native["text"]
+    shown = "#conversation li.assistant:last-child" if chat else "#output"
+    assert page.text_content(shown) == native["text"]
     assert result["decodeTokensPerS"] > 0
     # Again, now that the prompt-length schedule exists: per token, one Python->JS call (run)
     # plus at most one postMessage of streamed text; the prompt is one submission.
+    page.evaluate("window.cera.newConversation()")
     again = page.evaluate("([p, c]) => window.cera.generate(p, {maxTokens: 12, chat: c})", [prompt, chat])
     assert again["tokens"] == result["tokens"]
     calls = again["hostCalls"]
@@ -436,7 +438,36 @@ def test_user_picks_a_bundled_model_and_chats(browser, server, synth):
     page.check("#chat")
     page.click("#generate")
     page.wait_for_function("document.getElementById('speed').textContent.includes('tokens/s')")
-    assert page.inner_text("#output") == native["text"].strip() or page.text_content("#output") == native["text"]
+    assert page.text_content("#conversation li.user") == "Hi there"
+    assert page.text_content("#conversation li.assistant") == native["text"]
+    page.close()
+
+
+def test_a_conversation_in_the_page_prefills_only_each_new_message(browser, server, synth):
+    """Three turns typed into the page: each reply equals `python -m cera chat`'s for the same
+    turns, and after the first the page reports only the new message as prefilled."""
+    lines = ["Hi there", "What next?", "Thanks"]
+    native = subprocess.run([sys.executable, "-m", "cera", "chat", "-m", str(synth["llama_q4_0"]), "-n", "8",
+                             "--json"], input="\n".join(lines) + "\n", capture_output=True, text=True, check=True,
+                            cwd=REPO)
+    turns = [json.loads(line) for line in native.stdout.splitlines()]
+    page = open_page(browser, server)
+    page.click("#load-catalogue")
+    page.wait_for_function("!document.getElementById('generate').disabled")
+    page.fill("#max-tokens", "8")
+    page.check("#chat")
+    for i, (line, turn) in enumerate(zip(lines, turns)):
+        page.fill("#prompt", line)
+        page.click("#generate")
+        page.wait_for_function(f"document.querySelectorAll('#conversation li.assistant').length === {i + 1}"
+                               " && !document.getElementById('generate').disabled")
+        stats = page.evaluate("window.cera.stats()")["lastRequest"]
+        assert page.text_content("#conversation li.assistant:last-child") == turn["reply"]
+        assert (stats["prefilledTokens"], stats["reusedTokens"]) == (turn["prefilled"], turn["reused"])
+        assert f"{turn['prefilled']} prefilled" in page.inner_text("#speed")
+        if i:
+            assert turn["reused"] >= turns[i - 1]["prompt_tokens"]   # the whole history before this message
+    assert len(page.evaluate("window.cera.conversation")) == 2 * len(lines)
     page.close()
 
 

@@ -74,6 +74,7 @@ async function load(source, { ctx } = {}) {
   setStatus("loading");
   try {
     model = null;
+    newConversation();
     model = await engine.reload(source, { ctx, onProgress: showProgress });
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
     $("chat").checked = model.hasChatTemplate;
@@ -88,26 +89,58 @@ async function load(source, { ctx } = {}) {
   }
 }
 
-// Greedy text after `prompt` (with `chat`, the prompt as the user's message), streamed into the
-// page; resolves to the text and the request's numbers (engine.runtimeStats().lastRequest).
+// The conversation so far (chat mode): every turn sends the whole history, which the engine
+// renders with the model's template; it prefills only what its cached state does not hold.
+let conversation = [];
+
+function showTurn(role, text) {
+  const item = document.createElement("li");
+  item.className = role;
+  item.textContent = text;
+  $("conversation").append(item);
+  $("new-conversation").hidden = false;
+  return item;
+}
+
+function newConversation() {
+  conversation = [];
+  $("conversation").replaceChildren();
+  $("new-conversation").hidden = true;
+}
+
+// Greedy text after `prompt`, streamed into the page. With `chat`, `prompt` is the user's next
+// message in the conversation and the reply joins it. Resolves to the text and the request's
+// numbers (engine.runtimeStats().lastRequest: promptTokens, prefilledTokens, reusedTokens, ...).
 async function generate(prompt, { maxTokens, chat = false } = {}) {
   clearError();
   setBusy(true);
   setStatus("generating");
-  const out = $("output");
-  out.textContent = "";
+  const out = chat ? null : $("output");
+  if (out) out.textContent = "";
+  const messages = chat ? [...conversation, { role: "user", content: prompt }] : null;
+  let reply = null;
   try {
     const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, temperature: 0, stream: true };
-    const stream = await (chat ? engine.chat.completions.create({ ...request, messages: [{ role: "user", content: prompt }] })
+    const stream = await (chat ? engine.chat.completions.create({ ...request, messages })
       : engine.completions.create({ ...request, prompt }));
-    for await (const { choices: [choice] } of stream) out.textContent += (chat ? choice.delta.content : choice.text) ?? "";
-    const result = { text: out.textContent, ...(await engine.runtimeStats()).lastRequest };
-    $("speed").textContent = `${result.completionTokens} tokens, ${rate(result.decodeTokensPerS)} tokens/s decode, ` +
-      `${rate(result.prefillTokensPerS)} tokens/s prompt (${result.promptTokens} tokens)` +
-      (result.stopReason === "cancelled" ? ", stopped" : "");
+    if (chat) {
+      showTurn("user", prompt);
+      reply = showTurn("assistant", "");
+    }
+    let text = "";
+    for await (const { choices: [choice] } of stream) {
+      text += (chat ? choice.delta.content : choice.text) ?? "";
+      (reply || out).textContent = text;
+    }
+    if (chat) conversation = [...messages, { role: "assistant", content: text }];
+    const result = { text, ...(await engine.runtimeStats()).lastRequest };
+    $("speed").textContent = `${result.completionTokens} tokens, ${rate(result.decodeTokensPerS)} tokens/s decode; ` +
+      `prompt ${result.promptTokens} tokens, ${result.prefilledTokens} prefilled at ${rate(result.prefillTokensPerS)} ` +
+      `tokens/s, ${result.reusedTokens} reused` + (result.stopReason === "cancelled" ? "; stopped" : "");
     setStatus("ready");
     return result;
   } catch (err) {
+    reply?.parentElement && reply.remove();
     showError(err);
     throw err;
   } finally {
@@ -122,6 +155,8 @@ window.cera = {
   load,
   generate,
   stop: () => engine.interrupt(),
+  newConversation,
+  get conversation() { return conversation; },
   stats: () => engine.runtimeStats(),
   python: (code) => engine.python(code),
 };
@@ -134,6 +169,8 @@ $("generate").addEventListener("click", () => generate($("prompt").value, {
   maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked,
 }).catch(() => {}));
 $("stop").addEventListener("click", () => engine.interrupt());
+$("new-conversation").addEventListener("click", newConversation);
+$("chat").addEventListener("change", newConversation);
 
 fetch("catalogue.json").then((r) => (r.ok ? r.json() : [])).catch(() => []).then((entries) => {
   const select = $("catalogue");

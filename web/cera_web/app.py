@@ -159,6 +159,7 @@ class Session:
         calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
         calls["postMessage"] = chunks.posts if chunks else 0   # streamed chunks (the final batch not counted)
         self.last = {"promptTokens": len(result.prompt_tokens), "completionTokens": len(result.tokens),
+                     "prefilledTokens": result.prefilled, "reusedTokens": result.reused,   # of the prompt
                      "tokens": list(result.tokens),   # ids, as `python -m cera generate --json`
                      "stopReason": result.stop_reason,
                      "prefillSeconds": result.prefill_s, "decodeSeconds": result.decode_s,
