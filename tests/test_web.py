@@ -23,7 +23,7 @@ from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import write_model  # noqa: E402
+from synth import write_lora, write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
 MODEL_MS = 600_000
@@ -102,8 +102,8 @@ def page(browser, server):
     page.close()
 
 
-def native_generate(path: Path, prompt: str, n: int, chat: bool = False) -> dict:
-    cmd = [sys.executable, "-m", "cera", "generate", "-m", str(path), "-p", prompt, "-n", str(n), "--json"]
+def native_generate(path: Path, prompt: str, n: int, chat: bool = False, *options: str) -> dict:
+    cmd = [sys.executable, "-m", "cera", "generate", "-m", str(path), "-p", prompt, "-n", str(n), "--json", *options]
     out = subprocess.run(cmd + (["--chat"] if chat else []), capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -396,6 +396,34 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     calls = again["hostCalls"]
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == len(again["tokens"]) and calls["postMessage"] <= len(again["tokens"])
+
+
+def test_lora_adapter_in_the_page_gives_the_native_text(page, models, server, tmp_path):
+    """A LoRA adapter fetched and loaded in the worker (Session.load_lora, through window.cera.python
+    until the page has a control for it): the greedy text with it is the native host's with
+    --lora; without it, the base model's again."""
+    path, url = models["llama_q4_0"]
+    lora = write_lora(tmp_path / "style.gguf", "llama_q4_0", rank=12, alpha=24.0,
+                      targets=("blk.*.attn_*.weight", "blk.0.ffn_gate.weight", "blk.1.ffn_down.weight"))
+    lora_url = server.add(lora, "test-models/style.gguf")
+    native = native_generate(path, "Hello world", 12, False, "--lora", f"{lora}:0.5")
+    base = native_generate(path, "Hello world", 12)
+    assert native["tokens"] != base["tokens"]
+    page.evaluate("(url) => window.cera.load(url)", url)
+    got = python_in_worker(page, f"""
+import json
+from js import fetch
+from cera_web.app import _sessions
+session = _sessions[-1]
+blob = await (await fetch({lora_url!r})).blob()
+loaded = (await session.load_lora(blob, "style.gguf", 0.5, -1)).to_py()
+adapted = (await session.generate("Hello world", 12, False, -1, ["style.gguf"])).to_py()
+plain = (await session.generate("Hello world", 12, False, -1, [])).to_py()
+json.dumps({{"loaded": loaded, "adapted": adapted, "plain": plain}})
+""")
+    assert got["loaded"]["ok"] and got["loaded"]["loras"] == ["style.gguf"], got["loaded"]
+    assert (got["adapted"]["tokens"], got["adapted"]["text"]) == (native["tokens"], native["text"])
+    assert got["plain"]["tokens"] == base["tokens"]
 
 
 def test_user_loads_a_file_and_generates_then_stops(browser, server, models):

@@ -1,6 +1,8 @@
 // The module Web Worker: WebGPU, Pyodide and cera run here, so the page never freezes.
 //
-// Messages in:  {id, kind: "init" | "load" | "generate" | "stop" | "python" | "stats", ...}
+// Messages in:  {id, kind: "init" | "load" | "lora" | "generate" | "stop" | "python" | "stats", ...}
+//   lora: {file | url, scale} a LoRA adapter GGUF for the loaded model; generate: {prompt,
+//   maxTokens, chat, adapters} (adapters: names of loaded LoRA adapters; absent: all of them)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "token", text}
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
 // An error without an id (device lost) concerns the whole session.
@@ -33,18 +35,24 @@ function boot(id, simulate) {
 
 async function handle(id, kind, data) {
   const { pyodide, gpu, session } = await boot(id, kind === "init" ? data.limits : null);
+  const downloading = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
   switch (kind) {
     case "init":
       return { ...session.info(), pyodide: pyodide.version };
     case "load": {
-      const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
-      const model = await openModel(data.file ?? data.url, onProgress);
+      const model = await openModel(data.file ?? data.url, downloading);
       const result = await session.load(model.blob, id, data.ctx);
       if (result.ok) Object.assign(result, { name: model.name, cached: model.cached }, memory(pyodide));
       return result;
     }
+    case "lora": {
+      const adapter = await openModel(data.file ?? data.url, downloading);
+      const result = await session.load_lora(adapter.blob, adapter.name, data.scale, id);
+      if (result.ok) result.cached = adapter.cached;
+      return result;
+    }
     case "generate":
-      return session.generate(data.prompt, data.maxTokens, !!data.chat, id);
+      return session.generate(data.prompt, data.maxTokens, !!data.chat, id, data.adapters);
     case "stop":
       session.stop();
       return { ok: true };

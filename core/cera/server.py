@@ -68,11 +68,15 @@ class Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
+    lora: list[str | int] | None = Field(None, description="an extension: the LoRA adapters this request applies, "
+                                                           "by file name or index among those the server loaded "
+                                                           "(--lora); absent: all of them, []: none")
 
     def job(self, max_tokens: int, **prompt) -> Job:
         stop = [self.stop] if isinstance(self.stop, str) else self.stop or []
         return Job(**prompt, max_tokens=max_tokens, stop=tuple(stop),
-                   sampler=Sampler(self.temperature, self.top_k, self.top_p, self.seed))
+                   sampler=Sampler(self.temperature, self.top_k, self.top_p, self.seed),
+                   adapters=None if self.lora is None else tuple(self.lora))
 
 
 class TextPart(BaseModel):

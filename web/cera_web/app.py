@@ -79,11 +79,30 @@ class Session:
         except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
             return _js({"ok": False, "error": error_dict(err)})
 
+    async def load_lora(self, blob, name, scale, msg_id):
+        """Load the LoRA adapter in the Blob for the loaded model under `name` (generate picks
+        adapters by it), its delta times `scale` (None: 1)."""
+        if self.engine is None:
+            return _js({"ok": False, "error": error_dict(InvalidArgument("no model is loaded: load one first"))})
+        try:
+            from cera.gguf_file import GGUFFile
+
+            adapter = await self.engine.load_lora(GGUFFile(BlobSource(blob, self.host)), str(name),
+                                                  1.0 if scale is None else float(scale),
+                                                  progress=self._progress(msg_id, "upload"))
+            await self.device.check()
+            return _js({"ok": True, "name": adapter.name, "scale": adapter.scale, "pairs": len(adapter.pairs),
+                        "rank": adapter.max_rank, "loras": [lora.name for lora in self.engine.loras],
+                        "dispatchesPerToken": self.engine.backend.dispatches_per_token})
+        except Exception as err:   # noqa: BLE001
+            return _js({"ok": False, "error": error_dict(err)})
+
     def stop(self):
         self._stopping = True
 
-    async def generate(self, prompt, max_tokens, chat, msg_id):
-        """Generate after `prompt`, streaming text; max_tokens None: DEFAULT_MAX_TOKENS."""
+    async def generate(self, prompt, max_tokens, chat, msg_id, adapters=None):
+        """Generate after `prompt`, streaming text; max_tokens None: DEFAULT_MAX_TOKENS; adapters:
+        the names of the loaded LoRA adapters to apply (None: all of them, []: none)."""
         if self.engine is None:
             return _js({"ok": False, "error": error_dict(InvalidArgument("no model is loaded: load one first"))})
         pending, last, posts = [], [time.perf_counter()], [0]
@@ -101,7 +120,9 @@ class Session:
             self._stopping = False
             calls0 = dict(self.device.calls())
             result = await self.engine.generate(str(prompt), max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens), chat=bool(chat),
-                                                on_text=on_text, should_stop=lambda: self._stopping)
+                                                on_text=on_text, should_stop=lambda: self._stopping,
+                                                adapters=range(len(self.engine.loras)) if adapters is None
+                                                else [str(name) for name in adapters])
             if pending:
                 self.post(_js({"id": msg_id, "kind": "token", "text": "".join(pending)}))
             calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
