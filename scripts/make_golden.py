@@ -1,12 +1,15 @@
 """Golden data from llama.cpp (the external oracle), via llama-cpp-python.
 
-    python scripts/make_golden.py [--synth] [--real] [--only NAME ...] --out tests/data/golden
+    python scripts/make_golden.py [--synth] [--lora] [--real] [--only NAME ...] --out tests/data/golden
 
 --synth: every variant in tests/synth.py VARIANTS is written to a temp dir and run:
   three fixed token sequences -> logits at chosen positions (all of the first), argmax
   at every position, and a 16-token greedy continuation; plus llama.cpp's tokenization
   of a few strings with the synthetic vocab. One `synth_<variant>.json` each, with the
   file's sha256 and the exact write_model arguments.
+--lora: every adapter in tests/synth.py LORA_VARIANTS (write_lora) applied to its base variant
+  (llama.cpp's lora_path / lora_scale): the same sequences, logits and greedy continuations.
+  One `lora_<adapter>.json` each, with both files' sha256 and the exact arguments.
 --real: SmolLM2-135M-Instruct Q4_1 and Qwen2.5-Coder-1.5B-Instruct Q4_K_M (paths below;
   sha256 checked): tokenization of several passages, 32-token greedy continuations of
   four prompts (top-5 logits at the last prompt position), and perplexity of
@@ -91,10 +94,11 @@ def _model_params_without_extra_bufts():
 llama_c.llama_model_default_params = _model_params_without_extra_bufts   # Llama() reads it from here
 
 
-def load(path: Path | str, n_ctx: int) -> llama_cpp.Llama:
+def load(path: Path | str, n_ctx: int, lora: Path | None = None, lora_scale: float = 1.0) -> llama_cpp.Llama:
     return llama_cpp.Llama(str(path), logits_all=True, n_ctx=n_ctx, n_threads=SETTINGS["n_threads"],
                            n_batch=SETTINGS["n_batch"], type_k=0, type_v=0,   # GGML_TYPE_F32
-                           flash_attn=False, verbose=False)
+                           flash_attn=False, verbose=False,
+                           lora_path=None if lora is None else str(lora), lora_scale=lora_scale)
 
 
 def eval_logits(llm: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:
@@ -186,13 +190,20 @@ def make_synth(name: str, workdir: Path, out: Path) -> None:
             {"name": k, "text": text, "add_bos": True, "special": True,
              "ids": llm.tokenize(text.encode(), add_bos=True, special=True)}
             for k, text in SYNTH_TEXTS.items()],
-        "sequences": [],
+        "sequences": synth_runs(path, cfg.context),
     }
+    write_json(out, f"synth_{name}", data)
+
+
+def synth_runs(path: Path, n_ctx: int, lora: Path | None = None, lora_scale: float = 1.0) -> list[dict]:
+    """The fixed sequences through the model at `path` (with a LoRA adapter): logits at their
+    positions, argmax everywhere, 16 greedy tokens with each step's top 2."""
+    runs = []
     for tokens, positions in zip(synth_sequences(), SYNTH_LOGIT_POSITIONS):
-        llm = load(path, n_ctx=cfg.context)   # a fresh context per sequence (lfm2 keeps conv state)
+        llm = load(path, n_ctx, lora, lora_scale)   # a fresh context per sequence (lfm2 keeps conv state)
         logits, gen, top2 = greedy(llm, tokens, 16)
         positions = list(range(len(tokens))) if positions is None else positions
-        data["sequences"].append({
+        runs.append({
             "tokens": tokens,
             "argmax": logits.argmax(axis=1).tolist(),
             "logits_positions": positions,
@@ -200,7 +211,24 @@ def make_synth(name: str, workdir: Path, out: Path) -> None:
             "greedy": gen, "greedy_top2": top2,
         })
         del llm
-    write_json(out, f"synth_{name}", data)
+    return runs
+
+
+def make_lora(name: str, workdir: Path, out: Path) -> None:
+    spec = synth.LORA_VARIANTS[name]
+    base = synth.write_variant(workdir / f"{spec['base']}.gguf", spec["base"])
+    adapter = synth.write_lora_variant(workdir / f"{name}.gguf", name)
+    cfg = synth.config_for(**synth.VARIANTS[spec["base"]])
+    llm = load(base, cfg.context, adapter, spec["scale"])
+    data = {
+        "kind": "synthetic_lora", "name": name, "base": spec["base"], "scale": spec["scale"],
+        "write_lora": {k: v for k, v in spec.items() if k != "scale"},
+        "base_sha256": synth.sha256_file(base), "sha256": synth.sha256_file(adapter),
+        "tensor_types": {t.name: t.type_name for t in GGUFFile.open(adapter).tensors.values()},
+        **header(llm),
+        "sequences": synth_runs(base, cfg.context, adapter, spec["scale"]),
+    }
+    write_json(out, f"lora_{name}", data)
 
 
 # ---- real models ----
@@ -281,7 +309,8 @@ def make_real(name: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--synth", action="store_true", help="goldens for the synthetic models (default: on if neither flag)")
+    ap.add_argument("--synth", action="store_true", help="goldens for the synthetic models (default: on if no flag)")
+    ap.add_argument("--lora", action="store_true", help="goldens for the synthetic LoRA adapters on their models")
     ap.add_argument("--real", action="store_true", help="goldens for the real models (minutes on 2 cores)")
     ap.add_argument("--only", nargs="*", default=None, help="only these variant / model names")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/data/golden", help="output folder (default: %(default)s)")
@@ -289,12 +318,14 @@ def main() -> None:
     if llama_cpp.__version__ != "0.3.36":
         print(f"warning: llama-cpp-python {llama_cpp.__version__}, goldens were made with 0.3.36", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    do_synth = args.synth or not args.real
-    if do_synth:
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in synth.VARIANTS:
-                if args.only is None or name in args.only:
-                    make_synth(name, Path(tmp), args.out)
+    do_synth = args.synth or not (args.real or args.lora)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in synth.VARIANTS if do_synth else ():
+            if args.only is None or name in args.only:
+                make_synth(name, Path(tmp), args.out)
+        for name in synth.LORA_VARIANTS if args.lora else ():
+            if args.only is None or name in args.only:
+                make_lora(name, Path(tmp), args.out)
     if args.real:
         for name in REAL_MODELS:
             if args.only is None or name in args.only:

@@ -1,6 +1,7 @@
 """Deterministic tiny GGUF models of every arch cera runs, for tests and llama.cpp goldens.
 
     write_model(path, "qwen3", wtype="q4_0", seed=0)       # -> path
+    write_lora(path, "llama_f32", targets=("blk.0.attn_*",), rank=12, alpha=24.0)   # an adapter for a variant
 
 The same arguments give a byte-identical file (the golden JSONs record each file's
 sha256 and the exact arguments). Weights are random with scales that give
@@ -28,7 +29,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -425,6 +426,81 @@ VARIANTS: dict[str, dict] = {
 def write_variant(path: str | os.PathLike, name: str) -> Path:
     kwargs = dict(VARIANTS[name])
     return write_model(path, kwargs.pop("arch"), **kwargs)
+
+
+# ---- LoRA adapters (llama.cpp's GGUF form, cera.lora) ----
+
+LORA_DELTA = 0.5   # std of a delta's output over the base projection's (at user scale 1)
+
+
+def write_lora(path: str | os.PathLike, base: str, *, targets: tuple[str, ...], rank: int, alpha: float | None,
+               seed: int = 1, tensor_types: dict | None = None) -> Path:
+    """Write a LoRA adapter for the VARIANTS model `base`: a random lora_a (rank, in) and lora_b
+    (out, rank) for every 2-D weight matching a glob in `targets`; `adapter.lora.alpha` = alpha
+    (None: not written, so the scale is the user's alone). tensor_types ({glob: type name},
+    default f32) as in write_model. B is scaled so that the delta is about LORA_DELTA of what the
+    base projection outputs."""
+    kwargs = dict(VARIANTS[base])
+    cfg = config_for(kwargs.pop("arch"), **kwargs)
+    lora = replace(cfg, wtype="f32", seed=seed, tensor_types=tensor_types or {})
+    matrices = {name: w for name, w, _, quantizable in _tensors(cfg)
+                if quantizable and any(fnmatch.fnmatchcase(name, t) for t in targets)}
+    if not matrices:
+        raise ValueError(f"no weight of {base} matches {targets}")
+    s = alpha / rank if alpha else 1.0
+    tensors = {}
+    for name, weight in matrices.items():
+        rows, cols = weight.shape
+        out_std = float(weight.std()) * cols ** 0.5                     # of W x for a unit-rms x
+        a = _normal(lora, name + ".lora_a", (rank, cols), cols ** -0.5)
+        b = _normal(lora, name + ".lora_b", (rows, rank), LORA_DELTA * out_std / (s * rank ** 0.5))
+        for half, arr in ((".lora_a", a), (".lora_b", b)):
+            tensors[name + half] = _encode(lora, name + half, arr, None)
+    return write_adapter(path, cfg.arch, tensors, alpha, f"cera-synth-lora-{base}")
+
+
+def write_adapter(path: str | os.PathLike, arch: str, tensors: dict, alpha: float | None = None,
+                  name: str = "cera-synth-lora") -> Path:
+    """An adapter file of `arch` holding exactly `tensors`: name -> an array, or (array, raw_dtype)
+    as GGUFWriter.add_tensor takes them."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_type("adapter")
+    w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    if alpha is not None:
+        w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+    for tensor, value in tensors.items():
+        data, raw_dtype = value if isinstance(value, tuple) else (value, None)
+        w.add_tensor(tensor, data, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+# The adapters goldens exist for: name -> base variant, write_lora keyword arguments, and the
+# user scale llama.cpp applied.
+LORA_VARIANTS: dict[str, dict] = {
+    # attention and FFN of layer 0 (its GLU runs apart), v and down only in layer 1 (fused GLU)
+    "llama_f32_attn_ffn": dict(base="llama_f32", scale=0.75, rank=12, alpha=24.0, targets=(
+        "blk.0.attn_*.weight", "blk.0.ffn_*.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight")),
+    # no alpha (the scale alone), an odd rank, Q8_0 A and F16 B
+    "llama_f32_q_up": dict(base="llama_f32", scale=1.0, rank=5, alpha=None,
+                           targets=("blk.*.attn_q.weight", "blk.1.ffn_up.weight"),
+                           tensor_types={"*.lora_a": "q8_0", "*.lora_b": "f16"}),
+    "qwen2_f32_qkv": dict(base="qwen2_f32", scale=1.0, rank=12, alpha=6.0, targets=("blk.*.attn_[qkv].weight",)),
+    "granite_f32_out_down": dict(base="granite_f32", scale=2.0, rank=12, alpha=12.0,
+                                 targets=("blk.*.attn_output.weight", "blk.*.ffn_down.weight")),
+    "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
+        "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
+}
+
+
+def write_lora_variant(path: str | os.PathLike, name: str) -> Path:
+    kwargs = dict(LORA_VARIANTS[name])
+    del kwargs["scale"]
+    return write_lora(path, kwargs.pop("base"), **kwargs)
 
 
 def describe(cfg: SynthConfig) -> dict:

@@ -3,33 +3,18 @@ llama.cpp's logits and greedy tokens (tests/data/golden, made by scripts/make_go
 and against the numpy reference."""
 import asyncio
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
+from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
-
-GOLDEN = Path(__file__).parent / "data" / "golden"
-# llama.cpp's CPU matmuls quantize the activations to 8 bits (bf16 for BF16 weights) before the
-# dot products; cera keeps them f32. So llama.cpp is exact only for f32/f16 weights, and within
-# its own activation rounding (nMSE ~3e-4, a few hundredths of a logit) for the others.
-# (For F16 weights llama.cpp rounds the activations to f16, which can flip near-ties.)
-EXACT_TYPES = ("f32", "f16")
-NMSE_EXACT, NMSE_QUANT = 1e-5, 2e-3
-TIE_SIGMAS = 4   # a greedy step may part from llama.cpp only where its top-2 margin is within
-                 # this many RMS logit differences between the two engines (measured per sequence)
 
 
 def exact(golden) -> bool:
     return golden["write_model"].get("wtype", "f32") in EXACT_TYPES
-
-
-def nmse(got, ref) -> float:
-    """Normalized mean squared error, as llama.cpp's test-backend-ops reports it."""
-    return float(np.mean((got - ref) ** 2) / np.mean(ref ** 2))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import uvicorn
 from cera.runner import Job, Runner, StopText
 from cera.server import Server
 from native_server import cera_serve
-from synth import write_model
+from synth import write_lora, write_model
 
 MODEL_ID = "synth.gguf"
 LONG = 2000   # tokens; a whole generation this long takes ~10 s here, so an early stop shows
@@ -256,9 +256,31 @@ def test_chat_equals_the_cli_on_smollm2(tmp_path):
         assert proc.wait(30) == 0
 
 
+def test_a_request_picks_among_the_loaded_lora_adapters(model_path, tmp_path):
+    """"lora": the adapters a request applies, by file name or index (absent: all that the server
+    loaded; []: none); each answer is the engine's with those adapters."""
+    lora = write_lora(tmp_path / "style.gguf", "qwen3_q4_0", rank=8, alpha=16.0,
+                      targets=("blk.*.attn_q.weight", "blk.*.ffn_up.weight"))
+    runner = Runner.load(model_path, ctx=256, lora=[(lora, 1.0)])
+    try:
+        want = {picked: runner.submit(Job(prompt="hello world", max_tokens=8, adapters=picked)).result().text
+                for picked in ((), ("style.gguf",))}
+        assert want[()] != want["style.gguf",]
+        with serving(runner) as (url, _):
+            c = client(url)
+            assert complete(c, "hello world", 8, extra_body={"lora": []}).choices[0].text == want[()]
+            assert complete(c, "hello world", 8, extra_body={"lora": [0]}).choices[0].text == want["style.gguf",]
+            assert complete(c, "hello world", 8).choices[0].text == want["style.gguf",]
+            with pytest.raises(openai.BadRequestError) as err:
+                complete(c, "hello world", 8, extra_body={"lora": ["other.gguf"]})
+            assert "not loaded (loaded: style.gguf)" in error_of(err.value)["message"]
+    finally:
+        runner.close()
+
+
 def test_serve_help_explains_every_flag():
     out = subprocess.run([sys.executable, "-m", "cera", "serve", "--help"], capture_output=True, text=True).stdout
-    for flag in ("--model", "--host", "--port", "--ctx", "--max-queue", "--api-key", "--backend"):
+    for flag in ("--model", "--host", "--port", "--ctx", "--max-queue", "--api-key", "--backend", "--lora"):
         assert flag in out
     assert "127.0.0.1" in out and "8080" in out
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import write_model  # noqa: E402
+from synth import write_lora, write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
 MODEL_MS = 600_000
@@ -108,8 +108,8 @@ def page(browser, server):
     page.close()
 
 
-def native_generate(path: Path, prompt: str, n: int, chat: bool = False) -> dict:
-    cmd = [sys.executable, "-m", "cera", "generate", "-m", str(path), "-p", prompt, "-n", str(n), "--json"]
+def native_generate(path: Path, prompt: str, n: int, chat: bool = False, *options: str) -> dict:
+    cmd = [sys.executable, "-m", "cera", "generate", "-m", str(path), "-p", prompt, "-n", str(n), "--json", *options]
     out = subprocess.run(cmd + (["--chat"] if chat else []), capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -405,6 +405,33 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     calls = again["hostCalls"]
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == len(again["tokens"]) and calls["postMessage"] <= len(again["tokens"])
+
+
+def test_lora_adapter_in_the_page_gives_the_native_text(browser, server, models, tmp_path):
+    """A user loads a model, then a LoRA adapter through the page's file input: the greedy text
+    with it is the native host's with --lora; a request that leaves it out (`lora: []`) gets the
+    base model's again."""
+    path, url = models["llama_q4_0"]
+    lora = write_lora(tmp_path / "style.gguf", "llama_q4_0", rank=12, alpha=24.0,
+                      targets=("blk.*.attn_*.weight", "blk.0.ffn_gate.weight", "blk.1.ffn_down.weight"))
+    native = native_generate(path, "Hello world", 12, False, "--lora", f"{lora}:0.5")
+    base = native_generate(path, "Hello world", 12)
+    assert native["tokens"] != base["tokens"]
+    page = open_page(browser, server)
+    page.evaluate("(url) => window.cera.load(url)", url)
+    loaded = page.evaluate("(url) => window.cera.loadLora(url, {scale: 0.5})", server.add(lora, "test-models/style.gguf"))
+    assert loaded["loras"] == ["style.gguf"] and loaded["rank"] == 12
+    adapted = page.evaluate("() => window.cera.generate('Hello world', {maxTokens: 12})")
+    assert (adapted["tokens"], adapted["text"]) == (native["tokens"], native["text"])
+    plain = page.evaluate("() => window.cera.generate('Hello world', {maxTokens: 12, lora: []})")
+    assert plain["tokens"] == base["tokens"]
+    other = tmp_path / "other.gguf"                        # a second adapter, picked as a user does
+    other.write_bytes(lora.read_bytes())
+    page.set_input_files("#lora-file", str(other))
+    page.wait_for_function("document.getElementById('loras').textContent === 'style.gguf, other.gguf'"
+                           " || !document.getElementById('error').hidden", timeout=120_000)
+    assert page.is_hidden("#error"), page.inner_text("#error")
+    page.close()
 
 
 def test_user_loads_a_file_and_generates_then_stops(browser, server, models):

@@ -66,6 +66,7 @@ function setBusy(busy) {
   $("generate").disabled = busy || !model;
   $("stop").disabled = !busy;
   for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = busy;
+  $("lora-file").disabled = busy || !model;
 }
 
 async function load(source, { ctx } = {}) {
@@ -76,6 +77,7 @@ async function load(source, { ctx } = {}) {
     model = null;
     newConversation();
     model = await engine.reload(source, { ctx, onProgress: showProgress });
+    $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
     $("chat").checked = model.hasChatTemplate;
     $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s`;
@@ -108,10 +110,23 @@ function newConversation() {
   $("new-conversation").hidden = true;
 }
 
+// A LoRA adapter for the loaded model (a File or URL), applied to every request from now on.
+async function loadLora(source, { scale } = {}) {
+  clearError();
+  try {
+    const adapter = await engine.loadLora(source, scale === undefined ? {} : { scale });
+    $("loras").textContent = adapter.loras.join(", ");
+    return adapter;
+  } catch (err) {
+    showError(err);
+    throw err;
+  }
+}
+
 // Greedy text after `prompt`, streamed into the page. With `chat`, `prompt` is the user's next
 // message in the conversation and the reply joins it. Resolves to the text and the request's
 // numbers (engine.runtimeStats().lastRequest: promptTokens, prefilledTokens, reusedTokens, ...).
-async function generate(prompt, { maxTokens, chat = false } = {}) {
+async function generate(prompt, { maxTokens, chat = false, lora } = {}) {
   clearError();
   setBusy(true);
   setStatus("generating");
@@ -120,7 +135,8 @@ async function generate(prompt, { maxTokens, chat = false } = {}) {
   const messages = chat ? [...conversation, { role: "user", content: prompt }] : null;
   let reply = null;
   try {
-    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, temperature: 0, stream: true };
+    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, temperature: 0, stream: true,
+      ...(lora === undefined ? {} : { lora }) };
     const stream = await (chat ? engine.chat.completions.create({ ...request, messages })
       : engine.completions.create({ ...request, prompt }));
     if (chat) {
@@ -153,6 +169,7 @@ window.cera = {
   ready,
   get model() { return model; },   // the last load's result (arch, bytes, bytesThroughWasm, ...)
   load,
+  loadLora,
   generate,
   stop: () => engine.interrupt(),
   newConversation,
@@ -164,6 +181,7 @@ window.cera = {
 // --- controls ---------------------------------------------------------------------------
 $("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.target.files[0]).catch(() => {}); });
 $("load-url").addEventListener("click", () => { if ($("url").value) load($("url").value).catch(() => {}); });
+$("lora-file").addEventListener("change", (e) => { if (e.target.files[0]) loadLora(e.target.files[0]).catch(() => {}); });
 $("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) load($("catalogue").value).catch(() => {}); });
 $("generate").addEventListener("click", () => generate($("prompt").value, {
   maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked,

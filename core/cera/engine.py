@@ -4,6 +4,10 @@ A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or br
 `ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits)`
 with the greedy next token and, when asked, logits; the engine owns tokenizing, chat
 templates, sampling, stopping, streaming text, timing and scoring.
+
+LoRA adapters (cera.lora) are loaded once (`load_lora`) and picked per request (`adapters=`).
+State made under one set of adapters is never resumed under another: the live sequence and
+the prefix cache are keyed by the set.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from cera.chat import render
 from cera.config import ModelConfig
 from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
+from cera.lora import LoraAdapter
 from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
@@ -37,6 +42,12 @@ class ReferenceBackend:
 
     def reset(self) -> None:
         self.model.reset()
+
+    async def add_lora(self, adapter: LoraAdapter, progress=None) -> None:
+        self.model.loras.append(adapter)
+
+    def use_loras(self, key: tuple[int, ...]) -> None:
+        self.model.use_loras(key)
 
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
@@ -145,6 +156,8 @@ class Engine:
         self.tokenizer = tokenizer or Tokenizer.from_metadata(gguf_file.metadata)
         self.prefix_cache = prefix_cache
         self.history: list[int] = []   # the sequence's tokens; the first backend.n_past of them are cached
+        self.loras: list[LoraAdapter] = []     # loaded adapters, in load order
+        self._history_loras: tuple[int, ...] = ()   # the adapter set the cached sequence was run with
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
@@ -163,6 +176,29 @@ class Engine:
     @property
     def ctx(self) -> int:
         return self.backend.ctx
+
+    async def load_lora(self, gguf_file, name: str, scale: float = 1.0, progress=None) -> LoraAdapter:
+        """Load the LoRA adapter in `gguf_file` under `name` (requests pick it by that name or by
+        its index in `loras`), its delta multiplied by `scale`; progress(done, total) in bytes."""
+        if any(lora.name == name for lora in self.loras):
+            raise InvalidArgument(f"a LoRA adapter named {name!r} is already loaded")
+        adapter = LoraAdapter.read(gguf_file, self.gguf, name, scale)
+        await self.backend.add_lora(adapter, progress)
+        self.loras.append(adapter)
+        return adapter
+
+    def lora_set(self, adapters) -> tuple[int, ...]:
+        """Loaded adapters given by name or index -> their indices, sorted (the set's key)."""
+        names = {lora.name: i for i, lora in enumerate(self.loras)}
+        key = set()
+        for a in adapters:
+            i = names.get(a) if isinstance(a, str) else a
+            if type(i) is not int or not 0 <= i < len(self.loras):
+                raise InvalidArgument(f"LoRA adapter {a!r} is not loaded (loaded: {', '.join(names) or 'none'})")
+            if i in key:
+                raise InvalidArgument(f"LoRA adapter {a!r} is given twice")
+            key.add(i)
+        return tuple(sorted(key))
 
     def prompt_tokens(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
         """Tokenize a prompt; with `chat`, first render it with the model's chat template."""
@@ -185,9 +221,10 @@ class Engine:
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
                        keep_logits: bool = False, should_stop=None, context_shift: bool = True,
-                       keep: int | None = None) -> Result:
+                       keep: int | None = None, adapters=()) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
-        as text becomes complete. keep_logits: read back and return the last position's logits.
+        as text becomes complete, with the LoRA `adapters` given (names or indices of loaded ones;
+        none: the base model). keep_logits: read back and return the last position's logits.
         should_stop: called before each new token; True ends generation ("stopped").
         context_shift: when the context fills, keep its first `keep` positions (default: the BOS
         token, if the model adds one), drop half of the rest and go on; without it generation
@@ -205,13 +242,15 @@ class Engine:
                                   f"holds {self.ctx})")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
+        loras = self.lora_set(adapters)
 
         t0 = time.perf_counter()
-        reused = await self._resume(ids)
+        self.backend.use_loras(loras)
+        reused = await self._resume(ids, loras)
         token, logits = await self.backend.forward(ids[reused:], reused, want)
         if self.prefix_cache is not None and reused < len(ids):
-            self.prefix_cache.store(await self.backend.snapshot(ids))
-        self.history = list(ids)
+            self.prefix_cache.store(await self.backend.snapshot(ids), self._lora_tag(loras))
+        self.history, self._history_loras = list(ids), loras
         t1 = time.perf_counter()
         budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
@@ -238,18 +277,23 @@ class Engine:
         self.history = []
         self.backend.reset()
 
-    async def _resume(self, ids: list[int]) -> int:
+    def _lora_tag(self, loras: tuple[int, ...]) -> str:
+        """The prefix cache's name for the adapter set `loras` ("" for the base model)."""
+        return "+".join(self.loras[i].key for i in loras)
+
+    async def _resume(self, ids: list[int], loras: tuple[int, ...]) -> int:
         """Make the backend hold the longest prefix of ids it can without running it (at most
-        len(ids) - 1 tokens: the last one must run for its logits) -> that prefix's length.
-        The live sequence serves when it agrees with ids (a model with conv state only from its
-        very end: that state cannot rewind); else the prefix cache, else nothing (reset)."""
-        live = self.history[: self.backend.n_past]
+        len(ids) - 1 tokens: the last one must run for its logits) under the adapter set
+        `loras` -> that prefix's length. The live sequence serves when it was run with the same
+        adapters and agrees with ids (a model with conv state only from its very end: that
+        state cannot rewind); else the prefix cache, else nothing (reset)."""
+        live = self.history[: self.backend.n_past] if loras == self._history_loras else []
         n = 0
         while n < min(len(live), len(ids) - 1) and live[n] == ids[n]:
             n += 1
         if n and (not self.cfg.conv_layers or n == len(live)):
             return n
-        snapshot = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else None
+        snapshot = self.prefix_cache.lookup(ids, self._lora_tag(loras)) if self.prefix_cache is not None else None
         if snapshot is not None:
             self.backend.restore(snapshot)
             return len(snapshot.tokens)
@@ -287,13 +331,16 @@ class Engine:
                     yield token, logits
             pos, done = pos + steps, done + steps
 
-    async def logits(self, tokens: list[int]) -> np.ndarray:
-        """Logits (T, vocab) for every position of `tokens`, from position 0."""
+    async def logits(self, tokens: list[int], adapters=()) -> np.ndarray:
+        """Logits (T, vocab) for every position of `tokens`, from position 0, with the LoRA
+        `adapters` given (as in generate)."""
         self.cfg.check_tokens(tokens)
         if len(tokens) > self.ctx:
             raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
+        loras = self.lora_set(adapters)
+        self.backend.use_loras(loras)
         self.backend.reset()
-        self.history = list(tokens)
+        self.history, self._history_loras = list(tokens), loras
         return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
 
     async def perplexity(self, tokens: list[int]) -> float:

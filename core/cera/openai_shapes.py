@@ -40,10 +40,13 @@ def _text(content: str | list[dict] | None) -> str:
 
 
 def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
-         seed: int | None = None, stop: str | list[str] | None = None, **prompt) -> Job:
+         seed: int | None = None, stop: str | list[str] | None = None, lora: list[str | int] | None = None,
+         **prompt) -> Job:
+    """lora: the adapters to apply, by name or index (None: every one loaded; []: none)."""
     stops = [stop] if isinstance(stop, str) else stop or []
     return Job(**prompt, max_tokens=max_tokens, stop=tuple(stops),
-               sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
+               sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+               adapters=None if lora is None else tuple(lora))
 
 
 def usage(result: Result) -> dict:

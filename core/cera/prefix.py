@@ -5,7 +5,8 @@ A `Snapshot` is what a backend needs to resume after `tokens`: each attention la
 rows 0..n-1 and each conv layer's state (arrays named "k.{layer}", "v.{layer}", "conv.{layer}").
 `PrefixCache` keeps them in memory, least recently used first out past a byte budget, and,
 given a directory, on disk too (one .npz per snapshot, under a folder named for the model file
-and backend, so two models or backends never share entries).
+and backend, so two models or backends never share entries). Each entry also carries a tag, the
+LoRA adapters that made the state ("" for the base model); a lookup finds only its tag's.
 """
 from __future__ import annotations
 
@@ -27,23 +28,25 @@ class Snapshot:
         return sum(a.nbytes for a in self.arrays.values())
 
 
-def _key(tokens) -> str:
-    return hashlib.sha256(np.asarray(tokens, np.uint32).tobytes()).hexdigest()[:32]
+def _key(tag: str, tokens) -> str:
+    return hashlib.sha256(tag.encode() + b"\0" + np.asarray(tokens, np.uint32).tobytes()).hexdigest()[:32]
 
 
 class PrefixCache:
-    """Snapshots by token prefix: `lookup(ids)` finds the longest saved strict prefix of ids."""
+    """Snapshots by tag and token prefix: `lookup(ids, tag)` finds the longest strict prefix of
+    ids saved under `tag`."""
 
     def __init__(self, budget_bytes: int, directory: str | Path | None = None, namespace: str = ""):
         self.budget = budget_bytes
-        self._memory: OrderedDict[tuple[int, ...], Snapshot] = OrderedDict()   # least recently used first
-        self._disk: dict[tuple[int, ...], Path] = {}                            # tokens -> .npz
+        self._memory: OrderedDict[tuple[str, tuple[int, ...]], Snapshot] = OrderedDict()   # least recently used first
+        self._disk: dict[tuple[str, tuple[int, ...]], Path] = {}                            # (tag, tokens) -> .npz
         self._dir = Path(directory) / namespace if directory is not None else None
         if self._dir is not None:
             self._dir.mkdir(parents=True, exist_ok=True)
             for path in self._dir.glob("*.npz"):
                 with np.load(path) as data:
-                    self._disk[tuple(int(t) for t in data["tokens"])] = path
+                    tag = str(data["tag"]) if "tag" in data.files else ""
+                    self._disk[tag, tuple(int(t) for t in data["tokens"])] = path
 
     @classmethod
     def for_model(cls, path: str | Path, backend: str, budget_mb: int, directory: str | Path | None = None):
@@ -59,30 +62,34 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._memory)
 
-    def store(self, snapshot: Snapshot) -> None:
+    def store(self, snapshot: Snapshot, tag: str = "") -> None:
+        """Keep `snapshot`, made under `tag` (the LoRA adapters applied; "" for none)."""
         if snapshot.nbytes > self.budget:
             return
-        self._memory[snapshot.tokens] = snapshot
-        self._memory.move_to_end(snapshot.tokens)
+        key = tag, snapshot.tokens
+        self._memory[key] = snapshot
+        self._memory.move_to_end(key)
         while self.nbytes > self.budget:
             self._memory.popitem(last=False)
-        if self._dir is not None and snapshot.tokens not in self._disk:
-            path = self._dir / f"{_key(snapshot.tokens)}.npz"
-            np.savez(path, tokens=np.asarray(snapshot.tokens, np.uint32), **snapshot.arrays)
-            self._disk[snapshot.tokens] = path
+        if self._dir is not None and key not in self._disk:
+            path = self._dir / f"{_key(*key)}.npz"
+            np.savez(path, tokens=np.asarray(snapshot.tokens, np.uint32), tag=np.asarray(tag), **snapshot.arrays)
+            self._disk[key] = path
 
-    def lookup(self, ids: list[int]) -> Snapshot | None:
-        """The snapshot of the longest saved prefix of `ids` shorter than ids (at least one token
-        must remain to run: a state can only be resumed, never re-entered at its own end)."""
+    def lookup(self, ids: list[int], tag: str = "") -> Snapshot | None:
+        """The snapshot of the longest prefix of `ids` saved under `tag`, shorter than ids (at
+        least one token must remain to run: a state can only be resumed, never re-entered at
+        its own end)."""
         ids = tuple(ids)
-        saved = [t for t in (*self._memory, *self._disk) if len(t) < len(ids) and ids[:len(t)] == t]
+        saved = [(t, tokens) for t, tokens in (*self._memory, *self._disk)
+                 if t == tag and len(tokens) < len(ids) and ids[:len(tokens)] == tokens]
         if not saved:
             return None
-        tokens = max(saved, key=len)
-        if tokens in self._memory:
-            self._memory.move_to_end(tokens)
-            return self._memory[tokens]
-        with np.load(self._disk[tokens]) as data:
-            snapshot = Snapshot(tokens, {k: data[k] for k in data.files if k != "tokens"})
-        self.store(snapshot)
+        key = max(saved, key=lambda k: len(k[1]))
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            return self._memory[key]
+        with np.load(self._disk[key]) as data:
+            snapshot = Snapshot(key[1], {k: data[k] for k in data.files if k not in ("tokens", "tag")})
+        self.store(snapshot, tag)
         return snapshot

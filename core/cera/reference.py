@@ -11,6 +11,7 @@ One code path covers every supported arch; the differences are read from ModelCo
 Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 per-head QK-norm, NORM / NEOX RoPE
 with Llama-3 frequency factors, tied or untied LM head, and LFM2's conv blocks.
 Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
+LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B (A x).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from . import ops, weights
 from .config import CONV, ModelConfig
 from .gguf_file import GGUFFile
+from .lora import LoraAdapter
 from cera.errors import ContextFull, InvalidArgument
 
 
@@ -42,6 +44,8 @@ class Reference:
         self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
                            for il in cfg.conv_layers}       # layer -> (kernel-1, hidden), oldest first
         self.n_past = 0   # positions 0..n_past-1 are in the caches
+        self.loras: list[LoraAdapter] = []     # loaded adapters
+        self.active: list[LoraAdapter] = []    # the ones applied (use_loras)
 
     def w(self, name: str) -> np.ndarray:
         """Tensor `name` as float32 in numpy shape, dequantized on first use and kept."""
@@ -49,12 +53,21 @@ class Reference:
             self._weights[name] = weights.tensor(self.gguf, name)
         return self._weights[name]
 
+    def use_loras(self, key: tuple[int, ...]) -> None:
+        """Apply the adapters loras[i] for i in `key`, in that order (() is the base model)."""
+        self.active = [self.loras[i] for i in key]
+
     def matmul(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x (T, n) @ W.T for the weight matrix `name`, W (d, n) -> (T, d)."""
+        """x (T, n) @ W.T for the weight matrix `name`, W (d, n) -> (T, d), plus the active
+        adapters' s * (x @ A.T) @ B.T."""
         w = self.w(name)
-        if x.shape[0] == 1:
-            return (w @ x[0])[None]   # one token: a gemv (BLAS is slow at 1-row gemm with W.T)
-        return x @ w.T
+        # one token: a gemv (BLAS is slow at 1-row gemm with W.T)
+        out = (w @ x[0])[None] if x.shape[0] == 1 else x @ w.T
+        for lora in self.active:
+            if name in lora.pairs:
+                a, b = lora.arrays(name)                             # (rank, n), (d, rank)
+                out = out + np.float32(lora.pairs[name].scale) * ((x @ a.T) @ b.T)
+        return out
 
     def reset(self) -> None:
         """Forget every cached position (KV cache and conv state)."""

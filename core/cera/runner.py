@@ -19,7 +19,7 @@ from cera import catalogue
 from cera.engine import DEFAULT_CTX, Engine, Result, Sampler
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
-from cera.errors import InvalidArgument
+from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
 
 BACKENDS = ("gpu", "reference")
@@ -35,6 +35,7 @@ class Job:
     max_tokens: int = 128
     sampler: Sampler = field(default_factory=Sampler)
     stop: tuple[str, ...] = ()
+    adapters: tuple[str | int, ...] | None = None   # LoRA adapters by name or index; None: every one loaded
 
     def prompt_ids(self, engine: Engine) -> list[int]:
         if (self.prompt is None) == (self.messages is None):
@@ -88,14 +89,28 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
             shown.append(text)
             on_text(text)
 
-    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show,
-                                   sampler=job.sampler, should_stop=lambda: stops.hit or should_stop())
+    adapters = range(len(engine.loras)) if job.adapters is None else job.adapters
+    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show, sampler=job.sampler,
+                                   should_stop=lambda: stops.hit or should_stop(), adapters=adapters)
     if tail := stops.flush():
         shown.append(tail)
         on_text(tail)
     reason = "stop_string" if stops.hit else "cancelled" if result.stop_reason == "stopped" \
         else result.stop_reason
     return replace(result, text="".join(shown), stop_reason=reason)
+
+
+def open_lora(path: str | Path) -> GGUFFile:
+    """A LoRA adapter's GGUF (checked against the model when loaded: Engine.load_lora)."""
+    if not Path(path).is_file():
+        raise ModelNotFound(f"no such LoRA adapter file: {str(path)!r}")
+    return GGUFFile.open(path)
+
+
+async def load_loras(engine: Engine, loras, progress=None) -> None:
+    """Load LoRA adapters given as (GGUF path, scale) into `engine`, each named by its file name."""
+    for path, scale in loras:
+        await engine.load_lora(open_lora(path), Path(path).name, scale, progress)
 
 
 def open_device(backend: str):
@@ -122,22 +137,26 @@ class Runner:
     @classmethod
     def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX, backend: str = "gpu",
              prefill_chunk: int = DEFAULT_CHUNK, progress=None, prefix_cache_mb: int = 0,
-             prefix_cache_dir: str | None = None) -> "Runner":
+             prefix_cache_dir: str | None = None, lora=()) -> "Runner":
         """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading
-        raises. prefix_cache_mb > 0 keeps the states after earlier prompts (cera.prefix)."""
+        raises. prefix_cache_mb > 0 keeps the states after earlier prompts (cera.prefix). lora:
+        (GGUF path, scale) of each LoRA adapter to load (jobs pick among them)."""
         runner = cls()
         try:
-            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir))
+            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir,
+                                     lora))
         except BaseException:
             runner.close()
             raise
         return runner
 
-    async def _load(self, model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir) -> None:
+    async def _load(self, model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir,
+                    lora) -> None:
         device, path = open_device(backend), catalogue.resolve(str(model))
         cache = PrefixCache.for_model(path, backend, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
         self.engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress,
                                         prefill_chunk=prefill_chunk, prefix_cache=cache)
+        await load_loras(self.engine, lora, progress)
         self.adapter = device.adapter_name if device else None
 
     def call(self, coro):

@@ -68,9 +68,12 @@ class Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
+    lora: list[str | int] | None = Field(None, description="an extension: the LoRA adapters this request applies, "
+                                                           "by file name or index among those the server loaded "
+                                                           "(--lora); absent: all of them, []: none")
 
     def sampling(self) -> dict:
-        return self.model_dump(include={"temperature", "top_p", "top_k", "seed", "stop"})
+        return self.model_dump(include={"temperature", "top_p", "top_k", "seed", "stop", "lora"})
 
 
 class TextPart(BaseModel):

@@ -116,6 +116,23 @@ class Session:
                 "dispatchesPerToken": engine.backend.dispatches_per_token,
                 "loadSeconds": time.perf_counter() - t0}
 
+    async def load_lora(self, blob, name, scale, msg_id):
+        """Load the LoRA adapter in the Blob for the loaded model under `name` (requests pick
+        adapters by it: the "lora" field), its delta times `scale` (None: 1)."""
+        async with self._turn:
+            try:
+                if self.engine is None:
+                    raise InvalidArgument("no model is loaded: load one first")
+                from cera.gguf_file import GGUFFile
+                adapter = await self.engine.load_lora(GGUFFile(BlobSource(blob, self.host)), str(name),
+                                                      1.0 if scale is None else float(scale),
+                                                      progress=self._progress(msg_id, "upload"))
+                await self.device.check()
+                return _js({"name": adapter.name, "scale": adapter.scale, "pairs": len(adapter.pairs),
+                            "rank": adapter.max_rank, "loras": [lora.name for lora in self.engine.loras]})
+            except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
+                return _js({"ok": False, "error": error_dict(err)})
+
     def interrupt(self, target=None):
         """Stop request `target` (None: the one generating now) before its next token."""
         target = self._running if target is None else target

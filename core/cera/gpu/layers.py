@@ -1,5 +1,5 @@
 """Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv).
+shortconv, glu_act).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
 binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
@@ -25,6 +25,7 @@ ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup mem
 ATTENTION_SERIAL_KEYS = 16     # most keys one invocation walks in attention.wgsl's value pass
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
+GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
@@ -179,6 +180,14 @@ def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, ke
                             (-(-hidden // SHORTCONV_WORKGROUP), 1, 1), label,
                             reads=4 * hidden * (3 + kernel) + state_bytes, writes=4 * hidden + state_bytes,
                             HIDDEN=hidden, KERNEL=kernel, WG=SHORTCONV_WORKGROUP)
+
+
+def glu_act(kernels, device, gate, up, step, *, ff: int, max_tokens: int = 1, label: str = "glu_act") -> Dispatch:
+    """gate = silu(gate) * up, in place, for the step's rows: the SwiGLU of an FFN whose gate
+    and up projections ran apart. gate, up (tokens, ff)."""
+    rows = 4 * ff * max_tokens
+    return kernels.dispatch("glu_act.wgsl", [gate, up, step], (-(-ff // GLU_WORKGROUP), max_tokens, 1), label,
+                            reads=2 * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP)
 
 
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:

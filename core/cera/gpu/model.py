@@ -8,10 +8,15 @@ schedule serves every token. Prefill goes through the batched kernels in chunks 
 `chunk` tokens, one submission per chunk; the KV caches and conv states carry across
 chunks. Only the last row of the last chunk is projected to logits, unless all logits are
 asked for (scoring).
+
+LoRA adapters (cera.lora) are uploaded once (`add_lora`) and stay loaded; `use_loras` picks the
+set the next submissions apply. Each set gets its own builders and schedules, made on its
+first use and kept (the base model is the empty set).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,14 +24,26 @@ from cera.config import ModelConfig
 from cera.device import Binding, Device
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.layers import SHIFT_BYTES, pack_shift
-from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
+from cera.gpu.plan import Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
 from cera.kernels import Kernels
+from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
+
+
+@dataclass
+class Schedules:
+    """What runs for one set of LoRA adapters: its builders, its decode plan recorded once, and
+    the prefill schedules made so far ((rows, scoring) -> schedule, the most recent last)."""
+    decode: DecodeBuilder
+    prefill: Builder
+    decode_plan: Plan
+    decode_schedule: object
+    prefill_schedules: OrderedDict = field(default_factory=OrderedDict)
 
 
 class GpuModel:
@@ -42,19 +59,27 @@ class GpuModel:
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
-        self.decode = DecodeBuilder(cfg, ctx, self.weights, self.state, Activations.allocate(device, cfg, 1),
-                                    self.kernels)
-        self.prefill = self.decode if self.chunk == 1 else PrefillBuilder(
-            cfg, ctx, self.weights, self.state, Activations.allocate(device, cfg, self.chunk), self.kernels)
-        self.decode_plan = decode_plan(self.decode)
-        self.decode_schedule = device.schedule(self.decode_plan.steps)
-        self.prefill.body   # builds the chunk's layers now, so load() uploads every weight they use
+        self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
+        if self.chunk > 1:
+            self._act.append(Activations.allocate(device, cfg, self.chunk))
+        self._lora_act = None                    # the same with the LoRA scratch, once an adapter is loaded
+        self.loras: list[tuple[LoraAdapter, Adapters]] = []   # loaded: each adapter and its pairs on the GPU
+        self._sets = {(): self._schedules(())}   # adapter set (indices into loras) -> its Schedules
+        self.active = self._sets[()]
+        self.active.prefill.body   # builds the chunk's layers now, so load() uploads every weight they use
         self._logits_all = None                  # (chunk, vocab) for scoring, allocated when first asked for
-        self._prefill_schedules = OrderedDict()  # (rows, scoring) -> schedule, the most recent last
         self._gpu_token = None                   # the token id tokens[0] holds (argmax wrote it)
         self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
         self.n_past = 0                          # positions of the sequence run so far (cached)
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
+
+    @property
+    def decode_plan(self) -> Plan:
+        return self.active.decode_plan
+
+    @property
+    def decode_schedule(self):
+        return self.active.decode_schedule
 
     @property
     def dispatches_per_token(self) -> int:
@@ -64,24 +89,56 @@ class GpuModel:
         """Upload the weights the plans use; progress(done, total) in bytes."""
         await self.weights.upload(progress)
 
+    # --- LoRA adapters -------------------------------------------------------------------
+    async def add_lora(self, adapter: LoraAdapter, progress=None) -> None:
+        """Upload an adapter's tensors (progress(done, total) in bytes); it becomes loras[-1]."""
+        tensors = Weights(self.cfg, adapter.gguf, self.device)
+        pairs = {p.target: [(tensors.matrix(p.a), tensors.matrix(p.b), p.scale)] for p in adapter.pairs.values()}
+        await tensors.upload(progress)
+        rank = max(a.max_rank for a, _ in self.loras) if self.loras else 0
+        if adapter.max_rank > rank:   # the scratch grows; sets built before keep the buffers they bound
+            self._lora_act = [act.with_lora(self.device, self.cfg, adapter.max_rank) for act in self._act]
+        self.loras.append((adapter, pairs))
+
+    def use_loras(self, key: tuple[int, ...]) -> None:
+        """Apply the adapters loras[i] for i in `key` (in that order) from the next submission on;
+        () is the base model. The sequence's state is not touched (the caller decides)."""
+        if key not in self._sets:
+            self._sets[key] = self._schedules(key)
+        self.active = self._sets[key]
+
+    def _schedules(self, key: tuple[int, ...]) -> Schedules:
+        """Builders and the decode schedule for the adapter set `key`."""
+        adapters: Adapters = {}
+        for i in key:
+            for target, pairs in self.loras[i][1].items():
+                adapters.setdefault(target, []).extend(pairs)
+        acts = self._lora_act if key else self._act
+        decode = DecodeBuilder(self.cfg, self.ctx, self.weights, self.state, acts[0], self.kernels, adapters)
+        prefill = decode if self.chunk == 1 else PrefillBuilder(self.cfg, self.ctx, self.weights, self.state,
+                                                                acts[1], self.kernels, adapters)
+        plan = decode_plan(decode)
+        return Schedules(decode, prefill, plan, self.device.schedule(plan.steps))
+
+    # --- plans ---------------------------------------------------------------------------
     def plan(self, n: int, scoring: bool = False) -> Plan:
         """The plan of a submission of n tokens (n == 1 and not scoring: the decode plan)."""
         if not scoring and (n == 1 or self.chunk == 1):
             return self.decode_plan
         if scoring and self._logits_all is None:
             self._logits_all = f32_buffer(self.device, "logits_all", self.chunk, self.cfg.vocab_size)
-        return prefill_plan(self.prefill, self.decode, n, self._logits_all if scoring else None)
+        return prefill_plan(self.active.prefill, self.active.decode, n, self._logits_all if scoring else None)
 
     def _schedule(self, n: int, scoring: bool):
         if not scoring and (n == 1 or self.chunk == 1):
             return self.decode_schedule
-        key = (n, scoring)
-        if key not in self._prefill_schedules:
-            self._prefill_schedules[key] = self.device.schedule(self.plan(n, scoring).steps)
-            if len(self._prefill_schedules) > PREFILL_SCHEDULES:
-                self._prefill_schedules.popitem(last=False)
-        self._prefill_schedules.move_to_end(key)
-        return self._prefill_schedules[key]
+        key, made = (n, scoring), self.active.prefill_schedules
+        if key not in made:
+            made[key] = self.device.schedule(self.plan(n, scoring).steps)
+            if len(made) > PREFILL_SCHEDULES:
+                made.popitem(last=False)
+        made.move_to_end(key)
+        return made[key]
 
     # --- running -------------------------------------------------------------------------
     def reset(self) -> None:
@@ -125,7 +182,7 @@ class GpuModel:
             self._shift = scratch, Binding(self.device.buffer(SHIFT_BYTES, "shift", uniform=True), 0, SHIFT_BYTES)
         scratch, uniform = self._shift
         self.device.write(uniform.buffer, pack_shift(keep, discard, n))
-        await self.device.run(self.device.schedule(shift_plan(self.decode, keep, n, scratch, uniform).steps))
+        await self.device.run(self.device.schedule(shift_plan(self.active.decode, keep, n, scratch, uniform).steps))
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next

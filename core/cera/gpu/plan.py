@@ -7,6 +7,9 @@ step runs for their row count, which their `Builder` subclass says:
                       one type are one stacked matvec; attention is split-KV (two dispatches)
   prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; attention
                       is one flash-style dispatch over the chunk's rows
+With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
+gains two steps per adapter, t = A x' and out += s * B t (x' the input the projection read,
+normed), and an FFN with an adapted gate or up runs its GLU apart (`Builder.glu_apart`).
 A new fusion goes in the builder it applies to; a new kernel gets its dispatch builder in
 `matmul.py` (weights), `batched.py` (prefill) or `layers.py` (the rest); new per-sequence
 state goes in `state.py`.
@@ -60,19 +63,29 @@ class Plan:
                     bytes_written=sum(r["bytes_written"] for r in rows))
 
 
+Adapters = dict[str, list[tuple[Matrix, Matrix, float]]]   # target tensor -> (A, B, s) per adapter, in order
+
+
 class Builder:
     """The per-layer builders, for steps of `act.rows` tokens. Subclasses say how a projection,
-    the q/k/v projections and attention run for their row count."""
+    the q/k/v projections and attention run for their row count. `adapters`: the LoRA pairs
+    this builder's plans apply (act then needs `with_lora`'s scratch)."""
 
     def __init__(self, cfg: ModelConfig, ctx: int, weights: Weights, state: State, act: Activations,
-                 kernels: Kernels):
+                 kernels: Kernels, adapters: Adapters | None = None):
         self.cfg, self.ctx, self.weights, self.state, self.act = cfg, ctx, weights, state, act
         self.kernels, self.device = kernels, kernels.device
         self.rows = act.rows
+        self.adapters = adapters or {}
 
     # --- what differs by row count ---------------------------------------------------------
     def proj(self, out: Binding, m: Matrix, x: Binding, *, norm: str | None = None, **kw) -> list[Step]:
         """out = m x (after RMSNorm with weight `norm`); kw: scale, bias, accumulate, w_up."""
+        raise NotImplementedError
+
+    def normed(self, x: Binding, norm: str | None) -> tuple[list[Step], Binding, str | None]:
+        """For projections of x after RMSNorm `norm`: the steps to run first, and the input and
+        norm the projections then take."""
         raise NotImplementedError
 
     def qkv(self, i: int) -> tuple[list[Step], Binding, Binding, Binding]:
@@ -84,6 +97,18 @@ class Builder:
         raise NotImplementedError
 
     # --- shared --------------------------------------------------------------------------
+    def adapt(self, out: Binding, target: str, x: Binding, *, norm: str | None = None,
+              scale: float | None = None) -> list[Step]:
+        """out += scale * s * B (A x') for each adapter's pair on tensor `target`, x' = x after
+        RMSNorm `norm`: the input the projection of `target` read. The projection's own scale
+        (Granite's residual scale) multiplies the delta as it does W x."""
+        steps = []
+        for a, b, s in self.adapters.get(target, ()):
+            t = Binding(self.act.lora_t.buffer, 0, 4 * self.rows * a.rows)   # (rows, rank)
+            steps += self.proj(t, a, x, norm=norm)
+            steps += self.proj(out, b, t, accumulate=True, scale=s * (1.0 if scale is None else scale))
+        return steps
+
     def embed(self) -> list[Step]:
         """act.x = the embeddings of tokens[0..rows) (times Granite's embedding_scale)."""
         cfg, name = self.cfg, "token_embd.weight"
@@ -136,11 +161,24 @@ class Builder:
         """x += residual_scale * W_down (silu(W_gate h) * (W_up h)), h = ffn_norm(x)."""
         b, w, a = f"blk.{i}.", self.weights, self.act
         gate, up = w.matrix(b + "ffn_gate.weight"), w.matrix(b + "ffn_up.weight")
-        if gate.wtype != up.wtype:
+        if gate.name in self.adapters or up.name in self.adapters:
+            steps = self.glu_apart(gate, up, b + "ffn_norm.weight")
+        elif gate.wtype != up.wtype:
             raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused SwiGLU kernels need one type")
-        steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding)
+        else:
+            steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding)
         return steps + self.proj(a.x, w.matrix(b + "ffn_down.weight"), a.hb, accumulate=True,
                                  scale=self.cfg.residual_scale)
+
+    def glu_apart(self, gate: Matrix, up: Matrix, norm: str) -> list[Step]:
+        """act.hb = silu(W_gate h) * (W_up h), h = RMSNorm `norm` of x, as two projections and
+        glu_act: a LoRA delta on gate or up joins the projection before the activation, and the
+        fused GLU kernels compute silu(W_gate h) * (W_up h) in one pass, with no room for it."""
+        a = self.act
+        steps, h, norm = self.normed(a.x, norm)
+        steps += self.proj(a.hb, gate, h, norm=norm) + self.proj(a.up, up, h, norm=norm)
+        return steps + [layers.glu_act(self.kernels, self.device, a.hb, a.up, self.state.step, ff=self.cfg.ff,
+                                       max_tokens=self.rows, label=f"{gate.name} glu")]
 
     def head(self, out: Binding, x: Binding) -> list[Step]:
         """out = W_head rms_norm(x) / logit_scale for the builder's rows."""
@@ -155,11 +193,15 @@ class Builder:
 class DecodeBuilder(Builder):
     """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention."""
 
+    def normed(self, x, norm):
+        return [], x, norm   # each matvec fuses the norm
+
     def proj(self, out, m, x, *, norm=None, **kw):
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
         with _naming(m.name):
-            return matmul.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
-                                       m=m.rows, **fused, **kw)
+            steps = matmul.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
+                                        m=m.rows, **fused, **kw)
+        return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 
     def qkv(self, i):
         cfg, b, a = self.cfg, f"blk.{i}.", self.act
@@ -176,6 +218,9 @@ class DecodeBuilder(Builder):
             m, bias = self.weights.stacked(i, run)
             part = Binding(out[run[0]].buffer, out[run[0]].offset, sum(size[p] for p in run))
             steps += self.proj(part, m, a.x, norm=norm, bias=bias)
+            if len(run) > 1:   # a stacked matrix has no adapters: each projection in it brings its own
+                for p in run:
+                    steps += self.adapt(out[p], f"{b}attn_{p}.weight", a.x, norm=norm)
         return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i):
@@ -195,14 +240,15 @@ class PrefillBuilder(Builder):
         return layers.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
                                n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=self.rows, label=norm)
 
+    def normed(self, x, norm):
+        return ([self.norm(x, norm)], self.act.xb, None) if norm else ([], x, None)
+
     def proj(self, out, m, x, *, norm=None, **kw):
-        steps = []
-        if norm:
-            steps.append(self.norm(x, norm))
-            x = self.act.xb
+        steps, x, _ = self.normed(x, norm)
         with _naming(m.name):
-            return steps + batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
-                                                wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, **kw)
+            steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
+                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, **kw)
+        return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):
         cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act

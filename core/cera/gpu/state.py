@@ -7,7 +7,7 @@ A new kind of per-sequence state (a cache, a rolling buffer) goes in `State`, wi
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
@@ -44,6 +44,8 @@ class Activations:
     att: Binding | None = None    # (rows, q_dim) attention output
     bcx: Binding | None = None    # (rows, 3 hidden) lfm2 in_proj output: B, C, x
     conv_out: Binding | None = None   # (rows, hidden)
+    lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
+    up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
 
     @classmethod
     def allocate(cls, device: Device, cfg: ModelConfig, rows: int) -> "Activations":
@@ -59,6 +61,11 @@ class Activations:
         if cfg.conv_layers:
             a.update(bcx=buf("bcx", r, 3 * h), conv_out=buf("conv_out", r, h))
         return cls(rows, **a)
+
+    def with_lora(self, device: Device, cfg: ModelConfig, rank: int) -> "Activations":
+        """These activations plus the scratch LoRA adapters of up to `rank` compute in."""
+        buf = lambda name, *shape: f32_buffer(device, f"{name}@{self.rows}", *shape)
+        return replace(self, lora_t=buf("lora_t", self.rows, rank), up=buf("up", self.rows, cfg.ff))
 
 
 @dataclass(frozen=True)
