@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cera.chat import render
-from cera.config import ModelConfig
+from cera.config import FFN_SILU, ModelConfig
+from cera.errors import Unsupported
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
 
@@ -105,6 +106,9 @@ class Engine:
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer, cfg)
+        if cfg.post_norms or cfg.ffn_act != FFN_SILU or cfg.local_layers:
+            raise Unsupported(f"{cfg.arch} (post-norms, GeGLU, sliding-window layers) is not in the "
+                              "GPU plan yet: it runs on the numpy reference only")
         from cera.gpu.model import GpuModel
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
