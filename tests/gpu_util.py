@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from cera.config import FFN_GELU
 from cera.device import Binding
 from cera.gpu.step import STEP_BYTES, pack_step
 from quantdata import padded
@@ -25,6 +26,13 @@ def run(gpu, dispatches, buffer, shape, dtype=np.float32, offset=0):
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     data = gpu.device.submit(gpu.device.schedule(list(dispatches)), read=Binding(buffer, offset, size))
     return np.frombuffer(data, dtype).reshape(shape)
+
+
+def glu_act(gate, act):
+    """The GLU's gate activation in float64: silu, or with act FFN_GELU the tanh-approximated GELU."""
+    if act == FFN_GELU:
+        return 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+    return gate / (1 + np.exp(-gate))
 
 
 def assert_close(got, want, atol, rtol, what=""):

@@ -50,7 +50,7 @@ def run(device, *dispatches):
 def check(name, got, ref, atol=1e-4, rtol=1e-4):
     got, ref = np.asarray(got), np.asarray(ref)
     assert got.shape == ref.shape, (name, got.shape, ref.shape)
-    bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
+    bad = ~(np.abs(got - ref) <= atol + rtol * np.abs(ref))   # NaN counts as a mismatch
     if bad.any():
         idx = np.argwhere(bad)[:8]
         lines = [f"  {tuple(int(j) for j in i)}: got {got[tuple(i)]:.6g} ref {ref[tuple(i)]:.6g}" for i in idx]
@@ -132,22 +132,26 @@ def test_rope_kv(device, kernels, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
 
 # --- attention --------------------------------------------------------------------------------
 
-ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split
-    (64, 9, 3, None, layers.ATTENTION_SPLIT),      # SmolLM2
-    (128, 12, 2, None, layers.ATTENTION_SPLIT),    # Qwen2.5-1.5B
-    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT),  # a Granite-like attention.scale
-    (256, 4, 2, None, layers.ATTENTION_SPLIT),
-    (18, 6, 2, None, layers.ATTENTION_SPLIT),      # not a multiple of 4: the scalar path
-    (128, 12, 2, None, 16),    # other splits: a group per workgroup, one key stripe ...
-    (256, 8, 1, None, 16),     # ... more vec4 outputs than invocations ...
-    (18, 4, 2, None, 256),     # ... more (head, key) scores than invocations
+ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split, window
+    (64, 9, 3, None, layers.ATTENTION_SPLIT, 0),      # SmolLM2
+    (128, 12, 2, None, layers.ATTENTION_SPLIT, 0),    # Qwen2.5-1.5B
+    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT, 0),  # a Granite-like attention.scale
+    (256, 4, 2, None, layers.ATTENTION_SPLIT, 0),
+    (18, 6, 2, None, layers.ATTENTION_SPLIT, 0),      # not a multiple of 4: the scalar path
+    (128, 12, 2, None, 16, 0),    # other splits: a group per workgroup, one key stripe ...
+    (256, 8, 1, None, 16, 0),     # ... more vec4 outputs than invocations ...
+    (18, 4, 2, None, 256, 0),     # ... more (head, key) scores than invocations
+    (256, 4, 1, 0.0625, layers.ATTENTION_SPLIT, 512),  # Gemma-3-270M's local layers
+    (64, 9, 3, None, layers.ATTENTION_SPLIT, 70),     # windows across a split edge ...
+    (18, 6, 2, None, 16, 5),      # ... inside one split
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split", ATTENTION_SHAPES)
-def test_attention(device, kernels, head_dim, n_heads, n_kv_heads, scale, split):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window", ATTENTION_SHAPES)
+def test_attention(device, kernels, head_dim, n_heads, n_kv_heads, scale, split, window):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
-    cache slots past the live length and unwritten scratch records hold NaN and must not count."""
+    cache slots past the live length (and, with a sliding window, before the first row's window)
+    and unwritten scratch records hold NaN and must not count."""
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
     k_cache = randn(max_ctx, n_kv_heads, head_dim)
@@ -161,20 +165,23 @@ def test_attention(device, kernels, head_dim, n_heads, n_kv_heads, scale, split)
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch)
+                                  split=split, scratch=scratch, window=window)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
              (0, 5), (split - 3, 5), (max_ctx - 5, 5)]
     for pos, n_tokens in cases:
         n_keys = pos + n_tokens
+        lo = max(0, pos - window + 1) if window else 0      # the first key the first row sees
         for buf, cache in ((kc, k_cache), (vc, v_cache)):
-            device.write(buf, np.concatenate([cache[:n_keys], np.full_like(cache[n_keys:], np.nan)]).tobytes())
+            live = np.full_like(cache, np.nan)
+            live[lo:n_keys] = cache[lo:n_keys]
+            device.write(buf, live.tobytes())
         device.write(out, np.zeros(q.shape, np.float32).tobytes())
         device.write(step, pack_step(pos, n_tokens))
         run(device, *dispatches)
         got = download(device, out, q.shape)
-        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale)
+        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window)
         check(f"attention pos {pos} n_tokens {n_tokens}", got[:n_tokens], ref)
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
@@ -188,6 +195,8 @@ def test_attention_errors(device, kernels):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
     with pytest.raises(ValueError, match="split 48 must be a power of two"):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
+    with pytest.raises(ValueError, match="window -1 must be >= 0"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, window=-1, **shape)
     with pytest.raises(ValueError, match="scratch of 4096 bytes, 4352 needed"):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, max_tokens=4,
                          scratch=Binding(buf, 0, 4096), **shape)

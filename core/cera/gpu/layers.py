@@ -113,8 +113,11 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
               n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
-              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention") -> list[Dispatch]:
-    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV.
+              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
+              window: int = 0) -> list[Dispatch]:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
+    (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
     written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
@@ -140,7 +143,7 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
         scratch = device.buffer(scratch_bytes, f"{label}.scratch")
     elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
         raise ValueError(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
-    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits)
+    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, **window_define(window))
     if head_dim % 4 == 0:
         shape["VEC4"] = True
     return [_dispatch(kernels, device, "attention.wgsl", [q, k_cache, v_cache, scratch, step],
@@ -148,6 +151,13 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
                       SCALE=float(scale), HPW=hpw, **shape),
             _dispatch(kernels, device, "attention_combine.wgsl", [scratch, out, step],
                       (n_heads, max_tokens, 1), f"{label}.combine", **shape)]
+
+
+def window_define(window: int) -> dict:
+    """The attention kernels' WINDOW define for a sliding window (0: causal, none)."""
+    if window < 0:
+        raise ValueError(f"attention: window {window} must be >= 0 (0: no sliding window)")
+    return {"WINDOW": window} if window else {}
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
