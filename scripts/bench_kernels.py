@@ -22,6 +22,7 @@ submission). Prints ms, GB/s (weights + activations read and written once) and G
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from quantdata import padded, random_rows  # noqa: E402
 
 from cera.device import Binding  # noqa: E402
 from cera.gpu import batched, matmul  # noqa: E402
-from cera.gpu.step import STEP_BYTES, pack_step  # noqa: E402
+from cera.gpu.state import STEP_BYTES, pack_step  # noqa: E402
 from cera.kernels import Kernels  # noqa: E402
 
 
@@ -97,16 +98,17 @@ class Bench:
         dev = self.device
         read = Binding(self.sync, 0, 4)
         once = dev.schedule(list(dispatches))
-        dev.submit(once, read)   # compile, warm up
+        submit = lambda schedule: asyncio.run(dev.run(schedule, read))
+        submit(once)   # compile, warm up
         start = time.perf_counter()
-        dev.submit(once, read)
+        submit(once)
         single = time.perf_counter() - start
         if single >= self.min_time / 2:
             return single
         reps = max(1, min(1000, int(self.min_time / max(single, 1e-6))))
         schedule = dev.schedule(list(dispatches) * reps)
         start = time.perf_counter()
-        dev.submit(schedule, read)
+        submit(schedule)
         return (time.perf_counter() - start) / reps
 
 

@@ -1,5 +1,5 @@
 """Where a decode step's time goes, natively: GPU time per kernel from timestamp queries
-(each dispatch in a pass of its own), the host's encoding time, and the wall time of a
+(each dispatch in a pass of its own) and the wall time of a
 step, synchronous and pipelined.
 
     python scripts/profile_decode.py MODEL.gguf [--pos 512] [--top 15]
@@ -14,7 +14,7 @@ import wgpu
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu.step import pack_step
+from cera.gpu.state import pack_step
 from cera.native import NativeDevice
 
 
@@ -55,19 +55,14 @@ def main() -> None:
     device = NativeDevice()
     engine = asyncio.run(Engine.load(GGUFFile.open(args.model), device, ctx=max(1024, args.pos + args.repeat + 2)))
     model, d = engine.backend, device._device
-    device.write(model.step.buffer, pack_step(args.pos, 1))
+    device.write(model.state.step.buffer, pack_step(args.pos, 1))
+    steps = model.decode_plan.steps
     print(f"{device.adapter_name}; {model.dispatches_per_token} dispatches per token, KV length {args.pos + 1}")
 
-    def encode():
-        encoder = d.create_command_encoder()
-        for segment in model.decode_schedule:
-            compute = encoder.begin_compute_pass()
-            segment.encode(compute._internal)
-            compute.end()
-        return encoder.finish()
+    def step():
+        asyncio.run(device.run(model.decode_schedule, model.state.tokens))
 
-    print(f"host encoding of a step:          {timed(encode, args.repeat):7.3f} ms")
-    print(f"a step, submitted and read back:  {timed(lambda: device.submit(model.decode_schedule, model.tokens), args.repeat):7.3f} ms")
+    print(f"a step, submitted and read back:  {timed(step, args.repeat):7.3f} ms")
 
     async def pipelined():
         async for _ in model.greedy(0, args.pos, args.repeat):
@@ -79,13 +74,13 @@ def main() -> None:
     if "timestamp-query" not in device.features:
         print("(no timestamp-query on this adapter: no per-kernel GPU times)")
         return
-    ns = np.median([gpu_times(device, model.decode_steps) for _ in range(5)], axis=0)
+    ns = np.median([gpu_times(device, steps) for _ in range(5)], axis=0)
     per_kernel, count = collections.Counter(), collections.Counter()
-    for step, t in zip(model.decode_steps, ns):
+    for step, t in zip(steps, ns):
         per_kernel[step.kernel.label.split(" ")[0] + " " + step.label] += t / 1e6
         count[step.kernel.label.split(" ")[0] + " " + step.label] += 1
     family = collections.Counter()
-    for step, t in zip(model.decode_steps, ns):
+    for step, t in zip(steps, ns):
         family[step.kernel.label.split(" ")[0]] += t / 1e6
     print(f"GPU time of the dispatches, each in its own pass: {ns.sum() / 1e6:.3f} ms")
     for name, ms in family.most_common():

@@ -2,7 +2,7 @@
 # Set up cera on a Debian/Ubuntu machine: a Vulkan driver (Mesa's lavapipe runs WebGPU on the
 # CPU where there is no GPU), Chromium for the browser tests (never `playwright install`: the
 # tests drive Debian's /usr/bin/chromium), Node.js/npm (the Pyodide runtime comes from npm), and
-# the Python package with its native and test extras. Safe to run again.
+# the Python package with its native, test, serve and web extras. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
@@ -16,4 +16,4 @@ if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-python3 -m pip install -q -e '.[native,test]'
+python3 -m pip install -q -e '.[native,test,serve,web]'

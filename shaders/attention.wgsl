@@ -21,14 +21,14 @@
 //      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
 // Keys past p, and before the window, are never read (those slots may hold anything).
 //
-// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS,
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
 // HPW, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
 // (m, l, 0, 0) then o as D4 vec4 (zero past HEAD_DIM); step.
 #include "common.wgsl"
 
-const WG = 256u;
+const WG = MAX_WG;
 const GROUP = N_HEADS / N_KV_HEADS;            // query heads per kv head
 const D4 = (HEAD_DIM + 3u) / 4u;               // vec4 columns of a head
 const REC = 1u + D4;                           // vec4 per scratch record

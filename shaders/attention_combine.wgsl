@@ -9,15 +9,15 @@
 // splits part, part + CP, ... of vec4 column c with an online rescale; the CP partial merges
 // are combined through workgroup memory by the invocations of part 0.
 //
-// Defines: HEAD_DIM (<= 256), N_HEADS, SPLIT, N_SPLITS, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: out
-// moves as vec4). Bindings: scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4 as attention.wgsl
-// wrote it, out (rows, N_HEADS*HEAD_DIM), step.
+// Defines: HEAD_DIM (<= 256), N_HEADS, SPLIT, N_SPLITS, MAX_WG (invocations), optional WINDOW;
+// flag VEC4 (HEAD_DIM % 4 == 0: out moves as vec4). Bindings: scratch (rows, N_SPLITS,
+// N_HEADS, 1 + D4) vec4 as attention.wgsl wrote it, out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
 #include "attention_window.wgsl"
 
 const D4 = (HEAD_DIM + 3u) / 4u;     // vec4 columns of a head
 const REC = 1u + D4;                 // vec4 per scratch record
-const CP = min(16u, 256u / D4);      // split stripes
+const CP = min(16u, MAX_WG / D4);      // split stripes
 const WG = CP * D4;
 const NEG_BIG = -3.0e38;
 

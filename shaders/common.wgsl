@@ -1,6 +1,7 @@
-// Shared by every kernel: the per-step uniform and byte helpers for raw GGUF data.
+// The per-step uniform every batch-aware kernel reads (the byte helpers for raw GGUF data
+// live in quant.wgsl and weights.wgsl).
 
-// What changes from one submission to the next. Packed by cera.gpu.step.pack_step.
+// What changes from one submission to the next. Packed by cera.gpu.state.pack_step.
 struct Step {
     pos: u32,        // position of the first token of this step (decode: the current token)
     n_tokens: u32,   // rows in this step (decode: 1; prefill: the chunk's length)

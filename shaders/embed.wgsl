@@ -1,6 +1,6 @@
 // out[t, :] = SCALE * E[tokens[t], :] for t < step.n_tokens; E is a raw GGUF table (rows, K).
 //
-// Defines: a weight type flag and K (see quant.wgsl), ROW0 and N_ROWS (the table rows bound
+// Defines: a weight type flag, K (see quant.wgsl), WG (invocations), ROW0 and N_ROWS (the table rows bound
 // at `w`: a tile of a table too big for one binding; tokens outside it are left alone),
 // optional SCALE (f32). Bindings: w, tokens, out, step.
 // Dispatch: x covers the row's units (WG per workgroup), y the largest n_tokens.
@@ -10,8 +10,6 @@
 #ifndef SCALE
 const SCALE = 1.0f;
 #endif
-
-const WG = 64u;
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;              // (N_ROWS, ROW_BYTES) raw
 @group(0) @binding(1) var<storage, read> tokens: array<u32>;         // (max_rows,)

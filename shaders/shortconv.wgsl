@@ -6,12 +6,10 @@
 // One invocation per channel (channels are independent), sequential over the step's rows:
 // dispatch (ceil(HIDDEN / WG), 1, 1).
 //
-// Defines: HIDDEN, KERNEL (LFM2's conv L_cache, 3).
+// Defines: HIDDEN, KERNEL (LFM2's conv L_cache, 3), WG (channels per workgroup).
 // Bindings: bcx (rows, 3*HIDDEN), conv_w (HIDDEN, KERNEL) = GGUF blk.N.shortconv.conv.weight
 // [KERNEL, HIDDEN], state (KERNEL-1, HIDDEN) oldest row first, out (rows, HIDDEN), step.
 #include "common.wgsl"
-
-const WG = 64u;
 
 @group(0) @binding(0) var<storage, read> bcx: array<f32>;
 @group(0) @binding(1) var<storage, read> conv_w: array<f32>;

@@ -28,8 +28,12 @@ def first_divergence(ours: list[int], gold: list[int], step_top2) -> tuple[int, 
     return len(gold), None
 
 
+DEFAULT_RUN_MODELS = ("smollm2",)   # the only real model the default test run fetches (98 MB)
+
+
 def real_models(fixture: str, *names: str, slow=()):
-    """Parametrize `fixture` (indirect) over real model names, marking some slow."""
-    return pytest.mark.parametrize(fixture, [pytest.param(n, marks=[pytest.mark.real_model] +
-                                                          ([pytest.mark.slow] if n in slow else []))
+    """Parametrize `fixture` (indirect) over real model names, marking slow the ones in `slow`
+    and every model the default run does not fetch."""
+    return pytest.mark.parametrize(fixture, [pytest.param(n, marks=[pytest.mark.slow] if n in slow or
+                                                          n not in DEFAULT_RUN_MODELS else [])
                                              for n in names], indirect=True)

@@ -1,10 +1,12 @@
 """Helpers for the kernel tests: upload arrays, run dispatches, compare with numpy."""
+import asyncio
+
 import numpy as np
 import pytest
 
 from cera.config import FFN_GELU
-from cera.device import Binding
-from cera.gpu.step import STEP_BYTES, pack_step
+from cera.device import Binding, Dispatch
+from cera.gpu.state import STEP_BYTES, pack_step
 from quantdata import padded
 
 
@@ -15,16 +17,33 @@ def upload(gpu, data, label="data"):
     return buffer
 
 
+def zeros(gpu, shape, label="zeros"):
+    return upload(gpu, np.zeros(shape, np.float32), label)
+
+
 def step_buffer(gpu, pos, n_tokens):
     buf = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
     gpu.device.write(buf, pack_step(pos, n_tokens))
     return buf
 
 
+def submit(gpu, steps):
+    """Submit a dispatch, a list of steps, or a prepared schedule (reads after it wait for it)."""
+    if isinstance(steps, Dispatch):
+        steps = [steps]
+    asyncio.run(gpu.device.run(gpu.device.schedule(steps) if isinstance(steps, list) else steps))
+
+
+def read(gpu, buffer, shape, dtype=np.float32, offset=0):
+    """An array of `shape` and `dtype` read from `buffer` at `offset`."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer(asyncio.run(gpu.device.read(buffer, offset, size)), dtype).reshape(shape)
+
+
 def run(gpu, dispatches, buffer, shape, dtype=np.float32, offset=0):
     """Submit dispatches, then read an array of `shape` and `dtype` from `buffer` at `offset`."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    data = gpu.device.submit(gpu.device.schedule(list(dispatches)), read=Binding(buffer, offset, size))
+    data = asyncio.run(gpu.device.run(gpu.device.schedule(list(dispatches)), Binding(buffer, offset, size)))
     return np.frombuffer(data, dtype).reshape(shape)
 
 

@@ -19,8 +19,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import batched, layers
-from cera.gpu.step import STEP_BYTES, pack_step
-from gpu_util import assert_close, glu_act, run, step_buffer, upload
+from cera.gpu.state import STEP_BYTES, pack_step
+from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload
 from quantdata import random_rows
 
 TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
@@ -315,7 +315,7 @@ def test_rope_then_prefill_attention(gpu):
         for buf, a in ((qb, q), (kb, k), (vb, v)):
             d.write(buf, a.tobytes())
         d.write(step, pack_step(pos, n_tokens))
-        d.submit(schedule)
+        submit(gpu, schedule)
         positions = np.arange(pos, pos + n_tokens)
         q_ref = ops.rope(ops.rms_norm(q, qn, eps), positions, theta, True)
         k_all = np.concatenate([k_all, ops.rope(ops.rms_norm(k, kn, eps), positions, theta, True)])

@@ -18,7 +18,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.gpu import matmul
-from cera.gpu.step import pack_step
+from cera.gpu.state import pack_step
 from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
 

@@ -6,17 +6,22 @@ const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "modu
 const pending = new Map();   // id -> {resolve, reject, onProgress, onToken}
 let nextId = 1;
 
-// What a user can do about each kind of error.
+// What a user can do about each kind of error, by the name of its type (cera.errors, and the
+// download errors of models.js). "Error" alone is a bug: it gets no advice.
 const ADVICE = {
-  NoWebGPU: "",
+  NoGpu: "",
   DeviceLost: "",
+  InvalidArgument: "Check the request: load a model first, give a prompt, keep the numbers in range.",
+  ContextFull: "The prompt does not fit the context: shorten it, or load the model with a larger context.",
   BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
+  TruncatedFile: "The file ends too early: download it again (or copy it again) and load the complete file.",
+  ModelNotFound: "Check the model's name or path.",
   Unsupported: "cera runs llama, qwen2, qwen3, granite and lfm2 models with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/BF16/F32 weights.",
   TooLarge: "Pick a smaller model or a smaller quantization: this GPU's WebGPU limits cannot hold it.",
   StorageFull: "Free some of this site's storage (or the disk), or load the file from disk instead of a URL.",
   FetchFailed: "Check the URL; the server must allow cross-origin requests (CORS), or load the file from disk.",
   ShaderError: "This GPU's WebGPU compiler rejected a kernel; please report it with the adapter name.",
-  GPUError: "WebGPU rejected an operation on this GPU (a cera bug for this adapter); please report it with the adapter name.",
+  GpuError: "WebGPU rejected an operation on this GPU (a cera bug for this adapter); please report it with the adapter name.",
 };
 
 function send(kind, data = {}, handlers = {}) {
@@ -75,6 +80,7 @@ const ready = send("init", { limits: simulate }, { onProgress: showProgress }).t
   $("adapter").textContent = info.adapter;
   $("adapter").title = `features: ${info.features.join(", ") || "none"}; ` +
     Object.entries(info.limits).map(([k, v]) => `${k} ${v}`).join(", ");
+  $("max-tokens").value = info.defaults.maxTokens;   // the core's default, shown in the control
   $("progress-text").textContent = "";
   setStatus("ready (no model)");
   return info;
@@ -83,6 +89,13 @@ const ready = send("init", { limits: simulate }, { onProgress: showProgress }).t
 let model = null;
 let busy = false;
 
+// A misuse of the page's API, named like the worker's errors.
+function invalid(message) {
+  const err = new Error(message);
+  err.name = "InvalidArgument";
+  return err;
+}
+
 function setBusy(value) {
   busy = value;
   $("generate").disabled = value || !model;
@@ -90,7 +103,8 @@ function setBusy(value) {
   for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = value;
 }
 
-async function load(source, { ctx = 2048 } = {}) {
+async function load(source, { ctx } = {}) {
+  if (!(source instanceof Blob) && !source) throw invalid("load(source): give a File/Blob or a URL");
   await ready;
   clearError();
   setBusy(true);
@@ -112,8 +126,9 @@ async function load(source, { ctx = 2048 } = {}) {
   }
 }
 
-async function generate(prompt, { maxTokens = 128, chat = false } = {}) {
-  if (!model) throw new Error("load a model first");
+async function generate(prompt, { maxTokens, chat = false } = {}) {
+  if (!model) throw invalid("generate(): no model is loaded; call load() first");
+  if (typeof prompt !== "string" || !prompt) throw invalid("generate(prompt): the prompt must be a non-empty string");
   clearError();
   setBusy(true);
   setStatus("generating");
@@ -151,7 +166,7 @@ $("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.targ
 $("load-url").addEventListener("click", () => { if ($("url").value) load($("url").value).catch(() => {}); });
 $("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) load($("catalogue").value).catch(() => {}); });
 $("generate").addEventListener("click", () => generate($("prompt").value, {
-  maxTokens: Number($("max-tokens").value) || 128, chat: $("chat").checked,
+  maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked,
 }).catch(() => {}));
 $("stop").addEventListener("click", () => send("stop"));
 

@@ -1,51 +1,50 @@
-// The JavaScript half of the browser host (cera_web/host.py is the Python half).
+// The JavaScript half of the browser host (cera_web/host.py is the Python half, and the
+// policy — limits, pass grouping, staging buffers, upload chunking — is cera.device's).
 //
-// Python holds small integer handles; the GPU objects live in the tables here. Hot paths
-// are one call from Python each: run() encodes a whole prepared schedule, applies the
-// writes queued since the last call, submits, and (when asked) maps a staging copy and
-// resolves to its bytes; uploadBlob() moves a tensor from a Blob/File straight to
-// queue.writeBuffer without passing through wasm memory.
+// This file only creates WebGPU objects, replays recorded schedules and moves Blob ranges.
+// Python holds small integer handles; the GPU objects live in the table here. Hot paths are
+// one call from Python each: run() applies the queued writes, encodes a whole recorded
+// schedule, submits, and (when asked) maps a staging copy and resolves to its bytes;
+// uploadBlob() moves a Blob range straight to queue.writeBuffer, never through wasm memory.
+//
+// Errors thrown here carry a `name` that cera_web/host.py maps to a cera.errors type.
 
-// cera.device.Limits field -> WebGPU limit, requested at the adapter's maximum.
-export const LIMITS = {
-  max_storage_buffer_binding_size: "maxStorageBufferBindingSize",
-  max_buffer_size: "maxBufferSize",
-  min_storage_buffer_offset_alignment: "minStorageBufferOffsetAlignment",
-  max_compute_invocations_per_workgroup: "maxComputeInvocationsPerWorkgroup",
-  max_compute_workgroup_storage_size: "maxComputeWorkgroupStorageSize",
-  max_storage_buffers_per_shader_stage: "maxStorageBuffersPerShaderStage",
-  max_compute_workgroups_per_dimension: "maxComputeWorkgroupsPerDimension",
-};
-const WANTED_FEATURES = ["shader-f16", "subgroups"];
-const UPLOAD_CHUNK = 32 << 20;          // bytes per Blob slice read during upload
-const UPLOAD_DRAIN = 256 << 20;         // wait for the queue after this many bytes in flight
-const ZERO_CHUNK = 16 << 20;            // the largest block of zeros kept for clearing buffers
-
-// An error a user can act on: `name` picks the page's advice.
 export class CeraError extends Error {
   constructor(name, message) { super(message); this.name = name; }
 }
 
-export async function openGpu() {
+const ADAPTER_TRIES = 3;   // Chromium's GPU process was seen failing its first start on Linux/NVIDIA
+
+// A device with every adapter limit at its maximum and the wanted features it has.
+export async function openGpu(wantedFeatures) {
   if (!("gpu" in navigator)) {
-    throw new CeraError("NoWebGPU", "This browser does not expose WebGPU (navigator.gpu is missing). " +
+    throw new CeraError("NoGpu", "This browser does not expose WebGPU (navigator.gpu is missing). " +
       "Use a recent Chrome or Edge (113+), or Firefox 141+ / Safari 26+; on Linux Chrome, enable " +
       "chrome://flags/#enable-unsafe-webgpu and chrome://flags/#enable-vulkan. The page must be served " +
       "over https:// or from localhost.");
   }
-  const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  let adapter = null;
+  for (let i = 0; i < ADAPTER_TRIES && !adapter; i++) {
+    adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  }
   if (!adapter) {
-    throw new CeraError("NoWebGPU", "WebGPU is present but no GPU adapter was granted (blocklisted " +
+    throw new CeraError("NoGpu", "WebGPU is present but no GPU adapter was granted (blocklisted " +
       "driver or GPU disabled). In Chrome, check chrome://gpu; try enabling chrome://flags/#enable-unsafe-webgpu.");
   }
   const requiredLimits = {};
-  for (const name of Object.values(LIMITS)) requiredLimits[name] = adapter.limits[name];
-  const requiredFeatures = WANTED_FEATURES.filter((f) => adapter.features.has(f));
+  for (const name in adapter.limits) requiredLimits[name] = adapter.limits[name];
+  const requiredFeatures = wantedFeatures.filter((f) => adapter.features.has(f));
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "unknown GPU";
   return new GpuHost(device, name, requiredFeatures);
 }
+
+const USAGE = {
+  storage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+  uniform: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+  readback: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+};
 
 export class GpuHost {
   constructor(device, adapterName, features) {
@@ -53,17 +52,16 @@ export class GpuHost {
     this.queue = device.queue;
     this.adapterName = adapterName;
     this.features = features;
-    this.limits = {};
-    for (const [field, name] of Object.entries(LIMITS)) this.limits[field] = device.limits[name];
     this.objects = [null];          // handle -> GPUBuffer | GPUComputePipeline | GPUBindGroup | schedule
     this.free = [];                 // reusable handles
-    this.staging = new Map();       // size -> [idle MAP_READ buffers]
     this.compiles = [];             // pending compile checks: Promise<string|null>
     this.error = null;              // first uncaptured GPU error since the last run
     this.calls = {};                // entry point -> calls from Python (for the per-token count)
     this.lost = device.lost;
     device.addEventListener("uncapturederror", (e) => { this.error ??= e.error.message; });
   }
+
+  limit(name) { return this.device.limits[name]; }
 
   count(name) { this.calls[name] = (this.calls[name] || 0) + 1; }
 
@@ -83,16 +81,13 @@ export class GpuHost {
     }
   }
 
-  buffer(size, label, uniform) {
+  buffer(size, label, usage) {
     this.count("buffer");
-    const usage = uniform ? GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST
-      : GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-    return this.put(this.device.createBuffer({ size, usage, label }));
+    return this.put(this.device.createBuffer({ size, usage: USAGE[usage], label }));
   }
 
   // Queued writes, packed by Python: per write three f64 (handle, offset, length), then the data
-  // padded to 8 bytes; a negative length means that many zero bytes, with no data following.
-  // Applied in order before the next submission.
+  // padded to 8 bytes. Applied in order.
   write(packed) {
     this.count("write");
     this.applyWrites(packed);
@@ -100,24 +95,11 @@ export class GpuHost {
 
   applyWrites(packed) {
     const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
-    let at = 0;
-    while (at < packed.byteLength) {
+    for (let at = 0; at < packed.byteLength;) {
       const id = view.getFloat64(at, true), offset = view.getFloat64(at + 8, true), n = view.getFloat64(at + 16, true);
       at += 24;
-      if (n < 0) {
-        this.writeZeros(this.objects[id], offset, -n);
-        continue;
-      }
       this.queue.writeBuffer(this.objects[id], offset, packed.buffer, packed.byteOffset + at, n);
       at += Math.ceil(n / 8) * 8;
-    }
-  }
-
-  writeZeros(buffer, offset, size) {
-    const chunk = Math.min(size, ZERO_CHUNK);
-    if (!this.zeros || this.zeros.length < chunk) this.zeros = new Uint8Array(chunk);
-    for (let done = 0; done < size; done += chunk) {
-      this.queue.writeBuffer(buffer, offset + done, this.zeros, 0, Math.min(chunk, size - done));
     }
   }
 
@@ -132,12 +114,13 @@ export class GpuHost {
       const lines = info.messages.filter((m) => m.type === "error")
         .map((m) => `line ${m.lineNum}:${m.linePos}: ${m.message}`);
       if (!lines.length && !error) return null;
-      return `shader ${name} failed to compile: ` + (lines.length ? lines.join("; ") : error.message);
+      return [name, lines.length ? lines.join("; ") : error.message];
     }));
     return this.put(pipeline);
   }
 
-  // Resolves to null, or the first compile error of the kernels made since the last check.
+  // Resolves to null, or [kernel name, compiler message] of the first kernel made since the
+  // last check that failed to compile.
   checkCompiles() {
     this.count("checkCompiles");
     return this.settleCompiles();
@@ -146,51 +129,53 @@ export class GpuHost {
   async settleCompiles() {
     const pending = this.compiles;
     this.compiles = [];
-    for (const message of await Promise.all(pending)) if (message) return message;
+    for (const failure of await Promise.all(pending)) if (failure) return failure;
     return null;
   }
 
-  // entries: per binding three f64 (buffer handle, offset, size or -1 for "to the end").
+  // entries: per binding three f64 (buffer handle, offset, size).
   bind(kernelId, entries) {
     this.count("bind");
-    const pipeline = this.objects[kernelId];
     const list = [];
     for (let i = 0; i < entries.length; i += 3) {
-      const buffer = this.objects[entries[i]], offset = entries[i + 1];
-      const size = entries[i + 2] < 0 ? buffer.size - offset : entries[i + 2];
-      list.push({ binding: i / 3, resource: { buffer, offset, size } });
+      list.push({ binding: i / 3, resource: { buffer: this.objects[entries[i]], offset: entries[i + 1], size: entries[i + 2] } });
     }
-    return this.put(this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: list }));
+    const layout = this.objects[kernelId].getBindGroupLayout(0);
+    return this.put(this.device.createBindGroup({ layout, entries: list }));
   }
 
-  // steps: six f64 each: (0, kernel, bind group, x, y, z) a dispatch, (1, src, src offset, dst,
-  // dst offset, size) a copy. Consecutive dispatches share one compute pass.
-  schedule(steps) {
+  // Recorded segments, packed by Python: a compute pass is (0, n) then n times (kernel, bind
+  // group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size).
+  schedule(packed) {
     this.count("schedule");
     const segments = [];
-    for (let i = 0; i < steps.length; i += 6) {
-      if (steps[i] === 0) {
-        let pass = segments[segments.length - 1];
-        if (!pass || !pass.dispatches) segments.push(pass = { dispatches: [] });
-        pass.dispatches.push(this.objects[steps[i + 1]], this.objects[steps[i + 2]], steps[i + 3], steps[i + 4], steps[i + 5]);
+    for (let i = 0; i < packed.length;) {
+      if (packed[i] === 0) {
+        const n = packed[i + 1], dispatches = [];
+        for (let j = i + 2; j < i + 2 + 5 * n; j += 5) {
+          dispatches.push(this.objects[packed[j]], this.objects[packed[j + 1]], packed[j + 2], packed[j + 3], packed[j + 4]);
+        }
+        segments.push({ dispatches });
+        i += 2 + 5 * n;
       } else {
-        segments.push({ copy: [this.objects[steps[i + 1]], steps[i + 2], this.objects[steps[i + 3]], steps[i + 4], steps[i + 5]] });
+        segments.push({ copy: [this.objects[packed[i + 1]], packed[i + 2], this.objects[packed[i + 3]], packed[i + 4], packed[i + 5]] });
+        i += 6;
       }
     }
     return this.put(segments);
   }
 
-  // The per-token call: queued writes, the whole schedule, and an optional read, in one
-  // submission made before the first await (so calls submit in call order), then the readback.
-  async run(scheduleId, writes, readId, readOffset, readSize) {
+  // The per-token call: queued writes, the whole schedule (0: none), and an optional copy of
+  // [readOffset, readOffset + readSize) of buffer readId into the staging buffer stagingId, in
+  // one submission made before the first await (so calls submit in call order); then the readback.
+  async run(scheduleId, writes, readId, readOffset, readSize, stagingId) {
     this.count("run");
     if (writes) this.applyWrites(writes);
     const compiled = this.compiles.length ? this.settleCompiles() : null;
     const encoder = this.device.createCommandEncoder();
     for (const segment of (scheduleId ? this.objects[scheduleId] : [])) {
       if (segment.copy) {
-        const [src, srcOffset, dst, dstOffset, size] = segment.copy;
-        encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, size);
+        encoder.copyBufferToBuffer(...segment.copy);
         continue;
       }
       const pass = encoder.beginComputePass();
@@ -203,26 +188,21 @@ export class GpuHost {
       }
       pass.end();
     }
-    let staging = null;
-    const padded = Math.ceil(readSize / 4) * 4;
-    if (readSize > 0) {
-      staging = this.takeStaging(padded);
-      encoder.copyBufferToBuffer(this.objects[readId], readOffset, staging, 0, padded);
-    }
+    const staging = stagingId ? this.objects[stagingId] : null;
+    if (staging) encoder.copyBufferToBuffer(this.objects[readId], readOffset, staging, 0, readSize);
     this.queue.submit([encoder.finish()]);
     if (compiled) {
-      const message = await compiled;
-      if (message) throw new Error(message);
+      const failure = await compiled;
+      if (failure) throw new CeraError("ShaderError", `shader ${failure[0]} failed to compile: ${failure[1]}`);
     }
     if (!staging) return this.raiseError(null);
     try {
-      await staging.mapAsync(GPUMapMode.READ, 0, padded);
+      await staging.mapAsync(GPUMapMode.READ, 0, readSize);
     } catch (err) {
-      throw new Error(this.error || `reading back failed: ${err.message}`);
+      throw new CeraError("GpuError", this.error || `reading back failed: ${err.message}`);
     }
-    const bytes = new Uint8Array(staging.getMappedRange(0, padded).slice(0, readSize));
+    const bytes = new Uint8Array(staging.getMappedRange(0, readSize).slice(0));
     staging.unmap();
-    this.staging.get(padded).push(staging);
     return this.raiseError(bytes);
   }
 
@@ -230,43 +210,31 @@ export class GpuHost {
     if (this.error) {
       const message = this.error;
       this.error = null;
-      throw new Error(`WebGPU error: ${message}`);
+      throw new CeraError("GpuError", `WebGPU error: ${message}`);
     }
     return value;
   }
 
-  takeStaging(size) {
-    if (!this.staging.has(size)) this.staging.set(size, []);
-    const idle = this.staging.get(size);
-    return idle.length ? idle.pop()
-      : this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST, label: `staging ${size}` });
-  }
-
-  // Blob bytes [srcOffset, srcOffset + size) -> buffer at dstOffset, in slices, never via wasm.
+  // Blob bytes [srcOffset, srcOffset + size) -> buffer at dstOffset, padded to whole words.
   async uploadBlob(bufferId, blob, srcOffset, size, dstOffset, writes) {
     this.count("uploadBlob");
     if (writes) this.applyWrites(writes);
-    const buffer = this.objects[bufferId];
-    for (let done = 0; done < size; done += UPLOAD_CHUNK) {
-      const n = Math.min(UPLOAD_CHUNK, size - done);
-      const start = srcOffset + done;
-      let bytes = new Uint8Array(await blob.slice(start, start + n).arrayBuffer());
-      if (bytes.length !== n) {
-        throw new CeraError("BadFile", `the file ends at byte ${start + bytes.length}, inside a tensor that ` +
-          `needs bytes up to ${srcOffset + size}: the file is truncated (download it again)`);
-      }
-      if (n % 4) {               // writeBuffer moves whole words; buffers are sized up to 4 bytes
-        const padded = new Uint8Array(Math.ceil(n / 4) * 4);
-        padded.set(bytes);
-        bytes = padded;
-      }
-      this.queue.writeBuffer(buffer, dstOffset + done, bytes);
-      this.inFlight = (this.inFlight || 0) + n;
-      if (this.inFlight >= UPLOAD_DRAIN) {   // bound the browser's staging memory on big models
-        this.inFlight = 0;
-        await this.queue.onSubmittedWorkDone();
-      }
+    let bytes = new Uint8Array(await blob.slice(srcOffset, srcOffset + size).arrayBuffer());
+    if (bytes.length !== size) {
+      throw new CeraError("TruncatedFile", `the file ends at byte ${srcOffset + bytes.length}, inside a tensor that ` +
+        `needs bytes up to ${srcOffset + size}: the file is truncated (download it again)`);
     }
+    if (size % 4) {
+      const padded = new Uint8Array(Math.ceil(size / 4) * 4);
+      padded.set(bytes);
+      bytes = padded;
+    }
+    this.queue.writeBuffer(this.objects[bufferId], dstOffset, bytes);
+  }
+
+  drain() {
+    this.count("drain");
+    return this.queue.onSubmittedWorkDone();
   }
 
   // Synchronous read of a Blob range (workers have FileReaderSync): the GGUF header and the

@@ -80,7 +80,7 @@ export async function openModel(source, onProgress) {
         onProgress(done, total);
       }
       await writable.close();
-      if (total && done !== total) throw new CeraError("BadFile", `download of ${url} stopped at ${done} of ${total} bytes`);
+      if (total && done !== total) throw new CeraError("TruncatedFile", `download of ${url} stopped at ${done} of ${total} bytes`);
       const index = await readIndex(dir);
       index[url] = { file, size: done };
       await writeIndex(dir, index);

@@ -14,24 +14,22 @@ const post = (message) => self.postMessage(message);
 
 function boot(id, simulate) {
   booted ??= (async () => {
+    post({ id, kind: "progress", phase: "python", done: 0, total: 0 });
+    const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
+    await pyodide.loadPackage(["cera-web"], { messageCallback: () => {}, errorCallback: (m) => console.warn(m) });
+    const app = pyodide.pyimport("cera_web.app");
     post({ id, kind: "progress", phase: "webgpu", done: 0, total: 0 });
-    const gpu = await openGpu();
+    const gpu = await openGpu(app.WANTED_FEATURES.toJs());
     gpu.lost.then((info) => post({
       kind: "error", name: "DeviceLost",
       message: `the GPU device was lost (${info.reason || "unknown"}: ${info.message}). ` +
         "Reload the page; if it happens again the model may be too large for this GPU's memory.",
     }));
-    post({ id, kind: "progress", phase: "python", done: 0, total: 0 });
-    const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
-    await pyodide.loadPackage(["cera-web"], { messageCallback: () => {}, errorCallback: (m) => console.warn(m) });
-    const app = pyodide.pyimport("cera_web.app");
     const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null);
     return { pyodide, gpu, session };
   })();
   return booted;
 }
-
-const toJs = (value) => value;   // Python already returns JS objects (to_js in cera_web.app)
 
 async function handle(id, kind, data) {
   const { pyodide, gpu, session } = await boot(id, kind === "init" ? data.limits : null);
@@ -41,12 +39,12 @@ async function handle(id, kind, data) {
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
       const model = await openModel(data.file ?? data.url, onProgress);
-      const result = toJs(await session.load(model.blob, id, data.ctx ?? 2048));
+      const result = await session.load(model.blob, id, data.ctx);
       if (result.ok) Object.assign(result, { name: model.name, cached: model.cached }, memory(pyodide));
       return result;
     }
     case "generate":
-      return toJs(await session.generate(data.prompt, data.maxTokens ?? 128, !!data.chat, id));
+      return session.generate(data.prompt, data.maxTokens, !!data.chat, id);
     case "stop":
       session.stop();
       return { ok: true };

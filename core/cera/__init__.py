@@ -1,0 +1,19 @@
+"""cera: GGUF language models on WebGPU compute shaders.
+
+    import cera
+    m = cera.load("smollm2-135m-instruct")
+    print(m.generate("The capital of France is", max_tokens=8).text)
+
+`load` and `Model` (cera.api) are imported on first use: the browser imports the core's modules
+without the thread-backed API.
+"""
+
+
+def __getattr__(name: str):
+    if name in ("load", "Model"):
+        from cera import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'cera' has no attribute {name!r}")
+
+
+__all__ = ["load", "Model"]

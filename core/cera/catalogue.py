@@ -10,6 +10,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from cera.errors import BadFile, ModelNotFound
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def fetch(name: str) -> Path:
     digest = sha256_file(partial)
     if digest != model.sha256:
         partial.unlink()
-        raise ValueError(f"{name}: sha256 {digest} does not match the catalogue's {model.sha256}")
+        raise BadFile(f"{name}: sha256 {digest} does not match the catalogue's {model.sha256}")
     partial.rename(path)
     _say(f"{name}: verified, saved to {path}")
     return path
@@ -104,6 +105,6 @@ def resolve(model: str) -> Path:
         return fetch(model)
     path = Path(model)
     if not path.exists():
-        raise FileNotFoundError(f"no such model file or catalogue name: {model!r} "
+        raise ModelNotFound(f"no such model file or catalogue name: {model!r} "
                                 f"(catalogue: {', '.join(CATALOGUE)})")
     return path

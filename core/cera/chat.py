@@ -2,12 +2,14 @@
 as HF transformers and llama.cpp's jinja path do."""
 from __future__ import annotations
 
-from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from cera.errors import InvalidArgument
 
 
 def _raise_exception(message):
-    raise TemplateError(message)
+    """The templates' own check of the messages (e.g. roles must alternate)."""
+    raise InvalidArgument(f"the chat template refuses these messages: {message}")
 
 
 def render(template: str, messages: list[dict], add_generation_prompt: bool = True,

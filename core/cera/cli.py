@@ -1,17 +1,27 @@
-"""`python -m cera`: generate, perplexity, tokenize, info, bench, models."""
+"""`python -m cera`: generate, perplexity, tokenize, info, plan, bench, models, serve.
+
+Errors a user can act on exit with their own status (cera.errors: 2 invalid argument,
+3 model not found, 4 bad file, 5 unsupported, 6 too large for this GPU, 7 context full,
+8 no GPU, 9 device lost, 10 shader error, 11 GPU error, 12 truncated file); with --json they print
+{"error": {"type": ..., "message": ...}} on stdout."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections import Counter
+from pathlib import Path
 
 from cera import catalogue
 from cera.config import ModelConfig
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
+from cera.errors import CeraError, ContextFull, InvalidArgument
 from cera.gguf_file import GGUFFile
-
-BACKENDS = ("gpu", "reference")
+from cera.gpu.model import DEFAULT_CHUNK
+from cera.runner import BACKENDS, open_device
+from cera.errors import ContextFull
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:
@@ -21,14 +31,18 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
+    _engine_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
     _model_arg(p)
     p.add_argument("--backend", choices=BACKENDS, default="gpu",
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
-    p.add_argument("--ctx", type=int, default=2048,
+    p.add_argument("--ctx", type=int, default=DEFAULT_CTX,
                    help="context length to allocate (capped at the model's context_length)")
-    p.add_argument("--prefill-chunk", type=int, default=512,
+    p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text after a prompt", formatter_class=fmt)
     _run_args(g)
     g.add_argument("--prompt", "-p", required=True, help="the prompt text")
-    g.add_argument("--max-tokens", "-n", type=int, default=128, help="most tokens to generate")
+    g.add_argument("--max-tokens", "-n", type=int, default=DEFAULT_MAX_TOKENS, help="most tokens to generate")
     g.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     g.add_argument("--system", help="system message for --chat")
     g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; >0 samples on the CPU")
@@ -62,29 +76,43 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print one JSON object")
 
     i = sub.add_parser("info", help="architecture, dimensions, tensor types, tokenizer", formatter_class=fmt)
-    i.add_argument("model", nargs="?", default=catalogue.DEFAULT_MODEL, help="a GGUF path or catalogue name")
+    _model_arg(i)
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.add_argument("--no-gpu", action="store_true", help="do not open the GPU to report the adapter")
 
+    pl = sub.add_parser("plan", help="the dispatches of a decode step or a prefill chunk, with the bytes "
+                                     "each moves", formatter_class=fmt)
+    _model_arg(pl)
+    pl.add_argument("--rows", type=int, default=1, help="tokens per step: 1 is the decode plan, more a prefill chunk")
+    pl.add_argument("--positions", type=int, default=512,
+                    help="cached KV positions attention reads, for the bytes it moves")
+    pl.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context the plan is built for")
+    pl.add_argument("--json", action="store_true", help="print {steps, totals} as one JSON object")
+
     b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt)
     _run_args(b)
-    b.add_argument("--prompt-tokens", type=int, default=512, help="prompt length to prefill")
-    b.add_argument("--gen-tokens", type=int, default=128, help="tokens to decode (greedy, EOS ignored)")
+    b.add_argument("--prompt-tokens", type=int, default=DEFAULT_CHUNK, help="prompt length to prefill")
+    b.add_argument("--gen-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens to decode (greedy, EOS ignored)")
     b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
 
     sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
+                                     "/v1/models (Ctrl-C stops it)", formatter_class=fmt)
+    _engine_args(s)
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (0.0.0.0: every interface; set --api-key then)")
+    s.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
+    s.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait behind the one generating; more get HTTP 429")
+    s.add_argument("--api-key", default=os.environ.get("CERA_API_KEY"),
+                   help="require `Authorization: Bearer KEY` on every request (default: $CERA_API_KEY; "
+                        "none: no key needed)")
     return ap
 
 
 def _open(model: str) -> GGUFFile:
     return GGUFFile.open(catalogue.resolve(model))
-
-
-def _device(backend: str):
-    if backend == "reference":
-        return None
-    from cera.native import NativeDevice   # the native host; the core never imports it otherwise
-    return NativeDevice()
 
 
 def _progress(done: int, total: int) -> None:
@@ -95,7 +123,7 @@ def _progress(done: int, total: int) -> None:
 
 async def _engine(args):
     from cera.engine import Engine
-    device = _device(args.backend)
+    device = open_device(args.backend)
     engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress,
                                prefill_chunk=args.prefill_chunk)
     return engine, device
@@ -130,8 +158,12 @@ async def generate(args) -> dict:
 
 async def perplexity(args) -> dict:
     engine, device = await _engine(args)
-    with open(args.file, encoding="utf-8") as f:
-        tokens = engine.tokenizer.encode(f.read(), add_special=True, parse_special=False)[: engine.ctx]
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as err:
+        raise InvalidArgument(f"--file: {err}") from None
+    tokens = engine.tokenizer.encode(text, add_special=True, parse_special=False)[: engine.ctx]
     ppl = await engine.perplexity(tokens)
     out = {"ppl": ppl, "n_tokens": len(tokens), "backend": args.backend,
            "adapter": device.adapter_name if device else None}
@@ -163,7 +195,7 @@ def info(args) -> dict:
            "file_bytes": g.source.size}
     if not args.no_gpu:
         try:
-            device = _device("gpu")
+            device = open_device("gpu")
             out["adapter"] = device.adapter_name
             out["adapter_features"] = sorted(device.features)
             out["adapter_limits"] = vars(device.limits)
@@ -179,7 +211,7 @@ async def bench(args) -> dict:
     import numpy as np
     engine, device = await _engine(args)
     if args.prompt_tokens + args.gen_tokens > engine.ctx:
-        raise ValueError(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
+        raise ContextFull(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
     ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, args.prompt_tokens).tolist()
     runs = []
     for i in range(args.repeat + 1):   # the first run warms up pipelines and caches
@@ -192,11 +224,33 @@ async def bench(args) -> dict:
            "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),
            "decode_ms_per_token": round(1000 / max(r.decode_tokens_per_s for r in runs), 3),
            "dispatches_per_token": engine.backend.dispatches_per_token,
-           "submits_per_prefill": getattr(engine.backend, "submits_per_prefill", None)}
+           "submits_per_prefill": engine.backend.submits_per_prefill if device else None}
     if not args.json:
         for k, v in out.items():
             print(f"{k:22} {v}")
     return out
+
+
+def plan(args) -> dict:
+    from cera.gpu.model import GpuModel
+    if args.rows < 1:
+        raise InvalidArgument(f"--rows {args.rows} must be at least 1")
+    g = _open(args.model)
+    cfg = ModelConfig.from_gguf(g)
+    model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows)
+    p = model.plan(args.rows)
+    steps, totals = p.table(args.positions), p.totals(args.positions)
+    totals["weight_bytes"] = model.weights.nbytes
+    if not args.json:
+        print(f"{p.name} plan of {args.model} at {args.positions} cached positions ({model.device.adapter_name})")
+        print(f"{'#':>4}  {'kernel':48} {'workgroups':>16} {'read':>12} {'written':>10}  bindings")
+        for i, r in enumerate(steps):
+            groups = "x".join(map(str, r["workgroups"])) if r["workgroups"] else "-"
+            print(f"{i:4}  {r['kernel'][:48]:48} {groups:>16} {r['bytes_read']:12,} {r['bytes_written']:10,}  "
+                  f"{', '.join(r['bindings'])}")
+        print(f"{totals['dispatches']} dispatches; {totals['bytes_read']:,} bytes read, "
+              f"{totals['bytes_written']:,} written per step; weights on the GPU: {totals['weight_bytes']:,} bytes")
+    return {"plan": p.name, "positions": args.positions, "steps": steps, "totals": totals}
 
 
 def models(_args) -> dict:
@@ -206,17 +260,41 @@ def models(_args) -> dict:
     return {}
 
 
+def serve(args) -> dict:
+    from cera.runner import Runner
+    from cera.server import serve
+    if args.max_queue < 0:
+        raise InvalidArgument("--max-queue must be >= 0")
+    runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress)
+    try:
+        print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
+              f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)
+        serve(runner, _model_id(args.model), args.host, args.port, args.max_queue, args.api_key)
+    finally:
+        runner.close()
+    return {}
+
+
+def _model_id(model: str) -> str:
+    """The name clients send as "model": the catalogue name, or the GGUF's file name."""
+    return model if model in catalogue.CATALOGUE else Path(model).name
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    as_json = getattr(args, "json", False)
     try:
-        command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize,
-                   "info": info, "bench": bench, "models": models}[args.command]
+        command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize, "info": info,
+                   "plan": plan, "bench": bench, "models": models, "serve": serve}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
             out = asyncio.run(out)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    if getattr(args, "json", False):
+    except CeraError as err:
+        if as_json:
+            print(json.dumps({"error": err.to_dict()}))
+        else:
+            print(f"error ({err.type}): {err}", file=sys.stderr)
+        return err.exit_status
+    if as_json:
         print(json.dumps(out))
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from cera.errors import BadFile, InvalidArgument, Unsupported
 
 from .errors import Unsupported
 
@@ -111,13 +112,13 @@ class ModelConfig:
         if requested is None:
             return self.context_length
         if requested <= 0:
-            raise ValueError(f"requested context {requested} must be positive")
+            raise InvalidArgument(f"requested context {requested} must be positive")
         return min(requested, self.context_length)
 
     def check_tokens(self, tokens) -> None:
         for t in tokens:
             if not 0 <= int(t) < self.vocab_size:
-                raise ValueError(f"token id {int(t)} out of range: vocab_size is {self.vocab_size}")
+                raise InvalidArgument(f"token id {int(t)} out of range: vocab_size is {self.vocab_size}")
 
     def layer_tensors(self, layer: int) -> dict[str, tuple[int, ...]]:
         """Every tensor layer `layer` needs -> its numpy shape."""
@@ -158,21 +159,21 @@ class ModelConfig:
         md, tensors = gguf_file.metadata, gguf_file.tensors
         arch = md.get("general.architecture")
         if arch not in SUPPORTED_ARCHS:
-            raise ValueError(f"unsupported architecture {arch!r}: cera runs {', '.join(SUPPORTED_ARCHS)}")
+            raise Unsupported(f"unsupported architecture {arch!r}: cera runs {', '.join(SUPPORTED_ARCHS)}")
         if arch not in ROPE_LAYOUT:
-            raise ValueError(f"architecture {arch!r} has no RoPE layout mapping")
+            raise Unsupported(f"architecture {arch!r} has no RoPE layout mapping")
 
         def key(name, default=None, required=False):
             k = f"{arch}.{name}"
             if k in md:
                 return md[k]
             if required:
-                raise ValueError(f"GGUF metadata key {k} missing")
+                raise BadFile(f"GGUF metadata key {k} missing")
             return default
 
         def need(name):
             if name not in tensors:
-                raise ValueError(f"tensor {name} missing")
+                raise BadFile(f"tensor {name} missing")
             return tensors[name]
 
         n_layers = int(key("block_count", required=True))
@@ -182,9 +183,9 @@ class ModelConfig:
         kv_raw = key("attention.head_count_kv", n_heads)
         n_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layers
         if len(n_kv) != n_layers:
-            raise ValueError(f"{arch}.attention.head_count_kv has {len(n_kv)} entries for {n_layers} layers")
+            raise BadFile(f"{arch}.attention.head_count_kv has {len(n_kv)} entries for {n_layers} layers")
         if n_heads <= 0:
-            raise ValueError(f"{arch}.attention.head_count is {n_heads}: must be positive")
+            raise BadFile(f"{arch}.attention.head_count is {n_heads}: must be positive")
 
         # block kind per layer from tensor presence; head_count_kv 0 must agree (llama.cpp's test)
         kinds = []
@@ -192,28 +193,28 @@ class ModelConfig:
             has_attn = f"blk.{i}.attn_q.weight" in tensors
             has_conv = f"blk.{i}.shortconv.in_proj.weight" in tensors
             if has_conv and arch != "lfm2":
-                raise ValueError(f"layer {i} has short-conv tensors, which {arch} does not use")
+                raise BadFile(f"layer {i} has short-conv tensors, which {arch} does not use")
             if has_attn == has_conv:
-                raise ValueError(f"tensor blk.{i}.attn_q.weight missing" if not has_attn else
+                raise BadFile(f"tensor blk.{i}.attn_q.weight missing" if not has_attn else
                                  f"layer {i} has both attention and short-conv tensors")
             kinds.append(ATTENTION if has_attn else CONV)
             if has_attn and (n_kv[i] <= 0 or n_heads % n_kv[i]):
-                raise ValueError(f"layer {i}: head_count {n_heads} is not a positive multiple of "
+                raise BadFile(f"layer {i}: head_count {n_heads} is not a positive multiple of "
                                  f"head_count_kv {n_kv[i]}")
             if has_conv and n_kv[i] != 0:
-                raise ValueError(f"layer {i} is a short-conv block but head_count_kv is {n_kv[i]} (expected 0)")
+                raise BadFile(f"layer {i} is a short-conv block but head_count_kv is {n_kv[i]} (expected 0)")
 
         head_dim = int(key("attention.key_length", 0)) or hidden // n_heads
         if not key("attention.key_length") and hidden % n_heads:
-            raise ValueError(f"embedding_length {hidden} is not a multiple of head_count {n_heads}")
+            raise BadFile(f"embedding_length {hidden} is not a multiple of head_count {n_heads}")
         v_len = key("attention.value_length")
         if v_len is not None and int(v_len) != head_dim:
-            raise ValueError(f"attention.value_length {v_len} != key_length {head_dim}: unsupported")
+            raise Unsupported(f"attention.value_length {v_len} != key_length {head_dim}: unsupported")
         if head_dim > MAX_HEAD_DIM:
-            raise ValueError(f"head_dim {head_dim} exceeds the attention kernels' maximum {MAX_HEAD_DIM}")
+            raise Unsupported(f"head_dim {head_dim} exceeds the attention kernels' maximum {MAX_HEAD_DIM}")
         n_rot = int(key("rope.dimension_count", head_dim))
         if n_rot % 2 or n_rot > head_dim:
-            raise ValueError(f"rope.dimension_count {n_rot} must be even and <= head_dim {head_dim}")
+            raise BadFile(f"rope.dimension_count {n_rot} must be even and <= head_dim {head_dim}")
 
         scaling = key("rope.scaling.type", "none")
         factor = float(key("rope.scaling.factor", 1.0) or 1.0)
@@ -222,22 +223,22 @@ class ModelConfig:
         elif scaling == "none" or factor == 1.0:
             freq_scale = 1.0
         else:
-            raise ValueError(f"rope scaling {scaling!r} (factor {factor}) is not supported")
+            raise Unsupported(f"rope scaling {scaling!r} (factor {factor}) is not supported")
 
         embd = need("token_embd.weight")
         if len(embd.shape) != 2 or embd.shape[1] != hidden:
-            raise ValueError(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
+            raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
         vocab_size = int(key("vocab_size", 0)) or embd.shape[0]
         if embd.shape[0] < vocab_size:
-            raise ValueError(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+            raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
 
         tied = "output.weight" not in tensors
         lm_head = "token_embd.weight" if tied else "output.weight"
         head = tensors[lm_head]
         if len(head.shape) != 2 or head.shape[1] != hidden:
-            raise ValueError(f"LM head {lm_head} has k = {head.shape[-1]}, expected hidden_size {hidden}")
+            raise BadFile(f"LM head {lm_head} has k = {head.shape[-1]}, expected hidden_size {hidden}")
         if head.shape[0] < vocab_size:
-            raise ValueError(f"LM head {lm_head} has {head.shape[0]} rows, fewer than vocab_size {vocab_size}")
+            raise BadFile(f"LM head {lm_head} has {head.shape[0]} rows, fewer than vocab_size {vocab_size}")
 
         # lfm2 names its final norm token_embd_norm (gguf-py's mapping of model.embedding_norm)
         final_norm = "output_norm.weight"
@@ -248,7 +249,7 @@ class ModelConfig:
         has = (lambda suffix: first_attn is not None and f"blk.{first_attn}.{suffix}" in tensors)
         conv_kernel = int(key("shortconv.l_cache", 0)) if CONV in kinds else 0
         if CONV in kinds and conv_kernel < 2:
-            raise ValueError(f"{arch}.shortconv.l_cache is {conv_kernel}: a short-conv model needs >= 2")
+            raise BadFile(f"{arch}.shortconv.l_cache is {conv_kernel}: a short-conv model needs >= 2")
         attn_scale = float(key("attention.scale", 0.0) or 0.0) or 1.0 / math.sqrt(head_dim)
         if arch in GEMMA:
             # llama.cpp (after gemma_pytorch): query_pre_attn_scalar is hidden/n_heads for the
@@ -279,7 +280,7 @@ class ModelConfig:
             layer_rope_freq_scale=tuple(1.0 if loc else freq_scale for loc in local))
         for name, shape in cfg.all_tensors().items():
             if need(name).shape != shape:
-                raise ValueError(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
+                raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
         return cfg
 
 
@@ -304,6 +305,6 @@ def _uniform(value, key: str) -> int:
     """A per-layer array whose entries must all be equal, or a scalar."""
     if isinstance(value, list):
         if len(set(value)) != 1:
-            raise ValueError(f"{key} varies per layer ({value}): unsupported")
+            raise Unsupported(f"{key} varies per layer ({value}): unsupported")
         return int(value[0])
     return int(value)

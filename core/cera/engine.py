@@ -15,21 +15,25 @@ import numpy as np
 
 from cera.chat import render
 from cera.config import FFN_SILU, ModelConfig
-from cera.errors import Unsupported
+from cera.errors import ContextFull, InvalidArgument, Unsupported
+from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
+DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
+DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
+PPL_ROWS = 64               # logit rows per float64 log-softmax block in perplexity
 
 
 class ReferenceBackend:
-    """The numpy reference behind the backend interface."""
-    name = "reference (numpy)"
+    """The numpy reference (or a subclass of it) behind the backend interface."""
     dispatches_per_token = 0
+    submits_per_prefill = 0
 
-    def __init__(self, gguf_file, ctx: int | None):
-        self.model = Reference(gguf_file, ctx)
-        self.ctx = self.model.ctx
+    def __init__(self, model: Reference):
+        self.model = model
+        self.ctx = model.ctx
 
     def reset(self) -> None:
         self.model.reset()
@@ -37,6 +41,12 @@ class ReferenceBackend:
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+
+    async def greedy(self, token: int, pos: int, n: int):
+        """The n greedy tokens that follow `token` at `pos`, one forward step each."""
+        for i in range(n):
+            token, _ = await self.forward([token], pos + i)
+            yield token
 
 
 @dataclass
@@ -50,7 +60,7 @@ class Sampler:
 
     def __post_init__(self):
         if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
+            raise InvalidArgument("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
         self.rng = np.random.default_rng(self.seed)
 
     @property
@@ -64,7 +74,8 @@ class Sampler:
             order = order[: self.top_k]
         probs = np.exp(logits[order] - logits[order[0]])
         probs /= probs.sum()
-        keep = int(np.searchsorted(np.cumsum(probs), self.top_p) + 1)   # smallest set reaching top_p
+        # the smallest set reaching top_p (all of them when rounding keeps the sum below top_p = 1)
+        keep = min(int(np.searchsorted(np.cumsum(probs), self.top_p) + 1), len(order))
         probs = probs[:keep] / probs[:keep].sum()
         return int(order[self.rng.choice(keep, p=probs)])
 
@@ -99,17 +110,16 @@ class Engine:
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
-                   prefill_chunk: int = 512) -> "Engine":
+                   prefill_chunk: int = DEFAULT_CHUNK) -> "Engine":
         """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
         Prompts go through the GPU in chunks of up to `prefill_chunk` tokens."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
-            return cls(gguf_file, ReferenceBackend(gguf_file, ctx), tokenizer, cfg)
+            return cls(gguf_file, ReferenceBackend(Reference(gguf_file, ctx)), tokenizer, cfg)
         if cfg.post_norms or cfg.ffn_act != FFN_SILU or cfg.local_layers:
             raise Unsupported(f"{cfg.arch} (post-norms, GeGLU, sliding-window layers) is not in the "
                               "GPU plan yet: it runs on the numpy reference only")
-        from cera.gpu.model import GpuModel
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
         return cls(gguf_file, model, tokenizer, cfg)
@@ -121,17 +131,22 @@ class Engine:
     def prompt_tokens(self, prompt: str, chat: bool = False, system: str | None = None) -> list[int]:
         """Tokenize a prompt; with `chat`, first render it with the model's chat template."""
         if chat:
-            template = self.gguf.metadata.get("tokenizer.chat_template")
-            if not template:
-                raise ValueError("this model has no chat template (tokenizer.chat_template); drop --chat")
-            messages = ([{"role": "system", "content": system}] if system else []) + \
-                [{"role": "user", "content": prompt}]
-            tok = self.tokenizer
-            prompt = render(template, messages, bos_token=tok.token_text(tok.bos_id),
-                            eos_token=tok.token_text(tok.eos_id))
+            return self.chat_tokens(([{"role": "system", "content": system}] if system else []) +
+                                    [{"role": "user", "content": prompt}])
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
 
-    async def generate(self, prompt: str | list[int], max_tokens: int = 128, chat: bool = False,
+    def chat_tokens(self, messages: list[dict]) -> list[int]:
+        """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
+        model's chat template, ending where the assistant speaks next."""
+        template = self.gguf.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise InvalidArgument("this model has no chat template (tokenizer.chat_template); "
+                                  "use plain completion (no --chat)")
+        tok = self.tokenizer
+        text = render(template, messages, bos_token=tok.token_text(tok.bos_id), eos_token=tok.token_text(tok.eos_id))
+        return tok.encode(text, add_special=True, parse_special=True)
+
+    async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
                        keep_logits: bool = False, should_stop=None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
@@ -140,10 +155,10 @@ class Engine:
         sampler = sampler or Sampler()
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
-            raise ValueError("empty prompt: nothing to condition on")
+            raise InvalidArgument("empty prompt: nothing to condition on")
         self.cfg.check_tokens(ids)
         if len(ids) >= self.ctx:
-            raise ValueError(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+            raise ContextFull(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
 
@@ -174,8 +189,8 @@ class Engine:
     async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
         """The n tokens that follow the prompt, each with the logits it was picked from (None
         unless asked for): the first from the prefill, then one forward step each. Greedy runs
-        without logits go through the backend's pipelined loop."""
-        if want is LOGITS_NONE and hasattr(self.backend, "greedy"):
+        without logits go through the backend's own loop (the GPU's is pipelined)."""
+        if want is LOGITS_NONE:
             if n > 0:
                 yield token, None
                 async with aclosing(self.backend.greedy(token, pos, n - 1)) as steps:
@@ -193,16 +208,20 @@ class Engine:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""
         self.cfg.check_tokens(tokens)
         if len(tokens) > self.ctx:
-            raise ValueError(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
+            raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
         self.backend.reset()
         return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
 
     async def perplexity(self, tokens: list[int]) -> float:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
         if len(tokens) < 2:
-            raise ValueError("perplexity needs at least 2 tokens")
-        logits = (await self.logits(tokens[:-1])).astype(np.float64)   # (n-1, vocab)
-        logits -= logits.max(axis=-1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        nll = -log_probs[np.arange(len(tokens) - 1), tokens[1:]]
-        return float(np.exp(nll.mean()))
+            raise InvalidArgument("perplexity needs at least 2 tokens")
+        logits = await self.logits(tokens[:-1])                         # (n-1, vocab)
+        targets = np.asarray(tokens[1:])                                # (n-1,)
+        nll = 0.0
+        for r in range(0, len(targets), PPL_ROWS):   # float64 a block at a time (262k-token vocabs)
+            rows = logits[r: r + PPL_ROWS].astype(np.float64)           # (<=PPL_ROWS, vocab)
+            top = rows.max(axis=-1)                                     # (<=PPL_ROWS,)
+            log_z = top + np.log(np.exp(rows - top[:, None]).sum(axis=-1))
+            nll += float((log_z - rows[np.arange(len(rows)), targets[r: r + PPL_ROWS]]).sum())
+        return float(np.exp(nll / len(targets)))

@@ -40,6 +40,12 @@ class BadFile(CeraError, ValueError):
     exit_status = 4
 
 
+class TruncatedFile(BadFile):
+    """A GGUF that ends before its header or tensors do: an interrupted download or copy."""
+    type = "truncated_file"
+    exit_status = 12
+
+
 class Unsupported(CeraError, ValueError):
     """A valid GGUF cera cannot run: its architecture, a weight type, a hyperparameter."""
     type = "unsupported"
@@ -82,5 +88,5 @@ class GpuError(CeraError, RuntimeError):
     exit_status = 11
 
 
-ERRORS = (InvalidArgument, ModelNotFound, BadFile, Unsupported, TooLarge, ContextFull, NoGpu,
+ERRORS = (InvalidArgument, ModelNotFound, BadFile, TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu,
           DeviceLost, ShaderError, GpuError)

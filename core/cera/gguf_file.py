@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from cera.errors import BadFile, TruncatedFile
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -92,8 +93,8 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         if self.pos + n > self.source.size:
-            raise ValueError(f"GGUF header truncated: {what} at byte {self.pos} needs {n} bytes, "
-                             f"file has {self.source.size}")
+            raise TruncatedFile(f"GGUF header truncated: {what} at byte {self.pos} needs {n} bytes, "
+                             f"file has {self.source.size} (the file is truncated: download it again)")
         start = self.pos - self._buf_start
         if start + n > len(self._buf):
             # read ahead a chunk, but not past what a PrefixSource holds unless this read needs it
@@ -121,37 +122,37 @@ class GGUFFile:
         self.source = source
         cur = _Cursor(source)
         if source.size < 4 or cur.take(4, "magic") != GGUF_MAGIC:
-            raise ValueError("GGUF magic invalid: not a GGUF file")
+            raise BadFile("GGUF magic invalid: not a GGUF file")
         self.version = cur.unpack("I", "version")
         if self.version not in (2, 3):
-            raise ValueError(f"GGUF version {self.version} unsupported (cera reads versions 2 and 3)")
+            raise BadFile(f"GGUF version {self.version} unsupported (cera reads versions 2 and 3)")
         n_tensors = cur.unpack("Q", "tensor count")
         n_kv = cur.unpack("Q", "metadata count")
         # every metadata entry takes >= 13 bytes and every tensor info >= 24: reject absurd counts
         if n_kv * 13 + n_tensors * 24 > cur.remaining():
-            raise ValueError(f"GGUF counts absurd for a {source.size}-byte file: "
+            raise BadFile(f"GGUF counts absurd for a {source.size}-byte file: "
                              f"{n_kv} metadata entries, {n_tensors} tensors")
         self.metadata: dict = {}
         for _ in range(n_kv):
             key = cur.string("metadata key")
             if key in self.metadata:
-                raise ValueError(f"duplicate metadata key {key!r}")
+                raise BadFile(f"duplicate metadata key {key!r}")
             self.metadata[key] = self._value(cur, cur.unpack("I", f"type of {key}"), key)
         alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise ValueError(f"general.alignment {alignment!r} is not a power of two")
+            raise BadFile(f"general.alignment {alignment!r} is not a power of two")
         infos = [self._tensor_info(cur) for _ in range(n_tensors)]
         self.data_offset = -(-cur.pos // alignment) * alignment
         self.tensors: dict[str, TensorInfo] = {}
         for name, ggml_type, ne, rel_offset, nbytes in infos:
             if name in self.tensors:
-                raise ValueError(f"duplicate tensor name {name!r}")
+                raise BadFile(f"duplicate tensor name {name!r}")
             if rel_offset % alignment:
-                raise ValueError(f"tensor {name} offset {rel_offset} is not aligned to {alignment}")
+                raise BadFile(f"tensor {name} offset {rel_offset} is not aligned to {alignment}")
             offset = self.data_offset + rel_offset
             if offset + nbytes > source.size:
-                raise ValueError(f"tensor {name} ends past end of file "
-                                 f"({offset + nbytes} > {source.size} bytes)")
+                raise TruncatedFile(f"tensor {name} ends past end of file "
+                                 f"({offset + nbytes} > {source.size} bytes: the file is truncated, download it again)")
             self.tensors[name] = TensorInfo(name, ggml_type, ne, offset, nbytes)
 
     @classmethod
@@ -176,34 +177,34 @@ class GGUFFile:
             etype = cur.unpack("I", f"element type of {key}")
             n = cur.unpack("Q", f"length of {key}")
             if n > cur.remaining():
-                raise ValueError(f"array {key} claims {n} elements, more than the file holds")
+                raise BadFile(f"array {key} claims {n} elements, more than the file holds")
             if etype in _SCALARS:
                 fmt = _SCALARS[etype]
                 return list(struct.unpack(f"<{n}{fmt}", cur.take(n * struct.calcsize(fmt), key)))
             if etype == GGUFValueType.ARRAY and depth >= MAX_ARRAY_DEPTH:
-                raise ValueError(f"metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
+                raise BadFile(f"metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")
             return [self._value(cur, etype, key, depth + 1) for _ in range(n)]
-        raise ValueError(f"metadata {key}: unknown value type {vtype}")
+        raise BadFile(f"metadata {key}: unknown value type {vtype}")
 
     @staticmethod
     def _tensor_info(cur: _Cursor):
         name = cur.string("tensor name")
         n_dims = cur.unpack("I", f"dims of {name}")
         if not 1 <= n_dims <= MAX_DIMS:
-            raise ValueError(f"tensor {name} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
+            raise BadFile(f"tensor {name} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
         ne = tuple(cur.unpack("Q", f"shape of {name}") for _ in range(n_dims))
         ggml_type = cur.unpack("I", f"type of {name}")
         try:
             block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
         except (ValueError, KeyError):
-            raise ValueError(f"tensor {name} has unknown ggml type id {ggml_type}") from None
+            raise BadFile(f"tensor {name} has unknown ggml type id {ggml_type}") from None
         if ne[0] % block:
-            raise ValueError(f"tensor {name}: row length {ne[0]} is not a multiple of "
+            raise BadFile(f"tensor {name}: row length {ne[0]} is not a multiple of "
                              f"{GGMLQuantizationType(ggml_type).name}'s block size {block}")
         n_elements = 1
         for d in ne:
             n_elements *= d
         if n_elements > 1 << 40:
-            raise ValueError(f"tensor {name} claims {n_elements} elements")
+            raise BadFile(f"tensor {name} claims {n_elements} elements")
         rel_offset = cur.unpack("Q", f"offset of {name}")
         return name, ggml_type, ne, rel_offset, n_elements // block * type_size

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from importlib import resources
 
+from cera.device import Binding, Dispatch
+from cera.errors import TooLarge
+
 _sources: dict[str, str] = {}
 
 
@@ -69,8 +72,13 @@ def _expand(name: str, defines: dict, seen: set) -> list[str]:
     return out
 
 
+def flags(**named) -> dict:
+    """The names given True, as #ifdef flags: flags(GLU=True, BIAS=False) -> {"GLU": True}."""
+    return {name: True for name, on in named.items() if on}
+
+
 class Kernels:
-    """Compiles each (shader, defines) variant once per device."""
+    """Compiles each (shader, defines) variant once per device, and makes dispatches of them."""
 
     def __init__(self, device):
         self.device = device
@@ -83,5 +91,14 @@ class Kernels:
             self._cache[key] = self.device.kernel(label, preprocess(name, defines))
         return self._cache[key]
 
-    def __len__(self):
-        return len(self._cache)
+    def dispatch(self, shader: str, bindings, groups: tuple[int, int, int], label: str, *,
+                 reads: int = 0, writes: int = 0, reads_per_position: int = 0, **defines) -> Dispatch:
+        """A dispatch of shaders/{shader} for `defines`: bindings[i] (a Binding or a whole
+        buffer) at @binding(i), `groups` workgroups; reads/writes: the bytes it moves."""
+        limit = self.device.limits.max_compute_workgroups_per_dimension
+        if not all(1 <= n <= limit for n in groups):
+            raise TooLarge(f"{label}: {groups} workgroups (this GPU allows 1..{limit} per dimension)")
+        kernel = self.get(shader, **defines)
+        bindings = tuple(b if isinstance(b, Binding) else Binding(b) for b in bindings)
+        return Dispatch(kernel, self.device.bind(kernel, bindings, label), tuple(groups), label, bindings,
+                        reads, writes, reads_per_position)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from cera.errors import Unsupported
 
 # ---- code point classes -------------------------------------------------------
 
@@ -171,7 +172,7 @@ def splitter(pre: str):
     """The split function for a `tokenizer.ggml.pre` value; ValueError if unsupported."""
     steps = PRE_TOKENIZERS.get(pre)
     if steps is None:
-        raise ValueError(f"unsupported pre-tokenizer tokenizer.ggml.pre={pre!r}; "
+        raise Unsupported(f"unsupported pre-tokenizer tokenizer.ggml.pre={pre!r}; "
                          f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
     return lambda text: split(text, steps)
 

@@ -20,6 +20,7 @@ import numpy as np
 from . import ops, weights
 from .config import CONV, FFN_GELU, ModelConfig
 from .gguf_file import GGUFFile
+from cera.errors import ContextFull, InvalidArgument
 
 
 class Reference:
@@ -71,13 +72,13 @@ class Reference:
         cfg, T = self.cfg, len(tokens)
         cfg.check_tokens(tokens)
         if T == 0:
-            raise ValueError("forward needs at least one token")
+            raise InvalidArgument("forward needs at least one token")
         if not 0 <= pos0 <= self.n_past:
-            raise ValueError(f"pos0 {pos0} skips positions: {self.n_past} are cached (start at <= {self.n_past})")
+            raise InvalidArgument(f"pos0 {pos0} skips positions: {self.n_past} are cached (start at <= {self.n_past})")
         if pos0 + T > self.ctx:
-            raise ValueError(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
+            raise ContextFull(f"positions {pos0}..{pos0 + T - 1} exceed the context of {self.ctx}")
         if cfg.conv_layers and pos0 not in (0, self.n_past):
-            raise ValueError(f"pos0 {pos0}: a short-conv state cannot rewind (continue at {self.n_past} or restart at 0)")
+            raise InvalidArgument(f"pos0 {pos0}: a short-conv state cannot rewind (continue at {self.n_past} or restart at 0)")
         if pos0 == 0:
             for state in self.conv_state.values():
                 state.fill(0)
@@ -174,42 +175,3 @@ class Reference:
                                      self.conv_state[il])               # (T, hidden), (kernel-1, hidden)
         self.conv_state[il][...] = new_state                             # roll the state forward
         return self.matmul(y, b + "shortconv.out_proj.weight")          # (T, hidden)
-
-    # --- helpers -------------------------------------------------------------------------
-    def prefill(self, tokens, chunk: int = 512) -> np.ndarray:
-        """Run a prompt from position 0 in chunks of `chunk` tokens -> the last row's logits (vocab,)."""
-        if len(tokens) == 0:
-            raise ValueError("prefill needs at least one token")
-        self.reset()
-        for start in range(0, len(tokens), chunk):
-            logits = self.forward(tokens[start: start + chunk], start)
-        return logits[-1]
-
-    def greedy(self, tokens, n: int, chunk: int = 512) -> list[int]:
-        """Prefill `tokens` from position 0, then pick the argmax n times -> the n new tokens."""
-        logits = self.prefill(tokens, chunk)
-        out: list[int] = []
-        for i in range(n):
-            out.append(int(np.argmax(logits)))
-            if i + 1 < n:
-                logits = self.forward([out[-1]], len(tokens) + i)[-1]
-        return out
-
-    def perplexity(self, tokens, chunk: int = 512) -> float:
-        """exp(mean NLL) of positions 0..n-2 predicting 1..n-1 (one window from position 0),
-        log-softmax in float64; the window is run in chunks of `chunk` tokens."""
-        if len(tokens) < 2:
-            raise ValueError("perplexity needs at least 2 tokens")
-        self.reset()
-        nll, count = 0.0, 0
-        for start in range(0, len(tokens) - 1, chunk):
-            window = tokens[start: min(start + chunk, len(tokens) - 1)]
-            logits = self.forward(window, start)                         # (t, vocab)
-            targets = np.asarray(tokens[start + 1: start + 1 + len(window)])
-            for r in range(0, len(window), 64):   # 64 rows at a time: float64 of 262k-token vocabs
-                rows = logits[r: r + 64].astype(np.float64)             # (<=64, vocab)
-                top = rows.max(axis=-1, keepdims=True)
-                log_z = top[:, 0] + np.log(np.exp(rows - top).sum(axis=-1))
-                nll += (log_z - rows[np.arange(len(rows)), targets[r: r + 64]]).sum()
-            count += len(window)
-        return float(np.exp(nll / count))

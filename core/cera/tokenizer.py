@@ -21,6 +21,7 @@ import codecs
 import heapq
 
 from cera.pretokenize import CHAR_BYTES, byte_encode, splitter
+from cera.errors import BadFile, Unsupported
 
 # token_type values in the GGUF, and llama.cpp's token attribute bits
 TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 1, 2, 3, 4, 5, 6
@@ -79,11 +80,11 @@ class Tokenizer:
     def __init__(self, meta: dict):
         model = meta.get(K + "model")
         if model not in ("gpt2", "llama"):
-            raise ValueError(f"unsupported tokenizer.ggml.model={model!r}; supported: 'gpt2' "
+            raise Unsupported(f"unsupported tokenizer.ggml.model={model!r}; supported: 'gpt2' "
                              "(byte-level BPE), 'llama' (SentencePiece)")
         tokens = meta.get(K + "tokens")
         if not tokens:
-            raise ValueError("GGUF has no tokenizer.ggml.tokens")
+            raise BadFile("GGUF has no tokenizer.ggml.tokens")
         self.model, self.is_spm = model, model == "llama"
         self.pre = meta.get(K + "pre") or "default"   # absent: llama.cpp warns, uses 'default'
         n = len(tokens)
@@ -124,7 +125,7 @@ class Tokenizer:
             ids = {"bos": None if self.pre in _NO_BOS_PRE else 11, "eos": 11}
             merges = meta.get(K + "merges")
             if merges is None:
-                raise ValueError("byte-level BPE vocabulary without tokenizer.ggml.merges")
+                raise BadFile("byte-level BPE vocabulary without tokenizer.ggml.merges")
             # "left right" -> rank; the first of duplicate merges wins. Looked up as
             # left + " " + right: byte-level tokens hold no spaces, so this is llama.cpp's
             # split at the first space after the first character.
@@ -163,16 +164,11 @@ class Tokenizer:
     bos_id = property(lambda self: self._ids.get("bos"))
     eos_id = property(lambda self: self._ids.get("eos"))
     eot_id = property(lambda self: self._ids.get("eot"))
-    eom_id = property(lambda self: self._ids.get("eom"))
     unk_id = property(lambda self: self._ids.get("unk"))
-    pad_id = property(lambda self: self._ids.get("pad"))
 
     def is_eog(self, token_id: int) -> bool:
         """True for tokens that end generation (EOS, EOT, <|im_end|>, ...)."""
         return token_id in self.eog_ids
-
-    def is_control(self, token_id: int) -> bool:
-        return bool(self.attrs[token_id] & CONTROL)
 
     def token_text(self, token_id: int | None) -> str:
         """The token's entry in the vocabulary ("" for None), e.g. "<s>" or "Ġthe"."""
@@ -249,7 +245,7 @@ class Tokenizer:
         out: list[int] = []
         if add_special and self.add_bos:
             if self.bos_id is None:
-                raise ValueError("the vocabulary asks for a BOS token but has none")
+                raise BadFile("the vocabulary asks for a BOS token but has none")
             out.append(self.bos_id)
         prev_special = True
         for frag in self._partition(text, parse_special):
@@ -266,7 +262,7 @@ class Tokenizer:
                     out.extend(self._encode_word(byte_encode(word)))
         if add_special and self.add_eos:
             if self.eos_id is None:
-                raise ValueError("the vocabulary asks for an EOS token but has none")
+                raise BadFile("the vocabulary asks for an EOS token but has none")
             out.append(self.eos_id)
         return out
 
@@ -415,7 +411,7 @@ class Tokenizer:
                 for b in syms[i].encode("utf-8", "surrogatepass"):
                     bid = self._byte_ids[b]
                     if bid is None:
-                        raise ValueError(f"no byte token <0x{b:02X}> in the vocabulary")
+                        raise BadFile(f"no byte token <0x{b:02X}> in the vocabulary")
                     out.append(bid)
             i = nxt[i]
 

@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from .gguf_file import GGUFFile, TensorInfo
+from cera.errors import BadFile, InvalidArgument, Unsupported
 
 
 def _decode(raw: bytes, info: TensorInfo, n_rows: int) -> np.ndarray:
@@ -20,14 +21,14 @@ def _decode(raw: bytes, info: TensorInfo, n_rows: int) -> np.ndarray:
     try:
         out = dequantize(data, GGMLQuantizationType(info.ggml_type))
     except NotImplementedError:
-        raise ValueError(f"tensor {info.name}: type {info.type_name} cannot be dequantized") from None
+        raise Unsupported(f"tensor {info.name}: type {info.type_name} cannot be dequantized") from None
     return np.ascontiguousarray(out, dtype=np.float32).reshape(n_rows, row_len)
 
 
 def tensor(gguf_file: GGUFFile, name: str) -> np.ndarray:
     """The whole tensor `name`, dequantized to float32, in numpy shape (`TensorInfo.shape`)."""
     if name not in gguf_file.tensors:
-        raise ValueError(f"tensor {name} missing")
+        raise BadFile(f"tensor {name} missing")
     info = gguf_file.tensors[name]
     n_rows = int(np.prod(info.shape[:-1], dtype=np.int64)) if len(info.shape) > 1 else 1
     return _decode(gguf_file.read(name), info, n_rows).reshape(info.shape)
@@ -38,7 +39,7 @@ def rows(gguf_file: GGUFFile, name: str, ids) -> np.ndarray:
 
     ids (T,) -> float32 (T, row_len)."""
     if name not in gguf_file.tensors:
-        raise ValueError(f"tensor {name} missing")
+        raise BadFile(f"tensor {name} missing")
     info = gguf_file.tensors[name]
     n_rows = info.shape[0]
     row_bytes = info.nbytes // n_rows
@@ -46,7 +47,7 @@ def rows(gguf_file: GGUFFile, name: str, ids) -> np.ndarray:
     for i, r in enumerate(ids):
         r = int(r)
         if not 0 <= r < n_rows:
-            raise ValueError(f"row {r} out of range for {name} ({n_rows} rows)")
+            raise InvalidArgument(f"row {r} out of range for {name} ({n_rows} rows)")
         raw = gguf_file.source.read(info.offset + r * row_bytes, row_bytes)
         out[i] = _decode(raw, info, 1)[0]
     return out

@@ -1,21 +1,25 @@
 """The worker's Python side: one model on one WebDevice, driven by messages from worker.js.
 
-Results and errors go back as plain dicts; errors carry a `name` the page turns into
-advice (BadFile, Unsupported, TooLarge, DeviceLost, ShaderError, Error).
+Results and errors go back as plain dicts; errors carry the `name` of their cera.errors
+type, which the page turns into advice ("Error" alone is a bug).
 """
 from __future__ import annotations
 
 import gc
 import time
 
+from cera.device import WANTED_FEATURES
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
+from cera.errors import CeraError, InvalidArgument
 from js import Object
 from pyodide.ffi import to_js
 
 from .host import WebDevice
 from .sources import BlobSource
 
+__all__ = ["Session", "WANTED_FEATURES"]   # worker.js opens the GPU with these features
+
 _POST_EVERY_S = 0.03     # stream text to the page at most this often (one postMessage each)
-DEFAULT_CTX = 2048       # as `python -m cera --ctx`: the KV cache is allocated for this many positions
 _sessions: list = []     # every Session made (one per worker): tests reach the device through it
 
 
@@ -23,32 +27,11 @@ def _js(value):
     return to_js(value, dict_converter=Object.fromEntries)
 
 
-def classify(err: BaseException) -> dict:
-    """An exception as {name, message} for the page."""
-    message = str(err) or type(err).__name__
-    low = message.lower()
-    if "past end of file" in low or "header truncated" in low:
-        message += " (the file is truncated: download it again)"
-    if "failed to compile" in low:
-        name = "ShaderError"
-    elif low.startswith("webgpu error") or "offsetalignment" in low:
-        name = "GPUError"
-    elif "device" in low and "lost" in low:
-        name = "DeviceLost"
-    elif any(s in low for s in ("magic invalid", "truncated", "past end of file", "gguf version",
-                                 "counts absurd", "not a gguf")):
-        name = "BadFile"
-    elif any(s in low for s in ("too large for this gpu", "largest buffer", "maxbuffersize",
-                                 "maxstoragebufferbindingsize", "max_storage_buffer_binding_size",
-                                 "storage binding limit",
-                                 "workgroups in one dimension")):
-        name = "TooLarge"
-    elif any(s in low for s in ("unsupported", "not supported", "no matvec kernel", "unknown ggml type",
-                                 "not implemented", "no rope layout", "cannot be dequantized")):
-        name = "Unsupported"
-    else:
-        name = "Error"
-    return {"name": name, "message": message}
+def error_dict(err: BaseException) -> dict:
+    """An exception as {name, type, message} for the page: its cera.errors type, or "Error" (a bug)."""
+    if isinstance(err, CeraError):
+        return {"name": err.name, "type": err.type, "message": str(err)}
+    return {"name": "Error", "type": "error", "message": f"{type(err).__name__}: {err}"}
 
 
 class Session:
@@ -62,16 +45,17 @@ class Session:
 
     def info(self):
         d = self.device
-        return _js({"adapter": d.adapter_name, "features": sorted(d.features),
-                    "limits": dict(d.limits.__dict__)})
+        return _js({"adapter": d.adapter_name, "features": sorted(d.features), "limits": vars(d.limits),
+                    "defaults": {"ctx": DEFAULT_CTX, "maxTokens": DEFAULT_MAX_TOKENS}})
 
     def _progress(self, msg_id, phase):
         def progress(done, total):
             self.post(_js({"id": msg_id, "kind": "progress", "phase": phase, "done": done, "total": total}))
         return progress
 
-    async def load(self, blob, msg_id, ctx=DEFAULT_CTX):
-        """Parse the GGUF header from the Blob, build the plan, upload the weights."""
+    async def load(self, blob, msg_id, ctx=None):
+        """Parse the GGUF header from the Blob, build the plan, upload the weights (ctx None:
+        DEFAULT_CTX positions)."""
         try:
             from cera.engine import Engine
             from cera.gguf_file import GGUFFile
@@ -82,7 +66,7 @@ class Session:
             self.device.release_unused()
             source = BlobSource(blob, self.host)
             gguf = GGUFFile(source)
-            engine = await Engine.load(gguf, self.device, ctx=int(ctx), progress=self._progress(msg_id, "upload"))
+            engine = await Engine.load(gguf, self.device, ctx=DEFAULT_CTX if ctx is None else int(ctx), progress=self._progress(msg_id, "upload"))
             await self.device.check()
             self.engine, self.source = engine, source
             cfg = engine.cfg
@@ -90,20 +74,19 @@ class Session:
                         "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx,
                         "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                         "bytesThroughWasm": source.bytes_read,
-                        "dispatchesPerToken": getattr(engine.backend, "dispatches_per_token", 0),
+                        "dispatchesPerToken": engine.backend.dispatches_per_token,
                         "loadSeconds": time.perf_counter() - t0})
         except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
-            return _js({"ok": False, "error": classify(err)})
+            return _js({"ok": False, "error": error_dict(err)})
 
     def stop(self):
         self._stopping = True
 
     async def generate(self, prompt, max_tokens, chat, msg_id):
+        """Generate after `prompt`, streaming text; max_tokens None: DEFAULT_MAX_TOKENS."""
         if self.engine is None:
-            return _js({"ok": False, "error": {"name": "Error", "message": "load a model first"}})
-        pending, last = [], [time.perf_counter()]
-
-        posts = [0]
+            return _js({"ok": False, "error": error_dict(InvalidArgument("no model is loaded: load one first"))})
+        pending, last, posts = [], [time.perf_counter()], [0]
 
         def on_text(piece):
             pending.append(piece)
@@ -117,7 +100,7 @@ class Session:
         try:
             self._stopping = False
             calls0 = dict(self.device.calls())
-            result = await self.engine.generate(str(prompt), max_tokens=int(max_tokens), chat=bool(chat),
+            result = await self.engine.generate(str(prompt), max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens), chat=bool(chat),
                                                 on_text=on_text, should_stop=lambda: self._stopping)
             if pending:
                 self.post(_js({"id": msg_id, "kind": "token", "text": "".join(pending)}))
@@ -131,6 +114,6 @@ class Session:
                         "prefillTokensPerS": result.prefill_tokens_per_s,
                         "hostCalls": calls})
         except Exception as err:   # noqa: BLE001
-            return _js({"ok": False, "error": classify(err)})
+            return _js({"ok": False, "error": error_dict(err)})
         finally:
             self._stopping = False

@@ -1,9 +1,10 @@
-"""cera.device.Device on the browser's WebGPU, from Pyodide.
+"""cera.device.Device on the browser's WebGPU, from Pyodide: the raw calls, forwarded to
+`GpuHost` (web/gpu.js). The policy (limits, pass grouping, staging, upload chunks) is the
+core's, in cera.device.
 
-The GPU objects live in JavaScript (web/gpu.js, `GpuHost`); Python holds small handles.
-Every call across the Pyodide boundary costs microseconds, so the hot paths are one
-call each: `run` hands JS a schedule id, the writes queued since the last call and a
-read range; `upload` hands JS a Blob range to move to the GPU by itself.
+Every call across the Pyodide boundary costs microseconds, so the hot paths are one call
+each: `_submit` hands JS a schedule id, the writes queued since the last call and a read
+range; `_upload` hands JS a Blob range to move to the GPU by itself.
 """
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import struct
 import weakref
 from array import array
 
-from cera.device import Binding, Copy, Dispatch, Limits
-from pyodide.ffi import can_run_sync, run_sync, to_js
+from cera import errors
+from cera.device import Binding, Copy, Device, Limits
+from pyodide.ffi import JsException, can_run_sync, run_sync, to_js
 
 from .sources import BlobSource
 
 _FLUSH_BYTES = 1 << 20        # queued write bytes that trigger a flush without waiting for run()
-_ZERO_CHECK_BYTES = 1 << 16   # writes this large are checked for being all zeros
 _SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\(\s*subgroup_")
 
 
@@ -34,56 +35,44 @@ class Handle:
         return f"<{self.label} #{self.id}>"
 
 
-class WebDevice:
-    """A WebGPU device granted the adapter's maximum limits (see GpuHost in gpu.js)."""
+class WebDevice(Device):
+    """A WebGPU device granted the adapter's maximum limits (see openGpu in gpu.js)."""
 
     def __init__(self, host, simulate: dict | None = None):
         """simulate: Limits fields to lower below what the device has (a smaller GPU, for testing;
         WebGPU itself never grants less than its defaults)."""
         self._host = host                     # the JS GpuHost
-        self.adapter_name = str(host.adapterName)
-        self.features = frozenset(host.features.to_py())
-        granted = {field: int(getattr(host.limits, field)) for field in Limits.__dataclass_fields__}
+        granted = vars(Limits.read(host.limit))
         for field, value in (simulate or {}).items():
             if field not in granted:
-                raise ValueError(f"unknown limit {field!r}: one of {', '.join(granted)}")
-            if field == "min_storage_buffer_offset_alignment":
-                granted[field] = max(granted[field], int(value))
-            else:
-                granted[field] = min(granted[field], int(value))
-        self.limits = Limits(**granted)
+                raise errors.InvalidArgument(f"unknown limit {field!r}: one of {', '.join(granted)}")
+            better = max if field == "min_storage_buffer_offset_alignment" else min
+            granted[field] = better(granted[field], int(value))
+        super().__init__(str(host.adapterName), Limits(**granted), frozenset(host.features.to_py()))
         self._writes: list[bytes] = []        # packed (handle, offset, length) + data, in order
         self._write_bytes = 0
         self._dead: list[int] = []            # handles whose Python objects were collected
 
     # --- allocation and writes -----------------------------------------------------------
-    def buffer(self, size: int, label: str, uniform: bool = False) -> Handle:
-        size = max(4, (size + 3) // 4 * 4)
-        if size > self.limits.max_buffer_size:
-            raise ValueError(f"buffer {label} needs {size} bytes; this GPU's maxBufferSize is "
-                             f"{self.limits.max_buffer_size} (model too large for this GPU)")
-        self._release()
-        return Handle(self, int(self._host.buffer(size, label, uniform)), label, size)
+    def _buffer(self, size, label, usage):
+        if len(self._dead) > 64:
+            self.release_unused()
+        return Handle(self, int(self._host.buffer(size, label, usage)), label, size)
 
     def write(self, buffer: Handle, data, offset: int = 0) -> None:
         """Queued: applied in order by the next run/read/upload (or once 1 MiB is queued)."""
         # a copy (the caller may reuse `data`) unless it is immutable bytes already
         raw = data if isinstance(data, bytes) else memoryview(data).cast("B").tobytes()
-        n = len(raw)
-        if n == 0:
+        if not raw:
             return
-        if n >= _ZERO_CHECK_BYTES and raw.count(0) == n:
-            # clearing a KV cache: JS writes zeros of its own, nothing crosses from wasm
-            self._writes.append(struct.pack("<3d", buffer.id, offset, -n))
-            return
-        self._writes.append(struct.pack("<3d", buffer.id, offset, n))
-        self._writes.append(raw + b"\0" * (-n % 8) if n % 8 else raw)
-        self._write_bytes += n
+        self._writes.append(struct.pack("<3d", buffer.id, offset, len(raw)))
+        self._writes.append(raw + b"\0" * (-len(raw) % 8))
+        self._write_bytes += len(raw)
         if self._write_bytes >= _FLUSH_BYTES:
             self._host.write(self._take_writes())
 
     def _take_writes(self):
-        """The queued writes as one Uint8Array for GpuHost.write, or None."""
+        """The queued writes as one Uint8Array for GpuHost, or None."""
         if not self._writes:
             return None
         packed = b"".join(self._writes)
@@ -91,20 +80,27 @@ class WebDevice:
         self._write_bytes = 0
         return to_js(packed)
 
-    def _release(self) -> None:
-        if len(self._dead) > 64:
-            self.release_unused()
-
     def release_unused(self) -> None:
         """Free the GPU objects whose Python handles were collected (batched: one JS call)."""
         if self._dead:
             dead, self._dead[:] = self._dead[:], []
             self._host.release(to_js(array("d", dead)))
 
+    async def _upload(self, buffer, source, src_offset, size, dst_offset):
+        """A Blob-backed source moves in JS (Blob slice -> writeBuffer); others pass through here."""
+        if isinstance(source, BlobSource):
+            await _settle(self._host.uploadBlob(buffer.id, source.blob, src_offset, size, dst_offset,
+                                                self._take_writes()))
+        else:
+            self.write(buffer, source.read(src_offset, size), dst_offset)
+
+    async def _drain(self):
+        await _settle(self._host.drain())
+
     # --- kernels and schedules -----------------------------------------------------------
-    def kernel(self, name: str, code: str) -> Handle:
-        """Compile WGSL (entry point `main`, auto layout). Errors raise RuntimeError naming the
-        kernel: at once where Pyodide can block on a promise (JSPI), else at the next await."""
+    def _kernel(self, name, code):
+        """Errors raise at once where Pyodide can block on a promise (JSPI), else at the next
+        await (`check()` or any run)."""
         if "subgroups" in self.features and "enable subgroups;" not in code and _SUBGROUP_USE.search(code):
             code = "enable subgroups;\n" + code      # browsers want the extension enabled in WGSL
         handle = Handle(self, int(self._host.kernel(name, code)), name)
@@ -116,68 +112,41 @@ class WebDevice:
         """Raise the first compile error of the kernels made so far (run() also does)."""
         self._raise_compile_error(await self._host.checkCompiles())
 
-    @staticmethod
-    def _raise_compile_error(message) -> None:
-        if message:
-            raise RuntimeError(str(message))
+    def _raise_compile_error(self, failure) -> None:
+        if failure:
+            name, detail = failure.to_py()
+            raise self.compile_error(name, detail)
 
-    def bind(self, kernel: Handle, bindings) -> Handle:
+    def _bind(self, kernel, bindings):
         entries = array("d")
-        align = self.limits.min_storage_buffer_offset_alignment
-        for i, b in enumerate(bindings):
-            if b.offset % align:   # WebGPU would only say so at the next submission
-                raise ValueError(f"{kernel.label}: binding {i} starts at byte {b.offset} of buffer "
-                                 f"{b.buffer.label}, not a multiple of this GPU's "
-                                 f"minStorageBufferOffsetAlignment {align}")
-            entries.extend((b.buffer.id, b.offset, -1 if b.size is None else b.size))
+        for b in bindings:
+            entries.extend((b.buffer.id, b.offset, b.nbytes))
         handle = Handle(self, int(self._host.bind(kernel.id, to_js(entries))), f"bind group of {kernel.label}")
         weakref.finalize(handle, lambda keep: None, [b.buffer for b in bindings])   # buffers outlive it
         return handle
 
-    def schedule(self, steps) -> Handle:
-        """Hand the whole step list to JS once; run() then replays it by id."""
+    def _schedule(self, segments):
         packed = array("d")
-        for step in steps:
-            if isinstance(step, Dispatch):
-                packed.extend((0, step.kernel.id, step.bind_group.id, *step.groups))
-            elif isinstance(step, Copy):
-                packed.extend((1, step.src.id, step.src_offset, step.dst.id, step.dst_offset, step.size))
+        for s in segments:
+            if isinstance(s, Copy):
+                packed.extend((1, s.src.id, s.src_offset, s.dst.id, s.dst_offset, s.size))
             else:
-                raise TypeError(f"not a schedule step: {step!r}")
-        # keep the objects the steps name alive as long as the schedule is
-        handle = Handle(self, int(self._host.schedule(to_js(packed))), f"schedule of {len(steps)} steps")
-        weakref.finalize(handle, lambda keep: None, list(steps))
+                packed.extend((0, len(s.dispatches)))
+                for d in s.dispatches:
+                    packed.extend((d.kernel.id, d.bind_group.id, *d.groups))
+        # keep the objects the segments name alive as long as the schedule is
+        handle = Handle(self, int(self._host.schedule(to_js(packed))), f"schedule of {len(segments)} segments")
+        weakref.finalize(handle, lambda keep: None, list(segments))
         return handle
 
     # --- submission and readback ---------------------------------------------------------
-    def run(self, schedule: Handle, read: Binding | None = None):
-        """One JS call that applies the queued writes, encodes and submits the schedule now, and
-        (if asked) copies `read` to a staging buffer; the returned awaitable yields those bytes
-        once mapped, so the caller may submit the next step before awaiting this one."""
+    def _submit(self, schedule, read: Binding | None, staging):
+        """One JS call that applies the queued writes, encodes and submits now."""
+        schedule_id = schedule.id if schedule is not None else 0
         if read is None:
-            return self._settle(self._host.run(schedule.id, self._take_writes(), 0, 0, 0), False)
-        size = read.buffer.size - read.offset if read.size is None else read.size
-        return self._settle(self._host.run(schedule.id, self._take_writes(), read.buffer.id, read.offset, size), True)
-
-    @staticmethod
-    async def _settle(promise, want_bytes: bool) -> bytes | None:
-        try:
-            data = await promise
-        except Exception as err:   # a JsException: a compile error or a WebGPU validation error
-            raise RuntimeError(_js_message(err)) from None
-        return data.to_bytes() if want_bytes else None
-
-    async def read(self, buffer: Handle, offset: int, size: int) -> bytes:
-        return await self._settle(self._host.run(0, self._take_writes(), buffer.id, offset, size), True)
-
-    async def upload(self, buffer: Handle, source, src_offset: int, size: int, dst_offset: int = 0) -> None:
-        """A Blob-backed source moves in JS (Blob slice -> writeBuffer); others pass through here."""
-        if isinstance(source, BlobSource):
-            await self._host.uploadBlob(buffer.id, source.blob, src_offset, size, dst_offset, self._take_writes())
-            return
-        chunk = 16 << 20
-        for start in range(0, size, chunk):
-            self.write(buffer, source.read(src_offset + start, min(chunk, size - start)), dst_offset + start)
+            return _settle(self._host.run(schedule_id, self._take_writes(), 0, 0, 0, 0))
+        return _settle(self._host.run(schedule_id, self._take_writes(), read.buffer.id, read.offset, read.size,
+                                      staging.id), want_bytes=True)
 
     # --- bookkeeping ---------------------------------------------------------------------
     def calls(self) -> dict:
@@ -189,6 +158,14 @@ class WebDevice:
         self._host.destroy()
 
 
-def _js_message(err) -> str:
-    message = getattr(err, "message", None) or str(err)
-    return str(message).removeprefix("Error: ")
+_BY_NAME = {cls.__name__: cls for cls in errors.ERRORS}
+
+
+async def _settle(promise, want_bytes: bool = False):
+    """Await a GpuHost promise; a JS error becomes the cera.errors type its name says."""
+    try:
+        data = await promise
+    except JsException as err:
+        message = str(getattr(err, "message", None) or err).removeprefix("Error: ")
+        raise _BY_NAME.get(getattr(err, "name", ""), errors.GpuError)(message) from None
+    return data.to_bytes() if want_bytes else None

@@ -31,8 +31,10 @@ from math import gcd
 
 from gguf.constants import GGMLQuantizationType as T
 
+from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import Binding, Dispatch
-from cera.config import FFN_SILU
+from cera.errors import TooLarge, Unsupported
+from cera.kernels import flags
 from cera.gpu.layers import window_define
 from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles
 
@@ -41,15 +43,6 @@ BATCHED_TYPES = MATVEC_TYPES
 
 DEFAULT_WORKGROUP_STORAGE = 16384   # bytes: the WebGPU default limit
 MAX_INVOCATIONS = 256
-PREFILL_MAX_HEAD_DIM = 256
-
-
-def _binding(b) -> Binding:
-    return b if isinstance(b, Binding) else Binding(b)
-
-
-def _flags(**flags) -> dict:
-    return {name: True for name, on in flags.items() if on}
 
 
 # --- matmul --------------------------------------------------------------------------------
@@ -124,7 +117,7 @@ def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None)
     fitting = [t for t in candidates
                if t.storage(glu) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
     if not fitting:
-        raise ValueError("no matmul tiling fits this device's workgroup limits")
+        raise TooLarge("no matmul tiling fits this device's workgroup limits")
     if m is None:
         return fitting[0]
     for tiles in fitting:
@@ -156,29 +149,29 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     step (a row block; see matmul_tiled). `tiles` overrides the tiling (benchmarks)."""
     t = T(wtype)
     if t not in BATCHED_TYPES:
-        raise ValueError(f"no batched matmul kernel for weight type {t.name}")
+        raise Unsupported(f"no batched matmul kernel for weight type {t.name}")
     if w_up is not None and bias is not None:
-        raise ValueError("matmul: GLU with a bias is not supported")
+        raise Unsupported("matmul: GLU with a bias is not supported")
     row_bytes(t, k)   # checks k against the block size
     glu, gelu = w_up is not None, gelu_flag(act, w_up)
     tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m)
     stride = m if out_stride is None else out_stride
     defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
-                   **_flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
+                   **flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
                                "GELU": gelu, "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0}))
     if row0:
         defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    kernel = kernels.get("matmul.wgsl", **defines)
     bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
     y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
     groups = (-(-max_rows // tiles.tile_t), y, z)
-    if groups[0] > device.limits.max_compute_workgroups_per_dimension:
-        raise ValueError(f"matmul: {max_rows} rows need {groups[0]} workgroups in x")
     label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" gelu" if gelu else "")
                       + (" +=" if accumulate else ""))
-    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)
+    weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
+    reads = weight_bytes + 4 * max_rows * (k + m * accumulate) + 4 * m * (bias is not None)
+    return kernels.dispatch("matmul.wgsl", bindings, groups, label, reads=reads, writes=4 * max_rows * m,
+                            **defines)
 
 
 def _aligned_rows(align: int, *row_sizes: int) -> int:
@@ -199,7 +192,7 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
     step = _aligned_rows(limits.min_storage_buffer_offset_alignment, 4 * k, 4 * m)
     per_block = most // (4 * max(k, m)) // step * step
     if per_block == 0:
-        raise ValueError(f"matmul: {step} aligned rows of {max(k, m)} floats exceed the storage binding "
+        raise TooLarge(f"matmul: {step} aligned rows of {max(k, m)} floats exceed the storage binding "
                          f"limit of {most} bytes")
     return [(r0, min(per_block, max_rows - r0)) for r0 in range(0, max_rows, per_block)]
 
@@ -224,9 +217,9 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
         """Bytes [start, start + size) of binding b (size rounded up to 4)."""
         if b is None:
             return None
-        b = _binding(b)
+        b = b if isinstance(b, Binding) else Binding(b)
         if (b.offset + start) % align:
-            raise ValueError(f"matmul tile at byte {b.offset + start}: not a multiple of {align}")
+            raise TooLarge(f"matmul tile at byte {b.offset + start}: not a multiple of {align}")
         return Binding(b.buffer, b.offset + start, (size + 3) // 4 * 4)
 
     dispatches = []
@@ -277,7 +270,7 @@ def attention_tiles(limits, head_dim: int) -> AttentionTiles:
         # an invocation holds at most 4 vec4 of a query row's output (o0..o3 in the shader)
         if AttentionTiles.storage(bq, bkv, head_dim) <= budget and bq <= wg and 4 * tpq >= d4:
             return AttentionTiles(bq, bkv, tpq)
-    raise ValueError(f"no prefill attention tiling fits head_dim {head_dim} in {budget} bytes")
+    raise Unsupported(f"no prefill attention tiling fits head_dim {head_dim} in {budget} bytes")
 
 
 def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
@@ -290,23 +283,20 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     Bindings: q, out (rows, n_heads*head_dim); k_cache,
     v_cache (max_ctx, n_kv_heads, head_dim), rows of this step already written by rope_kv.
     scale defaults to 1/sqrt(head_dim)."""
-    if head_dim > PREFILL_MAX_HEAD_DIM:
-        raise ValueError(f"prefill attention: head_dim {head_dim} is above the kernel's maximum "
-                         f"{PREFILL_MAX_HEAD_DIM}")
+    if head_dim > MAX_HEAD_DIM:
+        raise Unsupported(f"prefill attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
-        raise ValueError(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
+        raise Unsupported(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     tiles = tiles or attention_tiles(device.limits, head_dim)
     if 4 * tiles.threads_per_row < -(-head_dim // 4):
-        raise ValueError(f"{tiles}: head_dim {head_dim} needs at least {-(-head_dim // 16)} threads per row")
+        raise Unsupported(f"{tiles}: head_dim {head_dim} needs at least {-(-head_dim // 16)} threads per row")
     group = n_heads // n_kv_heads
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
                    BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
-                   **_flags(VEC4=head_dim % 4 == 0), **window_define(window))
-    kernel = kernels.get("attention_prefill.wgsl", **defines)
+                   **flags(VEC4=head_dim % 4 == 0), **window_define(window))
     groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
-    limit = device.limits.max_compute_workgroups_per_dimension
-    if groups[1] > limit:
-        raise ValueError(f"prefill attention: {groups[1]} workgroups in y (limit {limit})")
-    bindings = [q, k_cache, v_cache, out, step]
-    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)
+    q_bytes = 4 * max_rows * n_heads * head_dim
+    return kernels.dispatch("attention_prefill.wgsl", [q, k_cache, v_cache, out, step], groups, label,
+                            reads=q_bytes, writes=q_bytes, reads_per_position=8 * n_kv_heads * head_dim,
+                            **defines)

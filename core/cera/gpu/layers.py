@@ -6,7 +6,7 @@ binds the buffers in the shader's order and returns a `cera.device.Dispatch` (at
 list of two, split-KV then combine) sized for the most rows a step of the schedule carries.
 Outputs come first, like `matmul(out, x, w, ...)`.
 Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
-f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.step).
+f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.state).
 Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
 dispatch built for `max_tokens` rows serves every step of up to that many tokens.
 """
@@ -14,29 +14,15 @@ from __future__ import annotations
 
 import math
 
+from cera.config import MAX_HEAD_DIM
 from cera.device import Binding, Dispatch
+from cera.errors import InvalidArgument, Unsupported
 
-ATTENTION_MAX_HEAD_DIM = 256   # attention_combine.wgsl gives a head's vec4 columns one invocation each
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
 ATTENTION_STORAGE = 16384      # bytes: attention.wgsl's workgroup memory, the WebGPU default limit
 ATTENTION_SERIAL_KEYS = 16     # most keys one invocation walks in attention.wgsl's value pass
-
-
-def _binding(b) -> Binding:
-    return b if isinstance(b, Binding) else Binding(b)
-
-
-def _check_groups(device, *counts: int) -> None:
-    limit = device.limits.max_compute_workgroups_per_dimension
-    for n in counts:
-        if not 1 <= n <= limit:
-            raise ValueError(f"dispatch of {n} workgroups in one dimension (limit {limit})")
-
-
-def _dispatch(kernels, device, shader, bindings, groups, label, **defines) -> Dispatch:
-    _check_groups(device, *groups)
-    kernel = kernels.get(shader, **defines)
-    return Dispatch(kernel, device.bind(kernel, [_binding(b) for b in bindings]), groups, label)
+WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
+SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
@@ -46,8 +32,10 @@ def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
     x, out (tokens, rows_per_token, n); w (n,). rows_per_token = 1 normalizes hidden states
     (n = hidden); rows_per_token = n_heads with n = head_dim is per-head QK-norm."""
     wg = 64 if n <= 256 else 256
-    return _dispatch(kernels, device, "rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1),
-                     label, N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
+    row = 4 * n * rows_per_token * max_tokens
+    return kernels.dispatch("rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1), label,
+                            reads=row + 4 * n, writes=row,
+                            N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
@@ -65,7 +53,7 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2), with eps."""
     n_rot = head_dim if n_rot is None else n_rot
     if n_rot % 2 or not 0 < n_rot <= head_dim:
-        raise ValueError(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+        raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
     _check_heads(n_heads, n_kv_heads)
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta))
     bindings = [q, k, v, q_out, k_cache, v_cache, step]
@@ -75,14 +63,15 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
         defines["FREQ_FACTORS"] = True
         bindings.append(freq_factors)
     if (q_norm is None) != (k_norm is None):
-        raise ValueError("QK-norm needs both q_norm and k_norm")
+        raise InvalidArgument("QK-norm needs both q_norm and k_norm")
     if q_norm is not None:
         if eps is None:
-            raise ValueError("QK-norm needs eps")
+            raise InvalidArgument("QK-norm needs eps")
         defines.update(QK_NORM=True, EPS=float(eps))
         bindings += [q_norm, k_norm]
-    return _dispatch(kernels, device, "rope.wgsl", bindings, (n_heads + n_kv_heads, max_tokens, 1),
-                     label, **defines)
+    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim * max_tokens
+    return kernels.dispatch("rope.wgsl", bindings, (n_heads + n_kv_heads, max_tokens, 1), label,
+                            reads=q_bytes + 2 * kv_bytes, writes=q_bytes + 2 * kv_bytes, **defines)
 
 
 def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
@@ -104,11 +93,11 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int
     more invocations per output column, a shorter serial chain)."""
     d4 = -(-head_dim // 4)
     for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
-        parts = max(1, 256 // (hpw * d4))
-        storage = 16 * hpw * d4 + 8 * hpw * split + (20 * 256 if parts > 1 else 20)
+        parts = max(1, WORKGROUP // (hpw * d4))
+        storage = 16 * hpw * d4 + 8 * hpw * split + (20 * WORKGROUP if parts > 1 else 20)
         if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
             return hpw
-    raise ValueError(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
+    raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
@@ -128,11 +117,10 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
     the live splits, n_heads x max_tokens workgroups. `scratch` holds the partials between
     them (attention_scratch_bytes); layers run in sequence, so a plan can share one scratch
     across its layers. Without one the builder allocates its own."""
-    if head_dim > ATTENTION_MAX_HEAD_DIM:
-        raise ValueError(f"attention: head_dim {head_dim} is above the kernel's maximum "
-                         f"{ATTENTION_MAX_HEAD_DIM}")
-    if split < 1 or split & (split - 1) or split > 256:
-        raise ValueError(f"attention: split {split} must be a power of two up to 256")
+    if head_dim > MAX_HEAD_DIM:
+        raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
+    if split < 1 or split & (split - 1) or split > WORKGROUP:
+        raise InvalidArgument(f"attention: split {split} must be a power of two up to {WORKGROUP}")
     _check_heads(n_heads, n_kv_heads)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
@@ -142,21 +130,24 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
     if scratch is None:
         scratch = device.buffer(scratch_bytes, f"{label}.scratch")
     elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
-        raise ValueError(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
-    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, **window_define(window))
+        raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
+    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, MAX_WG=WORKGROUP,
+                 **window_define(window))
     if head_dim % 4 == 0:
         shape["VEC4"] = True
-    return [_dispatch(kernels, device, "attention.wgsl", [q, k_cache, v_cache, scratch, step],
-                      (n_heads // hpw, n_splits, max_tokens), label, N_KV_HEADS=n_kv_heads,
-                      SCALE=float(scale), HPW=hpw, **shape),
-            _dispatch(kernels, device, "attention_combine.wgsl", [scratch, out, step],
-                      (n_heads, max_tokens, 1), f"{label}.combine", **shape)]
+    q_bytes = 4 * n_heads * head_dim * max_tokens
+    return [kernels.dispatch("attention.wgsl", [q, k_cache, v_cache, scratch, step],
+                             (n_heads // hpw, n_splits, max_tokens), label, reads=q_bytes,
+                             reads_per_position=8 * n_kv_heads * head_dim * max_tokens, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
+                             HPW=hpw, **shape),
+            kernels.dispatch("attention_combine.wgsl", [scratch, out, step], (n_heads, max_tokens, 1),
+                             f"{label}.combine", writes=q_bytes, **shape)]
 
 
 def window_define(window: int) -> dict:
     """The attention kernels' WINDOW define for a sliding window (0: causal, none)."""
     if window < 0:
-        raise ValueError(f"attention: window {window} must be >= 0 (0: no sliding window)")
+        raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
     return {"WINDOW": window} if window else {}
 
 
@@ -168,11 +159,14 @@ def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, ke
     blk.N.shortconv.conv.weight; state (kernel-1, hidden) f32, zeroed at sequence start;
     out (tokens, hidden). Any number of rows per step (the kernel loops over them)."""
     if kernel < 2:
-        raise ValueError(f"shortconv: kernel {kernel} must be at least 2")
-    return _dispatch(kernels, device, "shortconv.wgsl", [bcx, conv_w, state, out, step],
-                     (-(-hidden // 64), 1, 1), label, HIDDEN=hidden, KERNEL=kernel)
+        raise InvalidArgument(f"shortconv: kernel {kernel} must be at least 2")
+    state_bytes = 4 * (kernel - 1) * hidden
+    return kernels.dispatch("shortconv.wgsl", [bcx, conv_w, state, out, step],
+                            (-(-hidden // SHORTCONV_WORKGROUP), 1, 1), label,
+                            reads=4 * hidden * (3 + kernel) + state_bytes, writes=4 * hidden + state_bytes,
+                            HIDDEN=hidden, KERNEL=kernel, WG=SHORTCONV_WORKGROUP)
 
 
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
-        raise ValueError(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
+        raise InvalidArgument(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")

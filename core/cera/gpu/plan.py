@@ -1,0 +1,253 @@
+"""The plan: every dispatch of a decode step or a prefill chunk, in order, as data.
+
+`decode_plan` and `prefill_plan` return a `Plan`; both walk the model with the same per-layer
+builders (`Builder.layer`: attention or short conv, then the FFN) and differ only in how a
+step runs for their row count, which their `Builder` subclass says:
+  decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
+                      one type are one stacked matvec; attention is split-KV (two dispatches)
+  prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; attention
+                      is one flash-style dispatch over the chunk's rows
+A new fusion goes in the builder it applies to; a new kernel gets its dispatch builder in
+`matmul.py` (weights), `batched.py` (prefill) or `layers.py` (the rest); new per-sequence
+state goes in `state.py`.
+
+A Plan knows what each dispatch moves (`cera.device.Dispatch.reads` ...), so `table()` and
+`totals()` say how many bytes a token costs at a given KV length (`python -m cera plan`).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
+
+from cera.config import ATTENTION, ModelConfig
+from cera.device import Binding, Copy, Dispatch, Step
+from cera.errors import TooLarge, Unsupported
+from cera.gpu import batched, layers, matmul
+from cera.gpu.residency import Matrix, Weights
+from cera.gpu.state import Activations, State
+from cera.kernels import Kernels
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The steps of one submission, for `rows` tokens per step."""
+    name: str
+    rows: int
+    steps: tuple[Step, ...]
+
+    @property
+    def dispatches(self) -> int:
+        return sum(isinstance(s, Dispatch) for s in self.steps)
+
+    def table(self, positions: int) -> list[dict]:
+        """One row per step at `positions` cached KV positions: kernel, workgroups, bindings
+        (buffer labels), bytes read and written."""
+        rows = []
+        for s in self.steps:
+            if isinstance(s, Copy):
+                rows.append(dict(kernel="copy", workgroups=None, bindings=[s.src.label, s.dst.label],
+                                 bytes_read=s.size, bytes_written=s.size))
+            else:
+                rows.append(dict(kernel=s.label, workgroups=list(s.groups),
+                                 bindings=[b.buffer.label for b in s.bindings],
+                                 bytes_read=s.reads + positions * s.reads_per_position, bytes_written=s.writes))
+        return rows
+
+    def totals(self, positions: int) -> dict:
+        rows = self.table(positions)
+        return dict(dispatches=self.dispatches, bytes_read=sum(r["bytes_read"] for r in rows),
+                    bytes_written=sum(r["bytes_written"] for r in rows))
+
+
+class Builder:
+    """The per-layer builders, for steps of `act.rows` tokens. Subclasses say how a projection,
+    the q/k/v projections and attention run for their row count."""
+
+    def __init__(self, cfg: ModelConfig, ctx: int, weights: Weights, state: State, act: Activations,
+                 kernels: Kernels):
+        self.cfg, self.ctx, self.weights, self.state, self.act = cfg, ctx, weights, state, act
+        self.kernels, self.device = kernels, kernels.device
+        self.rows = act.rows
+
+    # --- what differs by row count ---------------------------------------------------------
+    def proj(self, out: Binding, m: Matrix, x: Binding, *, norm: str | None = None, **kw) -> list[Step]:
+        """out = m x (after RMSNorm with weight `norm`); kw: scale, bias, accumulate, w_up."""
+        raise NotImplementedError
+
+    def qkv(self, i: int) -> tuple[list[Step], Binding, Binding, Binding]:
+        """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
+        raise NotImplementedError
+
+    def attend(self, i: int) -> list[Step]:
+        """act.att = causal attention of act.q_rot over layer i's cache."""
+        raise NotImplementedError
+
+    # --- shared --------------------------------------------------------------------------
+    def embed(self) -> list[Step]:
+        """act.x = the embeddings of tokens[0..rows) (times Granite's embedding_scale)."""
+        cfg, name = self.cfg, "token_embd.weight"
+        table = self.weights.matrix(name)
+        tokens = Binding(self.state.tokens.buffer, 0, 4 * self.rows)
+        with _naming(name):
+            return matmul.embed_tiled(self.kernels, self.device, self.act.x, table.binding, tokens, self.state.step,
+                                      wtype=table.wtype, k=cfg.hidden, rows=cfg.embedding_rows, max_rows=self.rows,
+                                      scale=cfg.embedding_scale)
+
+    @cached_property
+    def body(self) -> tuple[Step, ...]:
+        """Embedding and every layer: what every plan of this row count starts with."""
+        steps = self.embed()
+        for i in range(self.cfg.n_layers):
+            steps += self.layer(i)
+        return tuple(steps)
+
+    def layer(self, i: int) -> list[Step]:
+        mixer = self.attention if self.cfg.block_kinds[i] == ATTENTION else self.shortconv
+        return mixer(i) + self.ffn(i)
+
+    def attention(self, i: int) -> list[Step]:
+        """x += residual_scale * Wo attention(rope(q), rope(k), v), writing k and v to the cache."""
+        cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
+        steps, q, k, v = self.qkv(i)
+        qk_norm = dict(q_norm=w.vector(b + "attn_q_norm.weight"), k_norm=w.vector(b + "attn_k_norm.weight"),
+                       eps=cfg.eps) if cfg.qk_norm else {}
+        freq = w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None
+        steps.append(layers.rope_kv(self.kernels, self.device, a.q_rot, self.state.key_cache[i],
+                                    self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
+                                    n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], theta=cfg.rope_theta,
+                                    neox=cfg.rope_neox, n_rot=cfg.n_rot, freq_factors=freq, max_tokens=self.rows,
+                                    label=f"{b}rope", **qk_norm))
+        steps += self.attend(i)
+        return steps + self.proj(a.x, w.matrix(b + "attn_output.weight"), a.att, accumulate=True,
+                                 scale=cfg.residual_scale)
+
+    def shortconv(self, i: int) -> list[Step]:
+        """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
+        cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
+        steps = self.proj(a.bcx, w.matrix(b + "shortconv.in_proj.weight"), a.x, norm=b + "attn_norm.weight")
+        steps.append(layers.shortconv(self.kernels, self.device, a.conv_out, a.bcx, w.vector(b + "shortconv.conv.weight"),
+                                      self.state.conv_state[i], self.state.step, hidden=cfg.hidden,
+                                      kernel=cfg.conv_kernel, label=f"{b}shortconv"))
+        return steps + self.proj(a.x, w.matrix(b + "shortconv.out_proj.weight"), a.conv_out, accumulate=True,
+                                 scale=cfg.residual_scale)
+
+    def ffn(self, i: int) -> list[Step]:
+        """x += residual_scale * W_down (silu(W_gate h) * (W_up h)), h = ffn_norm(x)."""
+        b, w, a = f"blk.{i}.", self.weights, self.act
+        gate, up = w.matrix(b + "ffn_gate.weight"), w.matrix(b + "ffn_up.weight")
+        if gate.wtype != up.wtype:
+            raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused SwiGLU kernels need one type")
+        steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding)
+        return steps + self.proj(a.x, w.matrix(b + "ffn_down.weight"), a.hb, accumulate=True,
+                                 scale=self.cfg.residual_scale)
+
+    def head(self, out: Binding, x: Binding) -> list[Step]:
+        """out = W_head rms_norm(x) / logit_scale for the builder's rows."""
+        cfg = self.cfg
+        return self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
+
+    def argmax(self) -> Dispatch:
+        """tokens[0] = argmax(logits)."""
+        return matmul.argmax(self.kernels, self.device, self.state.tokens, self.state.logits, n=self.cfg.vocab_size)
+
+
+class DecodeBuilder(Builder):
+    """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention."""
+
+    def proj(self, out, m, x, *, norm=None, **kw):
+        fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
+        with _naming(m.name):
+            return matmul.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
+                                       m=m.rows, **fused, **kw)
+
+    def qkv(self, i):
+        cfg, b, a = self.cfg, f"blk.{i}.", self.act
+        kv, norm = cfg.kv_dim(i), b + "attn_norm.weight"
+        offset = {"q": 0, "k": 4 * cfg.q_dim, "v": 4 * (cfg.q_dim + kv)}
+        size = {"q": 4 * cfg.q_dim, "k": 4 * kv, "v": 4 * kv}
+        runs = self.weights.qkv_runs(i)
+        if runs is None:   # q, k, v cannot share a buffer at aligned offsets: one matvec each
+            runs, out = ["q", "k", "v"], {"q": a.q, "k": a.k, "v": a.v}
+        else:              # q | k | v in one buffer, a matvec per run of one type
+            out = {p: Binding(a.qkv.buffer, offset[p], size[p]) for p in "qkv"}
+        steps = []
+        for run in runs:
+            m, bias = self.weights.stacked(i, run)
+            part = Binding(out[run[0]].buffer, out[run[0]].offset, sum(size[p] for p in run))
+            steps += self.proj(part, m, a.x, norm=norm, bias=bias)
+        return (steps, *(out[p] for p in "qkv"))
+
+    def attend(self, i):
+        cfg = self.cfg
+        return layers.attention(self.kernels, self.device, self.act.att, self.act.q_rot, self.state.key_cache[i],
+                                self.state.value_cache[i], self.state.step, head_dim=cfg.head_dim,
+                                n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
+                                scratch=self.state.attention_scratch, scale=cfg.attention_scale,
+                                label=f"blk.{i}.attention")
+
+
+class PrefillBuilder(Builder):
+    """A chunk of rows per step: RMSNorm into xb, then tiled matmuls; flash-style attention."""
+
+    def norm(self, x: Binding, norm: str) -> Dispatch:
+        """act.xb = rms_norm(x) * weight `norm`."""
+        return layers.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
+                               n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=self.rows, label=norm)
+
+    def proj(self, out, m, x, *, norm=None, **kw):
+        steps = []
+        if norm:
+            steps.append(self.norm(x, norm))
+            x = self.act.xb
+        with _naming(m.name):
+            return steps + batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
+                                                wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, **kw)
+
+    def qkv(self, i):
+        cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
+        kv = cfg.kv_dim(i)
+        q, k, v = a.q, Binding(a.k.buffer, 0, 4 * self.rows * kv), Binding(a.v.buffer, 0, 4 * self.rows * kv)
+        steps = [self.norm(a.x, b + "attn_norm.weight")]   # once, for the three projections
+        for p, out in zip("qkv", (q, k, v)):
+            bias = w.vector(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
+            steps += self.proj(out, w.matrix(f"{b}attn_{p}.weight"), a.xb, bias=bias)
+        return steps, q, k, v
+
+    def attend(self, i):
+        cfg = self.cfg
+        return [batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
+                                          self.state.key_cache[i], self.state.value_cache[i], self.state.step,
+                                          head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
+                                          scale=cfg.attention_scale, max_rows=self.rows,
+                                          label=f"blk.{i}.prefill_attention")]
+
+
+def decode_plan(decode: DecodeBuilder) -> Plan:
+    """One token: embed the token the last argmax wrote, every layer, LM head, argmax -> tokens[0]."""
+    return Plan("decode", 1, decode.body + tuple(decode.head(decode.state.logits, decode.act.x)) + (decode.argmax(),))
+
+
+def prefill_plan(prefill: PrefillBuilder, decode: DecodeBuilder, n: int, logits_all: Binding | None = None) -> Plan:
+    """A chunk of n <= prefill.rows tokens: every layer over the chunk, then either row n-1
+    through the decode head (its logits and argmax), or, given `logits_all` (chunk, vocab),
+    every row through a batched head (scoring) and row n-1's logits copied for the argmax."""
+    cfg, state, x = prefill.cfg, prefill.state, prefill.act.x
+    vocab, h = cfg.vocab_size, cfg.hidden
+    if logits_all is None:
+        tail = [Copy(x.buffer, 4 * (n - 1) * h, decode.act.x.buffer, 0, 4 * h)]
+        tail += decode.head(state.logits, decode.act.x)
+    else:
+        tail = prefill.head(logits_all, x)
+        tail.append(Copy(logits_all.buffer, 4 * (n - 1) * vocab, state.logits.buffer, 0, 4 * vocab))
+    return Plan(f"prefill {n} of {prefill.rows}" + (" scoring" if logits_all else ""), prefill.rows,
+                prefill.body + tuple(tail) + (prefill.argmax(),))
+
+
+@contextmanager
+def _naming(tensor: str):
+    """Re-raise TooLarge naming the tensor whose dispatches did not fit."""
+    try:
+        yield
+    except TooLarge as err:
+        raise TooLarge(f"tensor {tensor}: {err}") from None

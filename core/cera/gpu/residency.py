@@ -1,0 +1,147 @@
+"""Which weights live on the GPU, where, in which type, and how they get there.
+
+A tensor is placed the first time a plan builder asks for it, then uploaded with the others
+by `upload()`. Matrices keep their GGUF bytes (quantized blocks stay quantized, decoded in
+the shaders); a type without a kernel is dequantized once, on the CPU, to F16, and says so.
+Small tensors (norms, biases, conv taps, frequency factors) become f32. A layer's q, k, v
+projections of one type can share one buffer (a "stacked" matrix), so one matvec makes them.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType
+
+from cera import weights
+from cera.config import ModelConfig
+from cera.device import Binding, Device
+from cera.errors import TooLarge
+from cera.gpu.matmul import MATVEC_TYPES
+
+F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
+
+
+def warn(message: str) -> None:
+    print(f"cera: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A weight matrix on the GPU: (rows, cols) of `wtype`, row-major, raw GGUF rows."""
+    name: str
+    binding: Binding
+    wtype: int
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class Upload:
+    """GGUF bytes [src_offset, src_offset + size) to go into `buffer` at dst_offset."""
+    buffer: object
+    src_offset: int
+    size: int
+    dst_offset: int = 0
+
+
+class Weights:
+    """The model's tensors on one device."""
+
+    def __init__(self, cfg: ModelConfig, gguf_file, device: Device):
+        self.cfg, self.gguf, self.device = cfg, gguf_file, device
+        self._matrices: dict[str, Matrix] = {}
+        self._vectors: dict[str, Binding] = {}
+        self.pending: list[Upload] = []          # uploads that load() still has to make
+        self.fallbacks: list[str] = []           # tensors dequantized to F16 (no kernel for their type)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every weight placed so far."""
+        return (sum(m.binding.nbytes for m in self._matrices.values())
+                + sum(b.nbytes for b in self._vectors.values()))
+
+    def matrix(self, name: str) -> Matrix:
+        """Tensor `name` as stored, or as F16 if its type has no kernel."""
+        if name not in self._matrices:
+            info = self.gguf.tensors[name]
+            rows = self.cfg.vocab_size if name == self.cfg.lm_head else info.shape[0]   # head rows past the vocabulary: unused
+            if info.ggml_type in MATVEC_TYPES:
+                buffer = self._buffer(name, info.nbytes)
+                self.pending.append(Upload(buffer, info.offset, info.nbytes))
+                wtype = info.ggml_type
+            else:
+                warn(f"{name} is {info.type_name}, which has no GPU kernel: dequantized to F16 at load")
+                data = weights.tensor(self.gguf, name).astype(np.float16)
+                buffer = self._buffer(name, data.nbytes)
+                self.device.write(buffer, data.tobytes() + bytes(-data.nbytes % 4))
+                self.fallbacks.append(name)
+                wtype = F16
+            self._matrices[name] = Matrix(name, Binding(buffer), wtype, rows, info.shape[-1])
+        return self._matrices[name]
+
+    def vector(self, name: str) -> Binding:
+        """A small tensor as f32."""
+        if name not in self._vectors:
+            if self.gguf.tensors[name].ggml_type == F32:
+                self._vectors[name] = self.matrix(name).binding
+            else:
+                self._vectors[name] = self._f32(name, weights.tensor(self.gguf, name))
+        return self._vectors[name]
+
+    def qkv_runs(self, i: int) -> list[str] | None:
+        """blk.i's q, k, v projections grouped into runs of consecutive same-type matrices ("qkv",
+        or "qk" + "v" when v is quantized differently), each run one matvec writing its part of
+        a stacked q | k | v output. None when those parts cannot be bound at aligned offsets."""
+        cfg, align = self.cfg, self.device.limits.min_storage_buffer_offset_alignment
+        if (4 * cfg.q_dim) % align or (4 * cfg.kv_dim(i)) % align:
+            return None
+        infos = [self.gguf.tensors[f"blk.{i}.attn_{p}.weight"] for p in "qkv"]
+        runs = ["q"]
+        for p, prev, info in zip("kv", infos, infos[1:]):
+            same = (info.ggml_type == prev.ggml_type and info.ggml_type in MATVEC_TYPES
+                    and info.nbytes % 4 == 0 and prev.nbytes % 4 == 0)
+            runs[-1:] = [runs[-1] + p] if same else [runs[-1], p]
+        return runs
+
+    def stacked(self, i: int, run: str) -> tuple[Matrix, Binding | None]:
+        """The matrix of blk.i's projections `run` ("qkv", "qk", "q", "v", ...) stacked by rows in
+        one buffer, and their biases stacked likewise (None without biases)."""
+        cfg, b = self.cfg, f"blk.{i}."
+        if len(run) == 1:
+            bias = self.vector(f"{b}attn_{run}.bias") if cfg.qkv_bias else None
+            return self.matrix(f"{b}attn_{run}.weight"), bias
+        name = f"{b}attn_{run}.weight"
+        if name not in self._matrices:
+            infos = [self.gguf.tensors[f"{b}attn_{p}.weight"] for p in run]
+            offsets = np.cumsum([0] + [t.nbytes for t in infos])
+            buffer = self._buffer(name, int(offsets[-1]))
+            self.pending += [Upload(buffer, t.offset, t.nbytes, int(o)) for t, o in zip(infos, offsets)]
+            self._matrices[name] = Matrix(name, Binding(buffer), infos[0].ggml_type,
+                                          sum(t.shape[0] for t in infos), cfg.hidden)
+            if cfg.qkv_bias:
+                self._vectors[f"{b}attn_{run}.bias"] = self._f32(f"{b}attn_{run}.bias", np.concatenate(
+                    [weights.tensor(self.gguf, f"{b}attn_{p}.bias") for p in run]))
+        return self._matrices[name], self._vectors.get(f"{b}attn_{run}.bias")
+
+    async def upload(self, progress=None) -> None:
+        """Make the pending uploads; progress(done, total) in bytes after each."""
+        total, done = sum(u.size for u in self.pending), 0
+        for u in self.pending:
+            await self.device.upload(u.buffer, self.gguf.source, u.src_offset, u.size, u.dst_offset)
+            done += u.size
+            if progress:
+                progress(done, total)
+        self.pending.clear()
+
+    def _buffer(self, name: str, nbytes: int):
+        try:
+            return self.device.buffer(nbytes, name)
+        except TooLarge as err:
+            raise TooLarge(f"tensor {name}: {err}") from None
+
+    def _f32(self, name: str, data: np.ndarray) -> Binding:
+        buffer = self._buffer(name, data.nbytes)
+        self.device.write(buffer, data.astype(np.float32).tobytes())
+        return Binding(buffer)

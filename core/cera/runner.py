@@ -1,0 +1,156 @@
+"""An Engine on its own thread and event loop, for callers that are not async (`cera.load`) or
+whose event loop must stay free while the GPU works (`python -m cera serve`).
+
+The native host waits for the GPU inside its coroutines without yielding to the event loop, so a
+generation run on a server's loop would stall every other connection until it ended. Here the
+engine gets a private loop in a daemon thread; callers on any thread submit `Job`s and get
+`concurrent.futures.Future`s back. Jobs run one at a time, in the order they were submitted.
+Not for the browser (Pyodide has no threads): the page drives the engine on its own loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cera import catalogue
+from cera.engine import Engine, Result, Sampler
+from cera.errors import InvalidArgument
+from cera.gguf_file import GGUFFile
+
+BACKENDS = ("gpu", "reference")
+
+
+@dataclass
+class Job:
+    """One generation. `prompt` is text or token ids, sent as is; `messages` (instead of a
+    prompt) is a conversation, rendered with the model's chat template. Generation ends at
+    the first of `stop` (that text and what follows are left out), EOS, or `max_tokens`."""
+    prompt: str | list[int] | None = None
+    messages: list[dict] | None = None
+    max_tokens: int = 128
+    sampler: Sampler = field(default_factory=Sampler)
+    stop: tuple[str, ...] = ()
+
+    def prompt_ids(self, engine: Engine) -> list[int]:
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidArgument("a Job takes a prompt or messages, not both")
+        if self.messages is not None:
+            return engine.chat_tokens(self.messages)
+        return engine.prompt_tokens(self.prompt) if isinstance(self.prompt, str) else list(self.prompt)
+
+
+class StopText:
+    """Cuts streamed text at the first stop string. push() returns the text that is safe to
+    show: a tail that could still grow into a stop string is held back until it cannot."""
+
+    def __init__(self, stops):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+        self.hit = False
+
+    def push(self, piece: str) -> str:
+        if self.hit:
+            return ""
+        text = self.held + piece
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit, self.held = True, ""
+            return text[:min(found)]
+        keep = max((n for s in self.stops for n in range(min(len(s) - 1, len(text)), 0, -1)
+                    if text.endswith(s[:n])), default=0)
+        self.held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep]
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return held
+
+
+def open_device(backend: str):
+    """The native GPU device, or None for the numpy reference."""
+    if backend not in BACKENDS:
+        raise InvalidArgument(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if backend == "reference":
+        return None
+    from cera.native import NativeDevice   # the native host; the core never imports it otherwise
+    return NativeDevice()
+
+
+class Runner:
+    """One engine behind a private event loop thread. Build it with `Runner.load`."""
+
+    def __init__(self):
+        self.engine: Engine | None = None
+        self.adapter: str | None = None
+        self._loop = asyncio.new_event_loop()
+        self._turn = asyncio.Lock()   # FIFO: jobs run in the order they were submitted
+        self._thread = threading.Thread(target=self._loop.run_forever, name="cera-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
+             prefill_chunk: int = 512, progress=None) -> "Runner":
+        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading raises."""
+        runner = cls()
+        try:
+            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress))
+        except BaseException:
+            runner.close()
+            raise
+        return runner
+
+    async def _load(self, model, ctx, backend, prefill_chunk, progress) -> None:
+        device = open_device(backend)
+        gguf = GGUFFile.open(catalogue.resolve(str(model)))
+        self.engine = await Engine.load(gguf, device, ctx=ctx, progress=progress, prefill_chunk=prefill_chunk)
+        self.adapter = device.adapter_name if device else None
+
+    def call(self, coro):
+        """Run a coroutine on the engine thread and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def submit(self, job: Job, on_text=None, should_stop=None) -> Future:
+        """Queue `job`; the Future gives its Result. on_text(piece) is called on the engine
+        thread as text becomes final. should_stop() (called from the engine thread, before the
+        job starts and before each token) ends it early: stop_reason "cancelled"."""
+        return asyncio.run_coroutine_threadsafe(
+            self._run(job, on_text or (lambda piece: None), should_stop or (lambda: False)), self._loop)
+
+    async def _run(self, job: Job, on_text, should_stop) -> Result:
+        async with self._turn:
+            if should_stop():   # left while waiting its turn: nothing to run
+                return Result("", [], [], "cancelled", 0.0, 0.0)
+            stops = StopText(job.stop)
+            shown = []
+
+            def show(piece: str) -> None:
+                if text := stops.push(piece):
+                    shown.append(text)
+                    on_text(text)
+
+            result = await self.engine.generate(job.prompt_ids(self.engine), job.max_tokens, on_text=show,
+                                                sampler=job.sampler, should_stop=lambda: stops.hit or should_stop())
+            if tail := stops.flush():
+                shown.append(tail)
+                on_text(tail)
+            reason = "stop_string" if stops.hit else "cancelled" if result.stop_reason == "stopped" \
+                else result.stop_reason
+            return replace(result, text="".join(shown), stop_reason=reason)
+
+    def close(self) -> None:
+        """Cancel the jobs (one in progress ends after its current step) and stop the thread."""
+        if self._thread.is_alive():
+            self.call(self._cancel_all())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+    @staticmethod
+    async def _cancel_all() -> None:
+        jobs = asyncio.all_tasks() - {asyncio.current_task()}
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)

@@ -1,0 +1,54 @@
+"""The plan as data: SmolLM2's decode plan reads every weight once per token plus the KV cache,
+and `python -m cera plan --json` prints it."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cera import catalogue
+from cera.config import ModelConfig
+from cera.gguf_file import GGUFFile
+from cera.gpu.model import GpuModel
+
+
+@pytest.fixture(scope="module")
+def smollm2(device):
+    g = GGUFFile.open(catalogue.fetch("smollm2-135m-instruct"))
+    cfg = ModelConfig.from_gguf(g)
+    return g, cfg, GpuModel(cfg, g, device, ctx=1024)
+
+
+def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2):
+    g, cfg, model = smollm2
+    plan, positions = model.plan(1), 512
+    # per layer: the stacked qkv matvec, rope, attention and its combine, output, gate/up GLU, down;
+    # then embed, and the head + argmax
+    assert plan.dispatches == 7 * cfg.n_layers + 3
+    embedding = g.tensors["token_embd.weight"]
+    weights = sum(t.nbytes for t in g.tensors.values() if t.name != "token_embd.weight")
+    weights += embedding.nbytes + embedding.nbytes // embedding.shape[0]   # the tied head, one embedded row
+    kv = cfg.n_layers * positions * 2 * 4 * cfg.kv_dim(0)                    # f32 K and V rows attention reads
+    totals = plan.totals(positions)
+    activations = totals["bytes_read"] - weights - kv
+    print(f"read {totals['bytes_read']:,} = weights {weights:,} + KV {kv:,} + activations {activations:,}")
+    assert 0 < activations < 0.01 * totals["bytes_read"]
+    assert totals["bytes_written"] < 0.01 * totals["bytes_read"]
+
+
+def test_prefill_plan_differs_only_by_row_count(smollm2, device):
+    g, cfg, _ = smollm2
+    chunked = GpuModel(cfg, g, device, ctx=1024, chunk=64)
+    labels = [s.label for s in chunked.plan(64).steps if hasattr(s, "label")]
+    assert sum(label.startswith("matmul Q4_1") for label in labels) == 6 * cfg.n_layers   # q, k, v, o, glu, down
+    assert sum(label.endswith("prefill_attention") for label in labels) == cfg.n_layers
+
+
+def test_plan_cli_json():
+    out = subprocess.run([sys.executable, "-m", "cera", "plan", "--json", "--positions", "100"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["totals"]["dispatches"] == len(plan["steps"]) == 213
+    assert plan["totals"]["bytes_read"] == sum(s["bytes_read"] for s in plan["steps"])
+    assert plan["steps"][-1]["kernel"].startswith("argmax") and "logits" in plan["steps"][-1]["bindings"]

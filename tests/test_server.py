@@ -1,0 +1,290 @@
+"""`python -m cera serve` through the official `openai` client: the same greedy text as the CLI,
+concurrent streams that do not mix, a client that leaves stops its generation, OpenAI-shaped
+errors, Ctrl-C. Most tests run the app in-process on a small synthetic model; the CLI and
+SmolLM2 (for a real chat template) run as subprocesses."""
+import json
+import logging
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+import openai
+import pytest
+import uvicorn
+
+from cera.runner import Job, Runner, StopText
+from cera.server import Server
+from synth import write_model
+
+MODEL_ID = "synth.gguf"
+LONG = 2000   # tokens; a whole generation this long takes ~10 s here, so an early stop shows
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("serve") / MODEL_ID, "qwen3", wtype="q4_0", context=2048)
+
+
+@pytest.fixture(scope="module")
+def runner(model_path):
+    runner = Runner.load(model_path, ctx=2048)
+    yield runner
+    runner.close()
+
+
+@contextmanager
+def serving(runner, **options):
+    """The app on uvicorn in a thread, on a free loopback port: (base URL, the Server)."""
+    server = Server(runner, MODEL_ID, **options)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    uv = uvicorn.Server(uvicorn.Config(server.app, lifespan="off", log_config=None, log_level="warning"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not uv.started:
+        assert thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1", server
+    finally:
+        server.closing.set()
+        uv.should_exit = True
+        thread.join(30)
+
+
+def client(url, key="none"):
+    return openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
+
+
+def error_of(exc: openai.APIStatusError) -> dict:
+    error = exc.response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    return error
+
+
+def complete(c, prompt, n=12, **kw):
+    return c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=n, temperature=0, **kw)
+
+
+def test_models(runner):
+    with serving(runner) as (url, _):
+        c = client(url)
+        assert [m.id for m in c.models.list()] == [MODEL_ID]
+        assert c.models.retrieve(MODEL_ID).owned_by == "cera"
+        with pytest.raises(openai.NotFoundError) as err:
+            c.models.retrieve("gpt-4")
+        assert error_of(err.value)["code"] == "model_not_found"
+
+
+def test_completion_and_stream_equal_the_engine(runner):
+    want = runner.submit(Job(prompt="hello world", max_tokens=12)).result()
+    with serving(runner) as (url, _):
+        c = client(url)
+        out = complete(c, "hello world")
+        assert out.choices[0].text == want.text and out.choices[0].finish_reason == "length"
+        assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (len(want.prompt_tokens), 12)
+        chunks = list(complete(c, "hello world", stream=True, stream_options={"include_usage": True}))
+        assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == want.text
+        assert chunks[-1].usage.completion_tokens == 12 and not chunks[-1].choices
+
+
+def test_concurrent_streams_do_not_mix(runner):
+    prompts = ["hello world", "the quick brown fox", "a", "one two three", "def f(x):", "zzz", "Paris is", "42"]
+    with serving(runner) as (url, server):
+        c = client(url)
+        alone = {p: (complete(c, p, 16).choices[0].text if i % 2 else chat(c, p, 16).choices[0].message.content)
+                 for i, p in enumerate(prompts)}
+        together, start = {}, threading.Barrier(len(prompts))
+
+        def stream(i, p):
+            start.wait()
+            if i % 2:
+                together[p] = "".join(ch.choices[0].text for ch in complete(c, p, 16, stream=True))
+            else:
+                together[p] = "".join(ch.choices[0].delta.content or "" for ch in chat(c, p, 16, stream=True))
+        threads = [threading.Thread(target=stream, args=(i, p)) for i, p in enumerate(prompts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert together == alone
+        assert len(set(alone.values())) > 1 and server.admitted == 0
+
+
+def chat(c, text, n, **kw):
+    return c.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": text}],
+                                     max_tokens=n, temperature=0, **kw)
+
+
+def test_stop_strings(runner):
+    with serving(runner) as (url, _):
+        c = client(url)
+        full = complete(c, "hello world", 16).choices[0].text
+        stop = full[len(full) // 2: len(full) // 2 + 2]
+        out = complete(c, "hello world", 16, stop=["never", stop]).choices[0]
+        assert out.text == full[:full.index(stop)] and out.finish_reason == "stop"
+        streamed = "".join(ch.choices[0].text for ch in complete(c, "hello world", 16, stop=stop, stream=True))
+        assert streamed == out.text
+
+
+def test_stop_text_holds_back_what_may_start_a_stop_string():
+    stops = StopText(["END", "xy"])
+    assert [stops.push(p) for p in ["ab", "cE", "N", "x", "zE", "ND!"]] == ["ab", "c", "", "EN", "xz", ""]
+    assert stops.hit and stops.flush() == ""
+    tail = StopText(["END"])
+    assert tail.push("aEN") == "a" and tail.flush() == "EN"
+
+
+def test_a_client_that_disconnects_stops_its_generation(runner, caplog):
+    caplog.set_level(logging.INFO, logger="cera.server")
+    with serving(runner) as (url, server):
+        c = client(url)
+        stream = complete(c, "hello", LONG, stream=True)
+        chunks = iter(stream)
+        for _ in range(3):
+            next(chunks)
+        stream.close()
+        t0 = time.perf_counter()
+        assert complete(c, "hi", 4).choices[0].text   # served at once, not after the abandoned 2000 tokens
+        assert time.perf_counter() - t0 < 5
+        assert server.finished["cancelled"] == 1
+        [line] = [r.getMessage() for r in caplog.records if "cancelled" in r.getMessage()]
+        assert int(re.search(r"(\d+) generated", line)[1]) < LONG // 4, line
+
+
+def post_raw(url, body: bytes, headers=None):
+    req = urllib.request.Request(url + "/chat/completions", body, {"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def test_bad_requests_get_openai_errors(runner):
+    with serving(runner) as (url, _):
+        status, body = post_raw(url, b'{"model": "synth.gguf", "messages": [')
+        assert status == 400 and body["error"]["type"] == "invalid_request_error"
+        assert "JSON" in body["error"]["message"] and set(body["error"]) == {"message", "type", "param", "code"}
+        status, body = post_raw(url, json.dumps({"messages": [], "temperature": 7}).encode())
+        assert status == 400 and body["error"]["param"] in ("messages", "temperature")
+        status, body = post_raw(url, b"[1, 2]")
+        assert status == 400
+
+        c = client(url)
+        with pytest.raises(openai.NotFoundError) as err:
+            c.completions.create(model="gpt-4", prompt="hi", max_tokens=2)
+        assert error_of(err.value)["code"] == "model_not_found"
+        with pytest.raises(openai.BadRequestError) as err:
+            chat(c, "hello " * 3000, 4)
+        assert error_of(err.value)["code"] == "context_length_exceeded"
+        assert "context holds 2048" in error_of(err.value)["message"]
+        with pytest.raises(openai.BadRequestError) as err:
+            c.chat.completions.create(model=MODEL_ID, messages=[{"content": "who am I?"}], max_tokens=2)
+        assert error_of(err.value)["param"] == "messages.0.role"
+
+
+def test_wrong_api_key_is_refused(runner):
+    with serving(runner, api_key="sesame") as (url, _):
+        with pytest.raises(openai.AuthenticationError) as err:
+            client(url, "guess").models.list()
+        assert err.value.status_code == 401 and error_of(err.value)["code"] == "invalid_api_key"
+        status, _ = post_raw(url, b"{}")
+        assert status == 401
+        assert complete(client(url, "sesame"), "hi", 2).choices[0].text
+
+
+def test_requests_past_the_queue_get_429(runner):
+    with serving(runner, max_queue=1) as (url, server):
+        c = client(url)
+        running = complete(c, "hello", LONG, stream=True)
+        next(iter(running))
+        waiting = {}
+        queued = threading.Thread(target=lambda: waiting.update(out=complete(c, "hi", 4)))
+        queued.start()
+        deadline = time.time() + 30
+        while server.admitted < 2:
+            assert time.time() < deadline, "the second request was never queued"
+            time.sleep(0.01)
+        with pytest.raises(openai.RateLimitError) as err:
+            complete(c, "one too many", 4)
+        assert err.value.status_code == 429 and error_of(err.value)["code"] == "rate_limit_exceeded"
+        running.close()
+        queued.join(60)
+        assert waiting["out"].choices[0].text
+
+
+@contextmanager
+def cera_serve(tmp_path, *args):
+    """`python -m cera serve` as a subprocess on a free port, ready: (base URL, process, log path)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "cera", "serve", "--port", str(port), *args],
+                                stdout=err, stderr=err)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 300
+        while True:
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            try:
+                urllib.request.urlopen(url + "/models", timeout=5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield url, proc, log
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(30)
+
+
+def test_ctrl_c_stops_generations_and_exits(model_path, tmp_path):
+    with cera_serve(tmp_path, "-m", str(model_path), "--ctx", "2048") as (url, proc, log):
+        stream = complete(client(url), "hello", LONG, stream=True)
+        chunks = iter(stream)
+        next(chunks)
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        with pytest.raises(openai.APIError, match="shutting down"):   # an error event ends the stream
+            for _ in chunks:
+                pass
+        assert proc.wait(20) == 0 and time.perf_counter() - t0 < 10
+    text = log.read_text()
+    assert "Shutting down" in text and "Traceback" not in text and "cancelled" in text
+
+
+@pytest.mark.real_model
+def test_chat_equals_the_cli_on_smollm2(tmp_path):
+    """The whole path with a real chat template: server (chat, streamed chat) == generate --chat."""
+    question, n = "What is the capital of France?", 8
+    cli = json.loads(subprocess.run(
+        [sys.executable, "-m", "cera", "generate", "--chat", "--json", "-p", question, "-n", str(n), "--ctx", "256"],
+        capture_output=True, text=True, timeout=600, check=True).stdout)
+    with cera_serve(tmp_path, "-m", "smollm2-135m-instruct", "--ctx", "256") as (url, proc, _):
+        c = client(url)
+        out = c.chat.completions.create(model="smollm2-135m-instruct", messages=[{"role": "user", "content": question}],
+                                        max_tokens=n, temperature=0)
+        streamed = c.chat.completions.create(model="smollm2-135m-instruct", max_tokens=n, temperature=0,
+                                             messages=[{"role": "user", "content": question}], stream=True)
+        text = "".join(ch.choices[0].delta.content or "" for ch in streamed)
+        assert out.choices[0].message.content == text == cli["text"]
+        assert out.usage.prompt_tokens == len(cli["prompt_tokens"]) and out.usage.completion_tokens == len(cli["tokens"])
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+
+
+def test_serve_help_explains_every_flag():
+    out = subprocess.run([sys.executable, "-m", "cera", "serve", "--help"], capture_output=True, text=True).stdout
+    for flag in ("--model", "--host", "--port", "--ctx", "--max-queue", "--api-key", "--backend"):
+        assert flag in out
+    assert "127.0.0.1" in out and "8080" in out
