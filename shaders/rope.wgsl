@@ -6,11 +6,12 @@
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
 // (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
 //
-// RoPE (ggml_rope_ext, freq_scale 1): pair i < N_ROT/2 turns by p * THETA^(-2i/N_ROT)
-// [/ freq_factors[i] with flag FREQ_FACTORS (Llama-3 rope_freqs.weight)]. Flag NEOX pairs
+// RoPE (ggml_rope_ext, no YaRN): pair i < N_ROT/2 turns by p [* FREQ_SCALE] * THETA^(-2i/N_ROT)
+// [/ freq_factors[i] with flag FREQ_FACTORS (Llama-3 rope_freqs.weight)]; FREQ_SCALE is linear
+// scaling's 1 / rope.scaling.factor (1 when not defined). Flag NEOX pairs
 // (i, i + N_ROT/2), else NORM pairs (2i, 2i+1). Dims >= N_ROT pass through.
 //
-// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [EPS with QK_NORM]; flags NEOX,
+// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM]; flags NEOX,
 // FREQ_FACTORS, QK_NORM.
 // Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
@@ -20,6 +21,9 @@
 #include "reduce.wgsl"
 
 const WG = 64u;
+#ifndef FREQ_SCALE
+const FREQ_SCALE = 1.0f;
+#endif
 const TWO_PI = 6.283185307179586;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -91,7 +95,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef FREQ_FACTORS
         inv_freq = inv_freq / freq_factors[i];
 #endif
-        var angle = f32(p) * inv_freq;
+        var angle = f32(p) * FREQ_SCALE * inv_freq;
         angle = angle - TWO_PI * round(angle / TWO_PI);   // keep sin/cos in their accurate range
         let c = cos(angle);
         let s = sin(angle);

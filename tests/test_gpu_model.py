@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from cera.engine import Engine
-from cera.errors import Unsupported
 from cera.gguf_file import GGUFFile
 from synth import VARIANTS, sha256_file, write_variant
 
@@ -20,8 +19,6 @@ GOLDEN = Path(__file__).parent / "data" / "golden"
 # (For F16 weights llama.cpp rounds the activations to f16, which can flip near-ties.)
 EXACT_TYPES = ("f32", "f16")
 NMSE_EXACT, NMSE_QUANT = 1e-5, 2e-3
-NOT_IN_GPU_PLAN = ("gemma3",)   # runs on the numpy reference only, for now
-GPU_VARIANTS = sorted(n for n, v in VARIANTS.items() if v["arch"] not in NOT_IN_GPU_PLAN)
 TIE_SIGMAS = 4   # a greedy step may part from llama.cpp only where its top-2 margin is within
                  # this many RMS logit differences between the two engines (measured per sequence)
 
@@ -52,7 +49,7 @@ def engines(device, tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", GPU_VARIANTS)
+@pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_logits_match_llama_cpp_and_reference(engines, name):
     gpu, ref, golden = engines(name)
     for seq in golden["sequences"]:
@@ -66,7 +63,7 @@ def test_logits_match_llama_cpp_and_reference(engines, name):
         assert list(got.argmax(-1)) == list(ref_logits.argmax(-1))
 
 
-@pytest.mark.parametrize("name", GPU_VARIANTS)
+@pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_greedy_matches_llama_cpp(engines, name):
     """Identical greedy tokens, except that the paths may part after a step where llama.cpp's
     own top two logits are closer than the engines' measured logit difference (a near-tie its
@@ -112,11 +109,3 @@ def test_too_small_a_binding_names_the_tensor(device, tmp_path):
     path = write_variant(tmp_path / "m.gguf", "llama_f32")
     with pytest.raises(ValueError, match=r"tensor .*weight.*storage binding limit"):
         asyncio.run(Engine.load(GGUFFile.open(path), _with_limits(device, max_storage_buffer_binding_size=256), ctx=64))
-
-
-@pytest.mark.parametrize("name", sorted(n for n, v in VARIANTS.items() if v["arch"] in NOT_IN_GPU_PLAN))
-def test_arch_not_in_the_gpu_plan_is_refused(name, tmp_path):
-    """Refused before any device is touched, rather than run without its post-norms, GeGLU or window."""
-    path = write_variant(tmp_path / "m.gguf", name)
-    with pytest.raises(Unsupported, match="not in the GPU plan yet"):
-        asyncio.run(Engine.load(GGUFFile.open(path), device=object(), ctx=64))

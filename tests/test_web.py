@@ -17,7 +17,7 @@ import pytest
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synth import write_model  # noqa: E402
+from synth import VARIANTS, write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
 MODEL_MS = 600_000
@@ -49,8 +49,10 @@ def synth(tmp_path_factory):
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
     # unless the core pads them
+    # gemma3: sliding-window and global layers, GeGLU, post-norms, Gemma-3-270M's mix of types
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
-                         "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0")}.items():
+                         "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
+                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
@@ -251,7 +253,8 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 
 # --- the page end to end ---------------------------------------------------------------
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
-                                              ("qwen2_q8_0", "The quick brown fox", True)])
+                                              ("qwen2_q8_0", "The quick brown fox", True),
+                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)

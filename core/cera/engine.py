@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cera.chat import render
-from cera.config import FFN_SILU, ModelConfig
-from cera.errors import ContextFull, InvalidArgument, Unsupported
+from cera.config import ModelConfig
+from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
@@ -117,9 +117,6 @@ class Engine:
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             return cls(gguf_file, ReferenceBackend(Reference(gguf_file, ctx)), tokenizer, cfg)
-        if cfg.post_norms or cfg.ffn_act != FFN_SILU or cfg.local_layers:
-            raise Unsupported(f"{cfg.arch} (post-norms, GeGLU, sliding-window layers) is not in the "
-                              "GPU plan yet: it runs on the numpy reference only")
         model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
         await model.load(progress)
         return cls(gguf_file, model, tokenizer, cfg)

@@ -17,6 +17,7 @@ import math
 from cera.config import MAX_HEAD_DIM
 from cera.device import Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
+from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
 ATTENTION_STORAGE = 16384      # bytes: attention.wgsl's workgroup memory, the WebGPU default limit
@@ -26,20 +27,23 @@ SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortco
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
-             rows_per_token: int = 1, max_tokens: int = 1, label: str = "rms_norm") -> Dispatch:
-    """out = rms_norm(x) * w over rows of length n.
+             rows_per_token: int = 1, max_tokens: int = 1, accumulate: bool = False,
+             label: str = "rms_norm") -> Dispatch:
+    """out = rms_norm(x) * w over rows of length n; with accumulate, out += rms_norm(x) * w
+    (a post-norm added into the residual stream).
 
     x, out (tokens, rows_per_token, n); w (n,). rows_per_token = 1 normalizes hidden states
     (n = hidden); rows_per_token = n_heads with n = head_dim is per-head QK-norm."""
     wg = 64 if n <= 256 else 256
     row = 4 * n * rows_per_token * max_tokens
     return kernels.dispatch("rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1), label,
-                            reads=row + 4 * n, writes=row,
-                            N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
+                            reads=row * (1 + accumulate) + 4 * n, writes=row,
+                            N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg, **flags(ACCUMULATE=accumulate))
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
             n_kv_heads: int, theta: float, neox: bool, n_rot: int | None = None, freq_factors=None,
+            freq_scale: float = 1.0,
             q_norm=None, k_norm=None, eps: float | None = None, max_tokens: int = 1,
             label: str = "rope_kv") -> Dispatch:
     """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
@@ -50,6 +54,7 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t.
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (default head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
+    freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
     q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2), with eps."""
     n_rot = head_dim if n_rot is None else n_rot
     if n_rot % 2 or not 0 < n_rot <= head_dim:
@@ -59,6 +64,8 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     bindings = [q, k, v, q_out, k_cache, v_cache, step]
     if neox:
         defines["NEOX"] = True
+    if freq_scale != 1.0:
+        defines["FREQ_SCALE"] = float(freq_scale)
     if freq_factors is not None:
         defines["FREQ_FACTORS"] = True
         bindings.append(freq_factors)

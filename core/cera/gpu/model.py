@@ -17,7 +17,7 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Device
-from cera.errors import InvalidArgument, Unsupported
+from cera.errors import InvalidArgument
 from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
@@ -33,8 +33,6 @@ class GpuModel:
     def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, chunk: int = DEFAULT_CHUNK):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
-        if cfg.rope_freq_scale != 1.0:
-            raise Unsupported("linear RoPE scaling is not implemented on the GPU yet")
         self.cfg, self.device, self.ctx = cfg, device, ctx
         self.chunk = min(chunk, ctx)
         self.kernels = Kernels(device)
