@@ -14,6 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from cera.config import ModelConfig
+from cera.device import Limits
+from cera.engine import DEFAULT_CTX
+from cera.gguf_file import GGUFFile
+from cera.gpu.footprint import footprint
+from cera.gpu.model import DEFAULT_CHUNK
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -361,17 +367,29 @@ def test_unsupported_arch_is_named(page, models):
     assert "cera runs" in page.inner_text("#error .advice")
 
 
-def test_model_too_large_for_the_gpu_limits_names_the_tensor(browser, server, models):
-    """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) refuses the model,
-    naming the buffer (the first to be allocated: layer 0's KV cache) and the limit."""
+def test_model_too_large_for_the_gpu_limits_is_refused_before_upload(browser, server, models):
+    """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) shows the GPU memory
+    the model needs (the core's figure) and refuses it before it creates a buffer or uploads a
+    byte, naming the largest buffer and the limit."""
     page = browser.new_page()
     page.goto(server.url + "index.html?limits=max_buffer_size:4096")
     page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=BOOT_MS)
+    limits = page.evaluate("window.cera.ready.then((info) => info.limits)")
+    before = page.evaluate("window.cera.stats()")["calls"]
     err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
                         models["llama_q4_0"][1])
+    after = page.evaluate("window.cera.stats()")["calls"]
+    memory, shown, advice = page.evaluate("window.cera.memory"), page.inner_text("#memory"), page.inner_text("#error .advice")
     page.close()
+    g = GGUFFile.open(models["llama_q4_0"][0])
+    cfg = ModelConfig.from_gguf(g)
+    want = footprint(cfg, g, cfg.context(DEFAULT_CTX), DEFAULT_CHUNK, Limits(**limits)).to_dict()
+    assert memory["total"] == want["total"] and f"{want['total'] / 1048576:.1f} MiB" in shown
+    largest = want["largest_buffer"]
     assert err["name"] == "TooLarge"
-    assert "blk.0.key_cache needs 32768 bytes" in err["message"] and "4096" in err["message"]
+    assert f"{largest['name']} needs {largest['bytes']} bytes" in err["message"] and "4096" in err["message"]
+    assert "shorter context" in advice
+    assert after.get("buffer") == before.get("buffer") and "uploadBlob" not in after, (before, after)
 
 
 def test_device_loss_is_reported(browser, server, models):

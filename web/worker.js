@@ -2,6 +2,7 @@
 //
 // Messages in:  {id, kind: "init" | "load" | "generate" | "stop" | "python" | "stats", ...}
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "token", text}
+//               | {id, kind: "memory", total, weights, kv_cache, ...} (GPU memory, before upload)
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
 // An error without an id (device lost) concerns the whole session.
 

@@ -11,6 +11,7 @@ import time
 from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, InvalidArgument
+from cera.gpu.model import DEFAULT_CHUNK
 from js import Object
 from pyodide.ffi import to_js
 
@@ -54,11 +55,14 @@ class Session:
         return progress
 
     async def load(self, blob, msg_id, ctx=None):
-        """Parse the GGUF header from the Blob, build the plan, upload the weights (ctx None:
-        DEFAULT_CTX positions)."""
+        """Parse the GGUF header from the Blob, post the GPU memory the model will take (a
+        "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions).
+        A model with a buffer this GPU cannot hold is refused (TooLarge) before any allocation."""
         try:
+            from cera.config import ModelConfig
             from cera.engine import Engine
             from cera.gguf_file import GGUFFile
+            from cera.gpu.footprint import footprint
 
             t0 = time.perf_counter()
             self.engine = None
@@ -66,12 +70,18 @@ class Session:
             self.device.release_unused()
             source = BlobSource(blob, self.host)
             gguf = GGUFFile(source)
-            engine = await Engine.load(gguf, self.device, ctx=DEFAULT_CTX if ctx is None else int(ctx), progress=self._progress(msg_id, "upload"))
+            cfg = ModelConfig.from_gguf(gguf)
+            ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
+            memory = footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits)
+            self.post(_js({"id": msg_id, "kind": "memory", **memory.to_dict(),
+                           "maxBufferSize": self.device.limits.max_buffer_size}))
+            engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
+                                       prefill_chunk=DEFAULT_CHUNK)
             await self.device.check()
             self.engine, self.source = engine, source
-            cfg = engine.cfg
             return _js({"ok": True, "name": source.name, "arch": gguf.arch, "bytes": source.size,
                         "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx,
+                        "gpuBytes": memory.total,
                         "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                         "bytesThroughWasm": source.bytes_read,
                         "dispatchesPerToken": engine.backend.dispatches_per_token,

@@ -18,6 +18,7 @@ import numpy as np
 from cera.config import ModelConfig
 from cera.device import Device
 from cera.errors import InvalidArgument
+from cera.gpu.footprint import footprint
 from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
@@ -33,8 +34,10 @@ class GpuModel:
     def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, chunk: int = DEFAULT_CHUNK):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
+        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits)
+        self.footprint.check(device.limits)   # before anything is allocated
         self.cfg, self.device, self.ctx = cfg, device, ctx
-        self.chunk = min(chunk, ctx)
+        self.chunk = self.footprint.chunk
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
