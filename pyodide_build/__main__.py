@@ -23,7 +23,13 @@ def main(argv=None) -> int:
                              "and the page's dropdown; may repeat")
     parser.add_argument("--gguf", action="append", default=[], type=Path, metavar="PATH",
                         help="bundle a local GGUF file into models/ and the dropdown; may repeat")
+    parser.add_argument("--fetch-only", action="store_true",
+                        help="only download and verify the pinned parts into --cache (no site is written)")
     args = parser.parse_args(argv)
+    if args.fetch_only:
+        fetch.prefetch(args.cache)
+        print(f"pinned parts verified in {args.cache}")
+        return 0
     info = site.build(args.out, args.cache, args.model, args.gguf)
     print(f"built {args.out}: {info['bytes'] / 1e6:.1f} MB without models; "
           f"{len(info['packages'])} wheels, {len(info['models'])} bundled models")

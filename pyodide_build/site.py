@@ -18,7 +18,8 @@ from . import fetch, manifest, wheels
 
 REPO = Path(__file__).resolve().parent.parent
 WEB = REPO / "web"
-PAGE_FILES = ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css")
+PAGE_FILES = ("index.html", "app.js", "style.css", "example.html", "cera.js", "cera.d.ts", "errors.js",
+              "worker.js", "gpu.js", "models.js")
 
 
 def lock_entry(wheel: Path, info: InfoSpec, depends: list[str]) -> PackageSpec:

@@ -18,6 +18,7 @@ submission). Prints ms, GB/s (weights + activations read and written once) and G
     python scripts/bench_kernels.py --model smollm2 --rows 128 --min-time 0.5
     python scripts/bench_kernels.py --only matmul --tiles 64x64x32x4x4
     python scripts/bench_kernels.py --only matmul --tiles sweep     # choose the tile table
+    python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import argparse
 import asyncio
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +201,8 @@ def main(argv=None) -> None:
     ap.add_argument("--matrices", default="", help="comma-separated matrix names (default: all)")
     ap.add_argument("--tiles", default="", help="matmul tiling TILE_MxTILE_TxBKxRMxRT, or 'sweep' (the builder's pick, then every "
                          "candidate that fits); default: the builder's")
+    ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
+                    "of the model's")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
 
@@ -216,6 +219,8 @@ def main(argv=None) -> None:
         model = MODELS[key]
         print(f"{model.name}:")
         for mat in model.matrices:
+            if args.wtype:
+                mat = replace(mat, wtype=T[args.wtype.upper()])
             if not names or mat.name in names:
                 bench_matrix(bench, mat, args.rows, only, tiles, rng)
         if "attention" in only:

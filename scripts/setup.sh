@@ -17,3 +17,7 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 python3 -m pip install -q -e '.[native,test,serve,web]'
+# what the tests use, fetched now so the test run downloads nothing: the browser site's pinned
+# parts (npm Pyodide, PyPI wheels) and the default model, SmolLM2 (98 MB)
+python3 -m pyodide_build --fetch-only
+python3 -c "from cera import catalogue; catalogue.fetch(catalogue.DEFAULT_MODEL)"

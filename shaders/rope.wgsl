@@ -6,10 +6,7 @@
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
 // (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
 //
-// RoPE (ggml_rope_ext, no YaRN): pair i < N_ROT/2 turns by p [* FREQ_SCALE] * THETA^(-2i/N_ROT)
-// [/ freq_factors[i] with flag FREQ_FACTORS (Llama-3 rope_freqs.weight)]; FREQ_SCALE is linear
-// scaling's 1 / rope.scaling.factor (1 when not defined). Flag NEOX pairs
-// (i, i + N_ROT/2), else NORM pairs (2i, 2i+1). Dims >= N_ROT pass through.
+// RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM]; flags NEOX,
 // FREQ_FACTORS, QK_NORM.
@@ -21,10 +18,6 @@
 #include "reduce.wgsl"
 
 const WG = 64u;
-#ifndef FREQ_SCALE
-const FREQ_SCALE = 1.0f;
-#endif
-const TWO_PI = 6.283185307179586;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -45,6 +38,8 @@ const TWO_PI = 6.283185307179586;
 @group(0) @binding(8) var<storage, read> k_norm: array<f32>;
 #endif
 #endif
+
+#include "rope_rotate.wgsl"
 
 var<workgroup> row: array<f32, HEAD_DIM>;
 var<workgroup> partial: array<f32, WG>;
@@ -84,25 +79,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
     // Rotate pairs; each invocation writes only its pair's two elements.
     for (var i = lid; i < N_ROT / 2u; i += WG) {
-#ifdef NEOX
-        let i0 = i;
-        let i1 = i + N_ROT / 2u;
-#else
-        let i0 = 2u * i;
-        let i1 = 2u * i + 1u;
-#endif
-        var inv_freq = pow(THETA, -2.0 * f32(i) / f32(N_ROT));
-#ifdef FREQ_FACTORS
-        inv_freq = inv_freq / freq_factors[i];
-#endif
-        var angle = f32(p) * FREQ_SCALE * inv_freq;
-        angle = angle - TWO_PI * round(angle / TWO_PI);   // keep sin/cos in their accurate range
-        let c = cos(angle);
-        let s = sin(angle);
+        let pair = rope_pair(i);
+        let i0 = pair.x;
+        let i1 = pair.y;
+        let cs = rope_cos_sin(i, f32(p));
         let x0 = row[i0];
         let x1 = row[i1];
-        let y0 = x0 * c - x1 * s;
-        let y1 = x0 * s + x1 * c;
+        let y0 = x0 * cs.x - x1 * cs.y;
+        let y1 = x0 * cs.y + x1 * cs.x;
         if (is_q) {
             q_out[q_base + i0] = y0;
             q_out[q_base + i1] = y1;

@@ -8,12 +8,13 @@ non-degenerate logits; 1-D norm weights are F32 near 1; biases, rope factors and
 LFM2's depthwise conv kernel stay F32 whatever `wtype` says.
 
 `wtype`: a ggml type name for every 2-D weight (f32, f16, bf16, q8_0, q4_0, q4_1,
-q5_0, q5_1, q4_k, q5_k, q6_k) or the preset `q4_k_m` (Q4_K, with Q6_K for the
-output head and for attn_v / ffn_down of even layers, as llama-quantize mixes it).
-gguf-py cannot quantize K-quants: those tensors are random *valid* blocks (random
-6-bit scales and quants, fp16 super-block scales picked for the wanted spread).
-K-quants need rows that are multiples of 256, so a K-quant `wtype` switches the
-defaults to hidden 256, head_dim 64 (qwen3: key_length 128), ff 512.
+q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl,
+iq4_xs) or the preset `q4_k_m` (Q4_K, with Q6_K for the output head and for attn_v /
+ffn_down of even layers, as llama-quantize mixes it). gguf-py cannot quantize K-quants or
+i-quants: those tensors are random *valid* blocks (random scales and quants, fp16
+super-block scales picked for the wanted spread). Types of 256-element blocks need rows
+that are multiples of 256, so such a `wtype` switches the defaults to hidden 256,
+head_dim 64 (qwen3, gemma3: key_length 128), ff 512.
 
 Overrides (keyword arguments, all optional): n_layers, hidden, n_heads, n_kv_heads,
 head_dim, ff, context, rms_eps, rope_base, tied (no output.weight), rope_freqs
@@ -44,10 +45,12 @@ from gguf.constants import GGML_QUANT_SIZES
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
 ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
-K_QUANTS = {"q4_k", "q5_k", "q6_k", "q4_k_m"}
+SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
+                      "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
 FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
-    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
-    "q4_k": 14, "q4_k_m": 15, "q5_k": 16, "q6_k": 18, "bf16": 32,
+    "f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10,
+    "q3_k": 11, "q4_k": 14, "q4_k_m": 15, "q5_k": 16, "q6_k": 18, "iq2_xxs": 19, "iq2_xs": 20,
+    "iq3_xxs": 23, "iq4_nl": 25, "iq3_s": 26, "iq2_s": 28, "iq4_xs": 30, "bf16": 32,
 }
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
@@ -107,7 +110,7 @@ ARCH_DEFAULTS = {
     "gemma3": dict(n_layers=4, ff=128, n_kv_heads=1, head_dim=32, qk_norm=True, rms_eps=1e-6,
                    rope_base=1000000.0, sliding_window=6, swa_pattern=2),
 }
-KQUANT_DEFAULTS = dict(hidden=256, head_dim=64, ff=512)
+SUPER_BLOCK_DEFAULTS = dict(hidden=256, head_dim=64, ff=512)
 OUT_GAIN = 4.0  # std of projections back into the residual, times 1/sqrt(fan_in)
 
 
@@ -122,8 +125,8 @@ def config_for(arch: str, *, wtype: str = "f32", seed: int = 0, **overrides) -> 
     if unknown:
         raise ValueError(f"unknown override(s) {sorted(unknown)}")
     params = dict(ARCH_DEFAULTS[arch])
-    if wtype in K_QUANTS:
-        params.update(KQUANT_DEFAULTS)
+    if wtype in SUPER_BLOCK_WTYPES:
+        params.update(SUPER_BLOCK_DEFAULTS)
         if arch in ("qwen3", "gemma3"):
             params["head_dim"] = 128
     params.update(overrides)
@@ -201,24 +204,31 @@ def _near_one(cfg, name, n) -> np.ndarray:
     return (1.0 + _rng(cfg, name).standard_normal(n) * 0.1).astype(np.float32)
 
 
-# std of one dequantized value for unit super-block scale d (dmin as set below):
-# Q4_K/Q5_K: d*sc*q - dmin*m with sc, m, q uniform; Q6_K: d*sc*(q-32), sc uniform in [-64, 64)
-_KQ_SPREAD = {T.Q4_K: 257.2, T.Q5_K: 524.5, T.Q6_K: 682.8}
-_KQ_DMIN = {T.Q4_K: 7.5, T.Q5_K: 15.5}   # dmin/d that centres the values near zero
+# std of one dequantized value for unit super-block scale d (dmin as set below), sc, m, q
+# uniform: Q2_K/Q4_K/Q5_K: d*sc*q - dmin*m; Q3_K: d*(sc-32)*q, q in [-4, 4); Q6_K:
+# d*sc*(q-32), sc in [-64, 64); IQ2_*: d*(0.5+sc)/4*p, IQ3_XXS: d*(0.5+sc)/2*p, IQ3_S:
+# d*(1+2sc)*p with p a value of a grid point; IQ4_NL: d*level; IQ4_XS: d*(sc-32)*level
+_SPREAD = {T.Q2_K: 13.87, T.Q3_K: 43.34, T.Q4_K: 257.2, T.Q5_K: 524.5, T.Q6_K: 682.8,
+           T.IQ2_XXS: 53.36, T.IQ2_XS: 55.9, T.IQ2_S: 56.39, T.IQ3_XXS: 142.41, T.IQ3_S: 140.24,
+           T.IQ4_NL: 67.44, T.IQ4_XS: 1246.3}
+_DMIN = {T.Q2_K: 1.5, T.Q4_K: 7.5, T.Q5_K: 15.5}   # dmin/d that centres the values near zero
+_D_BYTE = {T.Q2_K: 80, T.Q3_K: 108, T.Q6_K: 208}   # where the f16 d (then dmin) sits; else byte 0
 
 
-def random_kquant(rng: np.random.Generator, rows: int, cols: int, qtype: T, std: float) -> np.ndarray:
-    """Random valid K-quant blocks, (rows, cols/256*type_size) uint8, values spread about `std`."""
+def random_blocks(rng: np.random.Generator, rows: int, cols: int, qtype: T, std: float) -> np.ndarray:
+    """Random valid blocks of a K-quant or i-quant, (rows, cols/block*type_size) uint8, values
+    spread about `std`. Every byte but the super-block scales is random: any bit pattern is
+    a valid quant or sub-block scale, except Q6_K's int8 scales, kept in [-64, 64)."""
     block, size = GGML_QUANT_SIZES[qtype]
     nb = rows * cols // block
     raw = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
-    d = np.full(nb, std / _KQ_SPREAD[qtype], np.float32) * rng.uniform(0.75, 1.25, nb).astype(np.float32)
+    d = np.full(nb, std / _SPREAD[qtype], np.float32) * rng.uniform(0.75, 1.25, nb).astype(np.float32)
     if qtype == T.Q6_K:   # ql[128] qh[64] scales[16] (int8) d
         raw[:, 192:208] = rng.integers(-64, 64, size=(nb, 16)).astype(np.int8).view(np.uint8)
-        raw[:, 208:210] = d.astype(np.float16).view(np.uint8).reshape(nb, 2)
-    else:                 # d dmin scales[12] (6-bit sc/m packed) [qh[32]] qs[128]
-        raw[:, 0:2] = d.astype(np.float16).view(np.uint8).reshape(nb, 2)
-        raw[:, 2:4] = (d * _KQ_DMIN[qtype]).astype(np.float16).view(np.uint8).reshape(nb, 2)
+    at = _D_BYTE.get(qtype, 0)
+    raw[:, at:at + 2] = d.astype(np.float16).view(np.uint8).reshape(nb, 2)
+    if qtype in _DMIN:
+        raw[:, at + 2:at + 4] = (d * _DMIN[qtype]).astype(np.float16).view(np.uint8).reshape(nb, 2)
     return raw.reshape(rows, cols // block * size)
 
 
@@ -246,9 +256,9 @@ def _encode(cfg: SynthConfig, name: str, w: np.ndarray, layer: int | None):
         return w, None
     if qtype == T.F16:
         return w.astype(np.float16), None
-    if qtype in _KQ_SPREAD:
+    if qtype in _SPREAD:
         std = float(w.std())
-        return random_kquant(_rng(cfg, name + "#kq"), w.shape[0], w.shape[1], qtype, std), qtype
+        return random_blocks(_rng(cfg, name + "#kq"), w.shape[0], w.shape[1], qtype, std), qtype
     return gguf.quants.quantize(w, qtype), qtype
 
 
@@ -416,6 +426,15 @@ VARIANTS: dict[str, dict] = {
     "llama_q4_k": dict(arch="llama", wtype="q4_k"),
     "llama_q5_k": dict(arch="llama", wtype="q5_k"),
     "llama_q6_k": dict(arch="llama", wtype="q6_k"),
+    "llama_q2_k": dict(arch="llama", wtype="q2_k"),
+    "llama_q3_k": dict(arch="llama", wtype="q3_k"),
+    "llama_iq2_xxs": dict(arch="llama", wtype="iq2_xxs"),
+    "llama_iq2_xs": dict(arch="llama", wtype="iq2_xs"),
+    "llama_iq2_s": dict(arch="llama", wtype="iq2_s"),
+    "llama_iq3_xxs": dict(arch="llama", wtype="iq3_xxs", seed=1),   # seed 0 greedy: a 0.1 near-tie
+    "llama_iq3_s": dict(arch="llama", wtype="iq3_s"),
+    "llama_iq4_nl": dict(arch="llama", wtype="iq4_nl"),
+    "llama_iq4_xs": dict(arch="llama", wtype="iq4_xs"),
     "qwen2_f32": dict(arch="qwen2"),
     "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
     "qwen2_q4_k_m": dict(arch="qwen2", wtype="q4_k_m"),

@@ -123,10 +123,13 @@ def test_help_explains_every_option():
                     f"{command} --help does not explain {action.option_strings[-1]}"
 
 
-def test_generation_stops_when_the_context_is_full(model):
-    out = cera("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+def test_generation_shifts_the_context_unless_told_not_to(model):
+    args = ("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+    shifted = cera_json(*args)
+    assert shifted["stop_reason"] in ("max_tokens", "eos") and len(shifted["tokens"]) > 24
+    out = cera(*args, "--no-context-shift")
     assert "context of 24 tokens is full" in out.stderr
-    result = cera_json("generate", "-m", model, "-p", "hello", "-n", "100", "--ctx", "24")
+    result = cera_json(*args, "--no-context-shift")
     assert result["stop_reason"] == "context_full"
     assert len(result["prompt_tokens"]) + len(result["tokens"]) == 24 + 1   # the last token is never run
 
@@ -141,3 +144,25 @@ def test_should_stop_ends_generation(model, device):
     assert result.stop_reason == "stopped" and len(seen) == 3
     again = asyncio.run(engine.generate("hello", 6, stop_at_eos=False))   # the abandoned step leaves no trace
     assert again.tokens == asyncio.run(engine.generate("hello", 6, stop_at_eos=False)).tokens
+
+
+def test_chat_turns_prefill_only_their_new_tokens(model):
+    """Three turns through `python -m cera chat --json`: each reply equals a cold `generate` of
+    the whole rendered conversation, and turns after the first prefill only what is new."""
+    proc = subprocess.run([sys.executable, "-m", "cera", "chat", "-m", model, "--ctx", "256", "-n", "6", "--json"],
+                          input="hello\nhow are you\nbye\n", capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    turns = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(turns) == 3 and turns[0]["reused"] == 0
+    for previous, turn in zip(turns, turns[1:]):   # at least the whole previous prompt is reused
+        assert turn["reused"] >= previous["prompt_tokens"] and turn["prefilled"] == turn["prompt_tokens"] - turn["reused"]
+    import asyncio
+    from cera.engine import Engine
+    engine = asyncio.run(Engine.load(GGUFFile.open(model), None, ctx=256))
+    messages = []
+    for turn, user in zip(turns, ["hello", "how are you", "bye"]):
+        messages.append({"role": "user", "content": user})
+        engine.reset()
+        cold = asyncio.run(engine.generate(engine.chat_tokens(messages), 6))
+        assert turn["reply"] == cold.text
+        messages.append({"role": "assistant", "content": cold.text})

@@ -99,6 +99,8 @@ VARIANTS = [  # type, flags
     (T.Q4_0, dict(bias=True)),
     (T.Q5_1, dict(accumulate=True)),
     (T.BF16, dict(scale=0.5)),
+    (T.Q3_K, dict(glu=True)),                       # 110-byte blocks: both matrices read at 2 mod 4
+    (T.IQ4_NL, dict(bias=True, accumulate=True)),
 ]
 
 
@@ -208,7 +210,7 @@ def test_row_blocks(gpu):
 def test_matmul_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="no batched matmul kernel"):
-        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q2_K, k=256, m=4, max_rows=4)
+        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.TQ1_0, k=256, m=4, max_rows=4)
     with pytest.raises(ValueError, match="GLU with a bias"):
         batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4,
                        bias=buf, w_up=buf)

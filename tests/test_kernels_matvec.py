@@ -7,7 +7,9 @@ a whole workgroup."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +23,9 @@ from cera.gpu import matmul
 from cera.gpu.state import pack_step
 from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import iq_grids  # noqa: E402
 
 TYPES = sorted(matmul.MATVEC_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]
@@ -253,8 +258,14 @@ def test_argmax(gpu, n):
         assert got == int(np.argmax(logits)), (n, got, int(np.argmax(logits)))
 
 
+@pytest.mark.parametrize("file", sorted(iq_grids.GRIDS))
+def test_iq_grids_are_gguf_py_tables(file):
+    """shaders/iq*_grid.wgsl hold what scripts/iq_grids.py writes from gguf-py's grids."""
+    assert (iq_grids.SHADERS / file).read_text() == iq_grids.wgsl(file), "rerun scripts/iq_grids.py"
+
+
 def test_unsupported_type(gpu):
     with pytest.raises(ValueError, match="no matvec kernel"):
-        matmul.units_per_row(T.Q2_K, 256)
+        matmul.units_per_row(T.TQ1_0, 256)
     with pytest.raises(ValueError, match="multiple"):
         matmul.row_bytes(T.Q4_K, 100)

@@ -80,8 +80,10 @@ def _round_bf16(x):
 
 
 ACTIVATION_ROUNDING = {  # weight type -> how ggml's CPU matmul rounds the activations (vec_dot_type)
-    Q.Q4_0: _round_q8_0, Q.Q5_0: _round_q8_0, Q.Q8_0: _round_q8_0,
-    Q.Q4_K: _round_q8_k, Q.Q5_K: _round_q8_k, Q.Q6_K: _round_q8_k,
+    Q.Q4_0: _round_q8_0, Q.Q5_0: _round_q8_0, Q.Q8_0: _round_q8_0, Q.IQ4_NL: _round_q8_0,
+    Q.Q2_K: _round_q8_k, Q.Q3_K: _round_q8_k, Q.Q4_K: _round_q8_k, Q.Q5_K: _round_q8_k, Q.Q6_K: _round_q8_k,
+    Q.IQ2_XXS: _round_q8_k, Q.IQ2_XS: _round_q8_k, Q.IQ2_S: _round_q8_k, Q.IQ3_XXS: _round_q8_k,
+    Q.IQ3_S: _round_q8_k, Q.IQ4_XS: _round_q8_k,
     Q.F16: lambda x: x.astype(np.float16).astype(np.float32), Q.BF16: _round_bf16,
 }
 Q8_1_BLOCK_BYTES = {Q.Q4_1: 20, Q.Q5_1: 24}   # blocks of (d, m, ...): m is bytes 2..4

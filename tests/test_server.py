@@ -21,6 +21,7 @@ import uvicorn
 
 from cera.runner import Job, Runner, StopText
 from cera.server import Server
+from native_server import cera_serve
 from synth import write_model
 
 MODEL_ID = "synth.gguf"
@@ -221,33 +222,6 @@ def test_requests_past_the_queue_get_429(runner):
         assert waiting["out"].choices[0].text
 
 
-@contextmanager
-def cera_serve(tmp_path, *args):
-    """`python -m cera serve` as a subprocess on a free port, ready: (base URL, process, log path)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path / "serve.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "cera", "serve", "--port", str(port), *args],
-                                stdout=err, stderr=err)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            try:
-                urllib.request.urlopen(url + "/models", timeout=5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield url, proc, log
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(30)
-
-
 def test_ctrl_c_stops_generations_and_exits(model_path, tmp_path):
     with cera_serve(tmp_path, "-m", str(model_path), "--ctx", "2048") as (url, proc, log):
         stream = complete(client(url), "hello", LONG, stream=True)
@@ -263,7 +237,6 @@ def test_ctrl_c_stops_generations_and_exits(model_path, tmp_path):
     assert "Shutting down" in text and "Traceback" not in text and "cancelled" in text
 
 
-@pytest.mark.real_model
 def test_chat_equals_the_cli_on_smollm2(tmp_path):
     """The whole path with a real chat template: server (chat, streamed chat) == generate --chat."""
     question, n = "What is the capital of France?", 8
@@ -288,3 +261,24 @@ def test_serve_help_explains_every_flag():
     for flag in ("--model", "--host", "--port", "--ctx", "--max-queue", "--api-key", "--backend"):
         assert flag in out
     assert "127.0.0.1" in out and "8080" in out
+
+
+def test_a_conversation_reuses_its_cached_prefix(runner):
+    """The second turn of a chat carries the first; the server's one engine prefills only what is
+    new (usage.prompt_tokens_details.cached_tokens), and answers as it would from scratch."""
+    with serving(runner) as (url, _):
+        c = client(url)
+        first = [{"role": "user", "content": "hello there"}]
+        reply = c.chat.completions.create(model=MODEL_ID, messages=first, max_tokens=6, temperature=0)
+        second = first + [{"role": "assistant", "content": reply.choices[0].message.content},
+                          {"role": "user", "content": "and then?"}]
+        warm = c.chat.completions.create(model=MODEL_ID, messages=second, max_tokens=6, temperature=0)
+        assert warm.usage.prompt_tokens_details.cached_tokens >= reply.usage.prompt_tokens
+        runner.call(_reset(runner))
+        cold = c.chat.completions.create(model=MODEL_ID, messages=second, max_tokens=6, temperature=0)
+        assert cold.usage.prompt_tokens_details.cached_tokens == 0
+        assert warm.choices[0].message.content == cold.choices[0].message.content
+
+
+async def _reset(runner):
+    runner.engine.reset()

@@ -11,7 +11,7 @@ from gguf import GGMLQuantizationType as T
 from gguf import quants
 
 from cera.gguf_file import GGUFFile
-from synth import (BOS_ID, EOS_ID, VARIANTS, VOCAB_SIZE, config_for, random_kquant, sha256_file,
+from synth import (BOS_ID, EOS_ID, VARIANTS, VOCAB_SIZE, config_for, random_blocks, sha256_file,
                    tokenizer_vocab, write_model, write_variant)
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -111,9 +111,10 @@ def test_tokenizer_vocab_is_gpt2_byte_level():
         assert left + right in tokens
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K])
-def test_random_kquant_blocks_have_the_asked_spread(qtype):
-    raw = random_kquant(np.random.default_rng(0), 32, 512, qtype, std=0.1)
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+                                   T.IQ3_XXS, T.IQ3_S, T.IQ4_NL, T.IQ4_XS])
+def test_random_blocks_have_the_asked_spread(qtype):
+    raw = random_blocks(np.random.default_rng(0), 32, 512, qtype, std=0.1)
     values = quants.dequantize(raw, qtype)
     assert values.shape == (32, 512) and np.isfinite(values).all()
     assert 0.08 < values.std() < 0.12 and abs(values.mean()) < 0.02

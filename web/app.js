@@ -1,10 +1,9 @@
-// The page: controls, streaming output, and the automation API `window.cera`.
-// All work happens in worker.js; this file only sends messages and draws.
+// The demo page: controls, streaming output, errors with advice, and the automation API
+// `window.cera`. It is cera.js's first user: the engine is the one any page gets.
+
+import { Engine } from "./cera.js";
 
 const $ = (id) => document.getElementById(id);
-const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
-const pending = new Map();   // id -> {resolve, reject, onProgress, onToken}
-let nextId = 1;
 
 // What a user can do about each kind of error, by the name of its type (cera.errors, and the
 // download errors of models.js). "Error" alone is a bug: it gets no advice.
@@ -25,33 +24,6 @@ const ADVICE = {
   GpuError: "WebGPU rejected an operation on this GPU (a cera bug for this adapter); please report it with the adapter name.",
 };
 
-function send(kind, data = {}, handlers = {}) {
-  const id = nextId++;
-  return new Promise((resolve, reject) => {
-    pending.set(id, { resolve, reject, ...handlers });
-    worker.postMessage({ id, kind, ...data });
-  });
-}
-
-worker.onmessage = ({ data: msg }) => {
-  const call = pending.get(msg.id);
-  if (msg.kind === "error" && !call) return showError(msg);   // device lost: the whole session
-  if (!call) return;
-  if (msg.kind === "progress") call.onProgress?.(msg);
-  else if (msg.kind === "memory") call.onMemory?.(msg);
-  else if (msg.kind === "token") call.onToken?.(msg.text);
-  else {
-    pending.delete(msg.id);
-    if (msg.kind === "done") call.resolve(msg.result);
-    else {
-      const err = new Error(msg.message);
-      err.name = msg.name;
-      call.reject(err);
-    }
-  }
-};
-worker.onerror = (event) => showError({ name: "Error", message: `worker failed: ${event.message}` });
-
 function showError(err) {
   const box = $("error");
   box.hidden = false;
@@ -67,13 +39,13 @@ function setStatus(text) { $("status").textContent = text; $("status").dataset.s
 const mib = (n) => (n / 1048576).toFixed(1) + " MiB";
 const rate = (r) => (r >= 10 ? r.toFixed(1) : r.toPrecision(2));
 
-// The GPU memory the model will take (worker "memory" message, before the upload starts).
+// The GPU memory the model needs (engine.reload's onMemory, before the upload starts).
 function showMemory(m) {
   memory = m;
   const fallbacks = m.fallbacks.length ? `; ${m.fallbacks.length} tensors without a GPU kernel held as F16` : "";
   $("memory").textContent = `${mib(m.total)} (weights ${mib(m.weights)}, KV cache ${mib(m.kv_cache)} at ` +
     `context ${m.ctx}, activations and state ${mib(m.activations + m.state)}; largest buffer ` +
-    `${m.largest_buffer.name} ${mib(m.largest_buffer.bytes)} of ${mib(m.maxBufferSize)} allowed${fallbacks})`;
+    `${m.largest_buffer.name} ${mib(m.largest_buffer.bytes)} of ${mib(m.max_buffer_size)} allowed${fallbacks})`;
 }
 
 function showProgress({ phase, done, total }) {
@@ -87,7 +59,8 @@ function showProgress({ phase, done, total }) {
 // ?limits=max_buffer_size:4096,... plays a GPU with smaller limits than this one (for testing).
 const simulate = Object.fromEntries((new URLSearchParams(location.search).get("limits") || "")
   .split(",").filter(Boolean).map((pair) => pair.split(":")).map(([k, v]) => [k, Number(v)]));
-const ready = send("init", { limits: simulate }, { onProgress: showProgress }).then((info) => {
+const engine = new Engine({ limits: simulate, onProgress: showProgress, onError: showError });
+const ready = engine.ready.then((info) => {
   $("adapter").textContent = info.adapter;
   $("adapter").title = `features: ${info.features.join(", ") || "none"}; ` +
     Object.entries(info.limits).map(([k, v]) => `${k} ${v}`).join(", ");
@@ -98,40 +71,28 @@ const ready = send("init", { limits: simulate }, { onProgress: showProgress }).t
 }, (err) => { showError(err); throw err; });
 
 let model = null;
-let memory = null;   // the last load's GPU memory figure (the worker's "memory" message)
-let busy = false;
+let memory = null;   // the last load's GPU memory figure
 
-// A misuse of the page's API, named like the worker's errors.
-function invalid(message) {
-  const err = new Error(message);
-  err.name = "InvalidArgument";
-  return err;
-}
-
-function setBusy(value) {
-  busy = value;
-  $("generate").disabled = value || !model;
-  $("stop").disabled = !value;
-  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = value;
+function setBusy(busy) {
+  $("generate").disabled = busy || !model;
+  $("stop").disabled = !busy;
+  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = busy;
 }
 
 async function load(source, { ctx } = {}) {
-  if (!(source instanceof Blob) && !source) throw invalid("load(source): give a File/Blob or a URL");
-  await ready;
   clearError();
   setBusy(true);
   setStatus("loading");
   try {
-    const data = source instanceof Blob ? { file: source, ctx } : { url: String(source), ctx };
+    model = null;
     $("memory").textContent = "…";
-    model = await send("load", data, { onProgress: showProgress, onMemory: showMemory });
+    model = await engine.reload(source, { ctx, onProgress: showProgress, onMemory: showMemory });
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
     $("chat").checked = model.hasChatTemplate;
     $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s`;
     setStatus("ready");
     return model;
   } catch (err) {
-    model = null;
     showError(err);
     throw err;
   } finally {
@@ -139,20 +100,23 @@ async function load(source, { ctx } = {}) {
   }
 }
 
+// Greedy text after `prompt` (with `chat`, the prompt as the user's message), streamed into the
+// page; resolves to the text and the request's numbers (engine.runtimeStats().lastRequest).
 async function generate(prompt, { maxTokens, chat = false } = {}) {
-  if (!model) throw invalid("generate(): no model is loaded; call load() first");
-  if (typeof prompt !== "string" || !prompt) throw invalid("generate(prompt): the prompt must be a non-empty string");
   clearError();
   setBusy(true);
   setStatus("generating");
   const out = $("output");
   out.textContent = "";
   try {
-    const result = await send("generate", { prompt, maxTokens, chat }, { onToken: (text) => { out.textContent += text; } });
-    out.textContent = result.text;
-    $("speed").textContent = `${result.tokens.length} tokens, ${rate(result.decodeTokensPerS)} tokens/s decode, ` +
+    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, temperature: 0, stream: true };
+    const stream = await (chat ? engine.chat.completions.create({ ...request, messages: [{ role: "user", content: prompt }] })
+      : engine.completions.create({ ...request, prompt }));
+    for await (const { choices: [choice] } of stream) out.textContent += (chat ? choice.delta.content : choice.text) ?? "";
+    const result = { text: out.textContent, ...(await engine.runtimeStats()).lastRequest };
+    $("speed").textContent = `${result.completionTokens} tokens, ${rate(result.decodeTokensPerS)} tokens/s decode, ` +
       `${rate(result.prefillTokensPerS)} tokens/s prompt (${result.promptTokens} tokens)` +
-      (result.stopReason === "stopped" ? ", stopped" : "");
+      (result.stopReason === "cancelled" ? ", stopped" : "");
     setStatus("ready");
     return result;
   } catch (err) {
@@ -163,16 +127,16 @@ async function generate(prompt, { maxTokens, chat = false } = {}) {
   }
 }
 
-// The automation API (Playwright drives the page through it).
+// The automation API (Playwright drives the page through it): a thin shim over the engine.
 window.cera = {
   ready,
   get model() { return model; },   // the last load's result (arch, bytes, bytesThroughWasm, ...)
   get memory() { return memory; }, // the GPU memory it needs (total, weights, kv_cache, ...), even if refused
   load,
   generate,
-  stop: () => send("stop"),
-  stats: () => send("stats"),
-  python: (code) => send("python", { code }).then((r) => r.value),
+  stop: () => engine.interrupt(),
+  stats: () => engine.runtimeStats(),
+  python: (code) => engine.python(code),
 };
 
 // --- controls ---------------------------------------------------------------------------
@@ -182,7 +146,7 @@ $("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) 
 $("generate").addEventListener("click", () => generate($("prompt").value, {
   maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked,
 }).catch(() => {}));
-$("stop").addEventListener("click", () => send("stop"));
+$("stop").addEventListener("click", () => engine.interrupt());
 
 fetch("catalogue.json").then((r) => (r.ok ? r.json() : [])).catch(() => []).then((entries) => {
   const select = $("catalogue");

@@ -9,9 +9,7 @@
 //
 // Errors thrown here carry a `name` that cera_web/host.py maps to a cera.errors type.
 
-export class CeraError extends Error {
-  constructor(name, message) { super(message); this.name = name; }
-}
+import { CeraError } from "./errors.js";
 
 const ADAPTER_TRIES = 3;   // Chromium's GPU process was seen failing its first start on Linux/NVIDIA
 

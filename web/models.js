@@ -2,7 +2,7 @@
 // File System (downloaded once, reused on reload), or, where OPFS is unavailable, a Blob
 // of the downloaded chunks (JS memory, never wasm memory).
 
-import { CeraError } from "./gpu.js";
+import { CeraError } from "./errors.js";
 
 const DIR = "cera-models";
 const INDEX = "index.json";   // url -> {file, size}: only complete downloads are listed

@@ -1,16 +1,19 @@
-// The module Web Worker: WebGPU, Pyodide and cera run here, so the page never freezes.
+// The module Web Worker that cera.js starts for each engine: WebGPU, Pyodide and cera run here,
+// so the page never freezes.
 //
-// Messages in:  {id, kind: "init" | "load" | "generate" | "stop" | "python" | "stats", ...}
-// Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "token", text}
-//               | {id, kind: "memory", total, weights, kv_cache, ...} (GPU memory, before upload)
+// Messages in:  {id, kind: "init" | "load" | "create" | "stats" | "python", ...}
+//               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
+// Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
+//               | {id, kind: "memory", memory} (a load's GPU memory figure, before the upload)
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
-// An error without an id (device lost) concerns the whole session.
+// An error without an id (device lost) concerns the whole engine. Results and chunks are the
+// OpenAI objects cera.js hands its caller, made in Python (cera_web/app.py).
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import { openGpu } from "./gpu.js";
 import { openModel } from "./models.js";
 
-let booted = null;       // Promise of {pyodide, gpu, session}
+let booted = null;       // Promise of {pyodide, session}
 const post = (message) => self.postMessage(message);
 
 function boot(id, simulate) {
@@ -27,30 +30,27 @@ function boot(id, simulate) {
         "Reload the page; if it happens again the model may be too large for this GPU's memory.",
     }));
     const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null);
-    return { pyodide, gpu, session };
+    return { pyodide, session };
   })();
   return booted;
 }
 
 async function handle(id, kind, data) {
-  const { pyodide, gpu, session } = await boot(id, kind === "init" ? data.limits : null);
+  const { pyodide, session } = await boot(id, kind === "init" ? data.limits : null);
   switch (kind) {
     case "init":
       return { ...session.info(), pyodide: pyodide.version };
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
-      const model = await openModel(data.file ?? data.url, onProgress);
-      const result = await session.load(model.blob, id, data.ctx);
-      if (result.ok) Object.assign(result, { name: model.name, cached: model.cached }, memory(pyodide));
+      const model = await openModel(data.source, onProgress);
+      const result = await session.load(model.blob, model.name, id, data.ctx);
+      if (result.ok !== false) Object.assign(result, { cached: model.cached }, memory(pyodide));
       return result;
     }
-    case "generate":
-      return session.generate(data.prompt, data.maxTokens, !!data.chat, id);
-    case "stop":
-      session.stop();
-      return { ok: true };
+    case "create":
+      return session.create(data.endpoint, data.request, id);
     case "stats":
-      return { ok: true, calls: { ...gpu.calls }, ...memory(pyodide) };
+      return { ...session.stats(), ...memory(pyodide) };
     case "python": {      // for tests and debugging: run Python in the worker, return its JSON
       const out = await pyodide.runPythonAsync(data.code);
       return { ok: true, value: typeof out === "string" ? out : String(out) };
@@ -66,6 +66,7 @@ function memory(pyodide) {
 
 self.onmessage = async (event) => {
   const { id, kind, ...data } = event.data;
+  if (kind === "interrupt") return booted?.then(({ session }) => session.interrupt(data.target ?? null), () => {});
   try {
     const result = await handle(id, kind, data);
     if (result && result.ok === false) post({ id, kind: "error", ...result.error });

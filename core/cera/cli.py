@@ -20,6 +20,7 @@ from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, ContextFull, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
+from cera.prefix import PrefixCache
 from cera.runner import BACKENDS, open_device
 from cera.errors import ContextFull
 
@@ -45,6 +46,20 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
 
 
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; >0 samples on the CPU")
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=int, help="random seed for sampling")
+
+
+def _prefix_cache_args(p: argparse.ArgumentParser, budget_mb: int) -> None:
+    p.add_argument("--prefix-cache-mb", type=int, default=budget_mb,
+                   help="memory for saved prompt states, so a prompt that extends an earlier one prefills only "
+                        "its tail (0: none)")
+    p.add_argument("--prefix-cache-dir", help="also keep those states in this folder, across runs")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m cera", description=__doc__,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -57,12 +72,22 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", "-n", type=int, default=DEFAULT_MAX_TOKENS, help="most tokens to generate")
     g.add_argument("--chat", action="store_true", help="wrap the prompt with the model's chat template")
     g.add_argument("--system", help="system message for --chat")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; >0 samples on the CPU")
-    g.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
-    g.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
-    g.add_argument("--seed", type=int, help="random seed for sampling")
+    _sampling_args(g)
+    g.add_argument("--no-context-shift", dest="context_shift", action="store_false",
+                   help="stop with reason context_full when the context fills, instead of dropping the "
+                        "older half of it (after --keep) and going on")
+    g.add_argument("--keep", type=int, help="positions a context shift never drops (default: the BOS token "
+                                            "if the model adds one)")
     g.add_argument("--logits", action="store_true",
                    help="with --json: include the last position's full logits (reads them back)")
+
+    c = sub.add_parser("chat", help="a conversation in the terminal: each turn prefills only its new tokens",
+                       formatter_class=fmt)
+    _run_args(c)
+    c.add_argument("--system", help="system message")
+    c.add_argument("--max-tokens", "-n", type=int, default=DEFAULT_MAX_TOKENS, help="most tokens per reply")
+    _sampling_args(c)
+    _prefix_cache_args(c, 0)
 
     pp = sub.add_parser("perplexity", help="perplexity of the first --ctx tokens of a text file",
                         formatter_class=fmt)
@@ -112,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=os.environ.get("CERA_API_KEY"),
                    help="require `Authorization: Bearer KEY` on every request (default: $CERA_API_KEY; "
                         "none: no key needed)")
+    _prefix_cache_args(s, 256)
     return ap
 
 
@@ -127,9 +153,12 @@ def _progress(done: int, total: int) -> None:
 
 async def _engine(args):
     from cera.engine import Engine
-    device = open_device(args.backend)
-    engine = await Engine.load(_open(args.model), device, ctx=args.ctx, progress=_progress,
-                               prefill_chunk=args.prefill_chunk)
+    device, path = open_device(args.backend), catalogue.resolve(args.model)
+    cache = None
+    if getattr(args, "prefix_cache_mb", 0):
+        cache = PrefixCache.for_model(path, args.backend, args.prefix_cache_mb, args.prefix_cache_dir)
+    engine = await Engine.load(GGUFFile.open(path), device, ctx=args.ctx, progress=_progress,
+                               prefill_chunk=args.prefill_chunk, prefix_cache=cache)
     return engine, device
 
 
@@ -141,7 +170,8 @@ async def generate(args) -> dict:
     if stream and not args.chat:
         print(args.prompt, end="", flush=True)
     ids = engine.prompt_tokens(args.prompt, args.chat, args.system)
-    r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits)
+    r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream, keep_logits=args.logits,
+                              context_shift=args.context_shift, keep=args.keep)
     out = {"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stop_reason": r.stop_reason,
            "prefill_tokens_per_s": round(r.prefill_tokens_per_s, 2),
            "decode_tokens_per_s": round(r.decode_tokens_per_s, 2),
@@ -152,12 +182,50 @@ async def generate(args) -> dict:
     if not args.json:
         print()
         if r.stop_reason == "context_full":
-            print(f"[stopped: the context of {engine.ctx} tokens is full; raise --ctx]", file=sys.stderr)
+            print(f"[stopped: the context of {engine.ctx} tokens is full; raise --ctx, or drop "
+                  "--no-context-shift]", file=sys.stderr)
         print(f"[{len(r.prompt_tokens)} prompt tokens at {out['prefill_tokens_per_s']} tok/s, "
               f"{len(r.tokens)} generated at {out['decode_tokens_per_s']} tok/s, "
               f"{out['dispatches_per_token']} dispatches/token, {out['adapter'] or 'numpy reference'}]",
               file=sys.stderr)
     return out
+
+
+async def chat(args) -> dict:
+    """Read user messages from stdin, one per line (/reset starts over, /exit or end of input
+    quits); stream each reply. With --json, print one object per turn instead."""
+    from cera.engine import Sampler
+    engine, device = await _engine(args)
+    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    messages, turns = list(system), []
+    interactive = sys.stdin.isatty() and not args.json
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line or line.strip() == "/exit":
+            break
+        if line.strip() == "/reset":
+            messages = list(system)
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        ids = engine.chat_tokens(messages)
+        while len(ids) >= engine.ctx and len(messages) > len(system) + 1:   # drop the oldest turn
+            del messages[len(system): len(system) + 2]
+            ids = engine.chat_tokens(messages)
+        stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
+        r = await engine.generate(ids, args.max_tokens, sampler=sampler, on_text=stream)
+        messages.append({"role": "assistant", "content": r.text})
+        turn = {"reply": r.text, "prompt_tokens": len(ids), "prefilled": r.prefilled, "reused": r.reused,
+                "stop_reason": r.stop_reason, "decode_tokens_per_s": round(r.decode_tokens_per_s, 2)}
+        turns.append(turn)
+        if args.json:
+            print(json.dumps(turn), flush=True)
+        else:
+            print(f"\n[{r.prefilled} new prompt tokens prefilled, {r.reused} reused; {len(r.tokens)} generated at "
+                  f"{turn['decode_tokens_per_s']} tok/s]", file=sys.stderr)
+    return {"turns": len(turns)}
 
 
 async def perplexity(args) -> dict:
@@ -245,6 +313,7 @@ async def bench(args) -> dict:
     ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, args.prompt_tokens).tolist()
     runs = []
     for i in range(args.repeat + 1):   # the first run warms up pipelines and caches
+        engine.reset()                  # each run prefills the whole prompt
         r = await engine.generate(ids, args.gen_tokens, stop_at_eos=False)
         if i:
             runs.append(r)
@@ -295,7 +364,8 @@ def serve(args) -> dict:
     from cera.server import serve
     if args.max_queue < 0:
         raise InvalidArgument("--max-queue must be >= 0")
-    runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress)
+    runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress,
+                         prefix_cache_mb=args.prefix_cache_mb, prefix_cache_dir=args.prefix_cache_dir)
     try:
         print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
               f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)
@@ -314,7 +384,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     as_json = getattr(args, "json", False)
     try:
-        command = {"generate": generate, "perplexity": perplexity, "tokenize": tokenize, "info": info,
+        command = {"generate": generate, "chat": chat, "perplexity": perplexity, "tokenize": tokenize, "info": info,
                    "plan": plan, "bench": bench, "models": models, "serve": serve}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
@@ -325,6 +395,6 @@ def main(argv=None) -> int:
         else:
             print(f"error ({err.type}): {err}", file=sys.stderr)
         return err.exit_status
-    if as_json:
+    if as_json and args.command != "chat":   # chat printed a line per turn
         print(json.dumps(out))
     return 0

@@ -21,6 +21,7 @@ from cera.errors import GpuError, ShaderError, TooLarge
 UPLOAD_CHUNK = 32 << 20   # bytes per upload call (a Blob slice in the browser, a file read natively)
 UPLOAD_DRAIN = 256 << 20  # wait for the queue after this many uploaded bytes: bounds the host's staging memory
 WANTED_FEATURES = ("shader-f16", "subgroups", "timestamp-query")   # requested where the adapter has them
+DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU device grants (Apple, SwiftShader: no more)
 
 
 def buffer_size(size: int) -> int:

@@ -17,6 +17,7 @@ from cera.chat import render
 from cera.config import ModelConfig
 from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
+from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
 from cera.tokenizer import Tokenizer
 
@@ -41,6 +42,31 @@ class ReferenceBackend:
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+
+    @property
+    def n_past(self) -> int:
+        return self.model.n_past
+
+    async def shift(self, keep: int, discard: int, n_past: int) -> None:
+        self.model.shift(keep, discard)
+
+    async def snapshot(self, tokens: list[int]) -> Snapshot:
+        m, n = self.model, len(tokens)
+        arrays = {f"{kind}.{i}": cache[i][:n].reshape(n, -1).astype(np.float32)
+                  for kind, cache in (("k", m.key_cache), ("v", m.value_cache)) for i in cache}
+        arrays.update({f"conv.{i}": state.ravel().copy() for i, state in m.conv_state.items()})
+        return Snapshot(tuple(tokens), arrays)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        m = self.model
+        for name, array in snapshot.arrays.items():
+            kind, i = name.split(".")
+            if kind == "conv":
+                m.conv_state[int(i)][...] = array.reshape(m.conv_state[int(i)].shape)
+            else:
+                cache = (m.key_cache if kind == "k" else m.value_cache)[int(i)]   # (ctx, KVH, hd)
+                cache[: len(array)] = array.reshape(len(array), *cache.shape[1:])
+        m.n_past = len(snapshot.tokens)
 
     async def greedy(self, token: int, pos: int, n: int):
         """The n greedy tokens that follow `token` at `pos`, one forward step each."""
@@ -89,10 +115,16 @@ class Result:
     prefill_s: float
     decode_s: float
     logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
+    reused: int = 0                   # prompt tokens whose state was already cached (not prefilled)
+
+    @property
+    def prefilled(self) -> int:
+        """Prompt tokens that went through prefill (the rest came from cached state)."""
+        return len(self.prompt_tokens) - self.reused
 
     @property
     def prefill_tokens_per_s(self) -> float:
-        return len(self.prompt_tokens) / self.prefill_s if self.prefill_s else 0.0
+        return self.prefilled / self.prefill_s if self.prefill_s else 0.0
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -102,24 +134,32 @@ class Result:
 
 
 class Engine:
-    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None, cfg: ModelConfig | None = None):
+    """Generation over one backend. The sequence in the backend is remembered (`history`), so a
+    prompt that extends it prefills only the new tokens (a conversation's next turn); with a
+    `prefix_cache`, the states after earlier prompts are saved and resumed likewise."""
+
+    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None, cfg: ModelConfig | None = None,
+                 prefix_cache: PrefixCache | None = None):
         self.gguf = gguf_file
         self.cfg = cfg or ModelConfig.from_gguf(gguf_file)
         self.backend = backend
         self.tokenizer = tokenizer or Tokenizer.from_metadata(gguf_file.metadata)
+        self.prefix_cache = prefix_cache
+        self.history: list[int] = []   # the sequence's tokens; the first backend.n_past of them are cached
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
-                   prefill_chunk: int = DEFAULT_CHUNK) -> "Engine":
+                   prefill_chunk: int = DEFAULT_CHUNK, prefix_cache: PrefixCache | None = None) -> "Engine":
         """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
         Prompts go through the GPU in chunks of up to `prefill_chunk` tokens."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
-            return cls(gguf_file, ReferenceBackend(Reference(gguf_file, ctx)), tokenizer, cfg)
-        model = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
-        await model.load(progress)
-        return cls(gguf_file, model, tokenizer, cfg)
+            backend = ReferenceBackend(Reference(gguf_file, ctx))
+        else:
+            backend = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
+            await backend.load(progress)
+        return cls(gguf_file, backend, tokenizer, cfg, prefix_cache)
 
     @property
     def ctx(self) -> int:
@@ -145,10 +185,14 @@ class Engine:
 
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
-                       keep_logits: bool = False, should_stop=None) -> Result:
+                       keep_logits: bool = False, should_stop=None, context_shift: bool = True,
+                       keep: int | None = None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
         as text becomes complete. keep_logits: read back and return the last position's logits.
-        should_stop: called before each new token; True ends generation ("stopped")."""
+        should_stop: called before each new token; True ends generation ("stopped").
+        context_shift: when the context fills, keep its first `keep` positions (default: the BOS
+        token, if the model adds one), drop half of the rest and go on; without it generation
+        stops there ("context_full")."""
         sampler = sampler or Sampler()
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
@@ -156,17 +200,24 @@ class Engine:
         self.cfg.check_tokens(ids)
         if len(ids) >= self.ctx:
             raise ContextFull(f"prompt has {len(ids)} tokens; the context holds {self.ctx} (raise --ctx)")
+        keep = int(self.tokenizer.add_bos and ids[0] == self.tokenizer.bos_id) if keep is None else keep
+        if context_shift and not 0 <= keep <= self.ctx - 2:
+            raise InvalidArgument(f"keep {keep}: a context shift needs 0 <= keep <= {self.ctx - 2} (the context "
+                                  f"holds {self.ctx})")
         detok = self.tokenizer.detokenizer()
         want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
 
-        self.backend.reset()
         t0 = time.perf_counter()
-        token, logits = await self.backend.forward(ids, 0, want)
+        reused = await self._resume(ids)
+        token, logits = await self.backend.forward(ids[reused:], reused, want)
+        if self.prefix_cache is not None and reused < len(ids):
+            self.prefix_cache.store(await self.backend.snapshot(ids))
+        self.history = list(ids)
         t1 = time.perf_counter()
-        budget = min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 is run at position len(ids)+i-1
+        budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
         emit = on_text or (lambda piece: None)
-        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want)) as steps:
+        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want, keep)) as steps:
             async for token, logits in steps:
                 if stop_at_eos and self.tokenizer.is_eog(token):
                     stop = "eos"
@@ -181,25 +232,61 @@ class Engine:
         if tail := detok.flush():
             pieces.append(tail)
             emit(tail)
-        return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits)
+        return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits, reused)
 
-    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want):
+    def reset(self) -> None:
+        """Forget the sequence: the next prompt is prefilled whole (unless the prefix cache has it)."""
+        self.history = []
+        self.backend.reset()
+
+    async def _resume(self, ids: list[int]) -> int:
+        """Make the backend hold the longest prefix of ids it can without running it (at most
+        len(ids) - 1 tokens: the last one must run for its logits) -> that prefix's length.
+        The live sequence serves when it agrees with ids (a model with conv state only from its
+        very end: that state cannot rewind); else the prefix cache, else nothing (reset)."""
+        live = self.history[: self.backend.n_past]
+        n = 0
+        while n < min(len(live), len(ids) - 1) and live[n] == ids[n]:
+            n += 1
+        if n and (not self.cfg.conv_layers or n == len(live)):
+            return n
+        snapshot = self.prefix_cache.lookup(ids) if self.prefix_cache is not None else None
+        if snapshot is not None:
+            self.backend.restore(snapshot)
+            return len(snapshot.tokens)
+        self.backend.reset()
+        return 0
+
+    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want, keep: int):
         """The n tokens that follow the prompt, each with the logits it was picked from (None
-        unless asked for): the first from the prefill, then one forward step each. Greedy runs
-        without logits go through the backend's own loop (the GPU's is pipelined)."""
-        if want is LOGITS_NONE:
-            if n > 0:
-                yield token, None
-                async with aclosing(self.backend.greedy(token, pos, n - 1)) as steps:
-                    async for token in steps:
+        unless asked for): the first from the prefill, then one forward step each, at positions
+        pos, pos+1, ... Greedy runs without logits go through the backend's own loop (the GPU's
+        is pipelined). When the context is full, the cache shifts (see generate)."""
+        if not sampler.greedy:
+            token = sampler.sample(logits)
+        self.history.append(token)
+        yield token, logits
+        done = 1
+        while done < n:
+            if pos == self.ctx:
+                discard = (pos - keep) // 2
+                await self.backend.shift(keep, discard, pos)
+                del self.history[keep: keep + discard]
+                pos -= discard
+            steps = min(n - done, self.ctx - pos)
+            if want is LOGITS_NONE:
+                async with aclosing(self.backend.greedy(token, pos, steps)) as run:
+                    async for token in run:
+                        self.history.append(token)
                         yield token, None
-            return
-        for i in range(n):
-            if not sampler.greedy:
-                token = sampler.sample(logits)
-            yield token, logits
-            if i + 1 < n:
-                token, logits = await self.backend.forward([token], pos + i, want)
+            else:
+                for i in range(steps):
+                    token, logits = await self.backend.forward([token], pos + i, want)
+                    if not sampler.greedy:
+                        token = sampler.sample(logits)
+                    self.history.append(token)
+                    yield token, logits
+            pos, done = pos + steps, done + steps
 
     async def logits(self, tokens: list[int]) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0."""
@@ -207,6 +294,7 @@ class Engine:
         if len(tokens) > self.ctx:
             raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
         self.backend.reset()
+        self.history = list(tokens)
         return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
 
     async def perplexity(self, tokens: list[int]) -> float:

@@ -63,6 +63,21 @@ class Reference:
             cache.fill(0)
         self.n_past = 0
 
+    def shift(self, keep: int, discard: int) -> None:
+        """Context shift: drop cached positions keep..keep+discard-1, moving the later ones down
+        by `discard`, keys re-rotated by -discard positions (RoPE composes: R(p - d) = R(-d) R(p)).
+        The conv state carries no position and stays."""
+        cfg, n = self.cfg, self.n_past - keep - discard
+        if keep < 0 or discard < 1 or n < 0:
+            raise InvalidArgument(f"shift of {discard} positions after {keep} of {self.n_past}: out of range")
+        for il in cfg.attention_layers:   # each layer with its own RoPE base and scale (gemma3)
+            delta = np.full(n, -discard * cfg.layer_rope_freq_scale[il])
+            k, v = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
+            k[keep: keep + n] = ops.rope(k[keep + discard: self.n_past].astype(np.float32), delta,
+                                         cfg.layer_rope_theta[il], cfg.rope_neox, cfg.n_rot, self.freq_factors)
+            v[keep: keep + n] = v[keep + discard: self.n_past]
+        self.n_past -= discard
+
     # --- the forward pass ----------------------------------------------------------------
     def forward(self, tokens, pos0: int) -> np.ndarray:
         """Run tokens at positions pos0, pos0+1, ... -> logits (T, vocab_size) float32.

@@ -5,7 +5,7 @@ The native host waits for the GPU inside its coroutines without yielding to the 
 generation run on a server's loop would stall every other connection until it ended. Here the
 engine gets a private loop in a daemon thread; callers on any thread submit `Job`s and get
 `concurrent.futures.Future`s back. Jobs run one at a time, in the order they were submitted.
-Not for the browser (Pyodide has no threads): the page drives the engine on its own loop.
+The browser has no threads: its worker (web/cera_web) runs Jobs with `run_job` on its own loop.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cera import catalogue
-from cera.engine import Engine, Result, Sampler
+from cera.engine import DEFAULT_CTX, Engine, Result, Sampler
+from cera.gpu.model import DEFAULT_CHUNK
+from cera.prefix import PrefixCache
 from cera.errors import InvalidArgument
 from cera.gguf_file import GGUFFile
 
@@ -69,6 +71,33 @@ class StopText:
         return held
 
 
+async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> Result:
+    """Run `job` on the caller's event loop. Text goes to on_text(piece) cut at the first stop
+    string (a tail that may still become one is held back). should_stop(), asked before the job
+    starts and before each token, ends it early. stop_reason: the engine's, or "stop_string" or
+    "cancelled" (should_stop said so)."""
+    on_text = on_text or (lambda piece: None)
+    should_stop = should_stop or (lambda: False)
+    if should_stop():   # left while waiting its turn: nothing to run
+        return Result("", [], [], "cancelled", 0.0, 0.0)
+    stops = StopText(job.stop)
+    shown = []
+
+    def show(piece: str) -> None:
+        if text := stops.push(piece):
+            shown.append(text)
+            on_text(text)
+
+    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show,
+                                   sampler=job.sampler, should_stop=lambda: stops.hit or should_stop())
+    if tail := stops.flush():
+        shown.append(tail)
+        on_text(tail)
+    reason = "stop_string" if stops.hit else "cancelled" if result.stop_reason == "stopped" \
+        else result.stop_reason
+    return replace(result, text="".join(shown), stop_reason=reason)
+
+
 def open_device(backend: str):
     """The native GPU device, or None for the numpy reference."""
     if backend not in BACKENDS:
@@ -91,21 +120,24 @@ class Runner:
         self._thread.start()
 
     @classmethod
-    def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
-             prefill_chunk: int = 512, progress=None) -> "Runner":
-        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading raises."""
+    def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX, backend: str = "gpu",
+             prefill_chunk: int = DEFAULT_CHUNK, progress=None, prefix_cache_mb: int = 0,
+             prefix_cache_dir: str | None = None) -> "Runner":
+        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading
+        raises. prefix_cache_mb > 0 keeps the states after earlier prompts (cera.prefix)."""
         runner = cls()
         try:
-            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress))
+            runner.call(runner._load(model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir))
         except BaseException:
             runner.close()
             raise
         return runner
 
-    async def _load(self, model, ctx, backend, prefill_chunk, progress) -> None:
-        device = open_device(backend)
-        gguf = GGUFFile.open(catalogue.resolve(str(model)))
-        self.engine = await Engine.load(gguf, device, ctx=ctx, progress=progress, prefill_chunk=prefill_chunk)
+    async def _load(self, model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir) -> None:
+        device, path = open_device(backend), catalogue.resolve(str(model))
+        cache = PrefixCache.for_model(path, backend, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
+        self.engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress,
+                                        prefill_chunk=prefill_chunk, prefix_cache=cache)
         self.adapter = device.adapter_name if device else None
 
     def call(self, coro):
@@ -116,29 +148,11 @@ class Runner:
         """Queue `job`; the Future gives its Result. on_text(piece) is called on the engine
         thread as text becomes final. should_stop() (called from the engine thread, before the
         job starts and before each token) ends it early: stop_reason "cancelled"."""
-        return asyncio.run_coroutine_threadsafe(
-            self._run(job, on_text or (lambda piece: None), should_stop or (lambda: False)), self._loop)
+        return asyncio.run_coroutine_threadsafe(self._run(job, on_text, should_stop), self._loop)
 
     async def _run(self, job: Job, on_text, should_stop) -> Result:
-        async with self._turn:
-            if should_stop():   # left while waiting its turn: nothing to run
-                return Result("", [], [], "cancelled", 0.0, 0.0)
-            stops = StopText(job.stop)
-            shown = []
-
-            def show(piece: str) -> None:
-                if text := stops.push(piece):
-                    shown.append(text)
-                    on_text(text)
-
-            result = await self.engine.generate(job.prompt_ids(self.engine), job.max_tokens, on_text=show,
-                                                sampler=job.sampler, should_stop=lambda: stops.hit or should_stop())
-            if tail := stops.flush():
-                shown.append(tail)
-                on_text(tail)
-            reason = "stop_string" if stops.hit else "cancelled" if result.stop_reason == "stopped" \
-                else result.stop_reason
-            return replace(result, text="".join(shown), stop_reason=reason)
+        async with self._turn:   # FIFO
+            return await run_job(self.engine, job, on_text, should_stop)
 
     def close(self) -> None:
         """Cancel the jobs (one in progress ends after its current step) and stop the thread."""

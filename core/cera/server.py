@@ -17,7 +17,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from typing import Literal
 
@@ -28,12 +27,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cera.engine import Result, Sampler
+from cera.engine import Result
 from cera.errors import CeraError, ContextFull
+from cera.openai_shapes import (COMPLETION_MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, ChatCompletion, TextCompletion,
+                                chat_job, completion_job)
 from cera.runner import Job, Runner
 
 log = logging.getLogger("cera.server")
-FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length"}
 
 
 class ApiError(Exception):
@@ -60,19 +60,17 @@ class StreamOptions(BaseModel):
 class Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str | None = None   # None: the model being served
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0, description="an extension (as llama.cpp's server): 0 keeps the whole vocabulary")
+    temperature: float = Field(TEMPERATURE, ge=0, le=2)
+    top_p: float = Field(TOP_P, gt=0, le=1)
+    top_k: int = Field(TOP_K, ge=0, description="an extension (as llama.cpp's server): 0 keeps the whole vocabulary")
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Literal[1] = 1
 
-    def job(self, max_tokens: int, **prompt) -> Job:
-        stop = [self.stop] if isinstance(self.stop, str) else self.stop or []
-        return Job(**prompt, max_tokens=max_tokens, stop=tuple(stop),
-                   sampler=Sampler(self.temperature, self.top_k, self.top_p, self.seed))
+    def sampling(self) -> dict:
+        return self.model_dump(include={"temperature", "top_p", "top_k", "seed", "stop"})
 
 
 class TextPart(BaseModel):
@@ -84,10 +82,6 @@ class Message(BaseModel):
     role: str
     content: str | list[TextPart] | None = None
 
-    def plain(self) -> dict:
-        content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        return {"role": self.role, "content": content}
-
 
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
@@ -97,7 +91,7 @@ class ChatRequest(Sampling):
 
 class CompletionRequest(Sampling):
     prompt: str | list[int] | list[str]
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: int = Field(COMPLETION_MAX_TOKENS, ge=1)
 
 
 # ---- the server ----
@@ -149,13 +143,14 @@ class Server:
             if len(prompt) != 1:
                 raise ApiError(400, "one prompt per request (a batch of prompts is not supported)", param="prompt")
             prompt = prompt[0]
-        return await self._answer(request, req, req.job(req.max_tokens, prompt=prompt), _TextCompletion)
+        return await self._answer(request, req, completion_job(prompt, req.max_tokens, **req.sampling()),
+                                  TextCompletion)
 
     async def chat_completions(self, request: Request) -> Response:
         req = await _parse(request, ChatRequest)
-        max_tokens = req.max_completion_tokens or req.max_tokens or self.runner.engine.ctx   # until the context is full
-        return await self._answer(request, req, req.job(max_tokens, messages=[m.plain() for m in req.messages]),
-                                  _ChatCompletion)
+        job = chat_job([m.model_dump() for m in req.messages], self.runner.engine.ctx, req.max_tokens,
+                       req.max_completion_tokens, **req.sampling())
+        return await self._answer(request, req, job, ChatCompletion)
 
     async def _answer(self, request: Request, req: Sampling, job: Job, shape) -> Response:
         self._check_model(req.model)
@@ -281,61 +276,7 @@ def _engine_error(error: BaseException, param: str | None) -> ApiError:
     return ApiError(500, f"internal error ({type(error).__name__}); see the server's log", "server_error")
 
 
-# ---- response shapes ----
-
-def _usage(result: Result) -> dict:
-    prompt, completion = len(result.prompt_tokens), len(result.tokens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-class _Shape:
-    def __init__(self, model_id: str):
-        self.model, self.created = model_id, int(time.time())
-        self.id = f"{self.prefix}-{uuid.uuid4().hex}"
-
-    def _object(self, kind: str, choice: dict, **extra) -> dict:
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "choices": [{"index": 0, **choice, "logprobs": None}] if choice else [], **extra}
-
-    def usage_chunk(self, result: Result) -> dict:
-        return self._object(self.chunk_object, {}, usage=_usage(result))
-
-
-class _ChatCompletion(_Shape):
-    prefix, chunk_object, param = "chatcmpl", "chat.completion.chunk", "messages"
-
-    def whole(self, result: Result) -> dict:
-        return self._object("chat.completion", {"message": {"role": "assistant", "content": result.text},
-                                                "finish_reason": FINISH_REASONS[result.stop_reason]},
-                            usage=_usage(result))
-
-    def start(self) -> dict:
-        return self._object(self.chunk_object, {"delta": {"role": "assistant", "content": ""}, "finish_reason": None})
-
-    def piece(self, text: str) -> dict:
-        return self._object(self.chunk_object, {"delta": {"content": text}, "finish_reason": None})
-
-    def end(self, result: Result) -> dict:
-        return self._object(self.chunk_object, {"delta": {}, "finish_reason": FINISH_REASONS[result.stop_reason]})
-
-
-class _TextCompletion(_Shape):
-    prefix, chunk_object, param = "cmpl", "text_completion", "prompt"
-
-    def whole(self, result: Result) -> dict:
-        return self._object("text_completion", {"text": result.text,
-                                                "finish_reason": FINISH_REASONS[result.stop_reason]},
-                            usage=_usage(result))
-
-    def start(self) -> dict:
-        return self.piece("")
-
-    def piece(self, text: str) -> dict:
-        return self._object(self.chunk_object, {"text": text, "finish_reason": None})
-
-    def end(self, result: Result) -> dict:
-        return self._object(self.chunk_object, {"text": "", "finish_reason": FINISH_REASONS[result.stop_reason]})
-
+# ---- server-sent events ----
 
 def _sse(obj: dict) -> str:
     return f"data: {json.dumps(obj)}\n\n"

@@ -1,17 +1,22 @@
 """The worker's Python side: one model on one WebDevice, driven by messages from worker.js.
 
-Results and errors go back as plain dicts; errors carry the `name` of their cera.errors
-type, which the page turns into advice ("Error" alone is a bug).
+Requests come type-checked by cera.js and leave as ready OpenAI objects, shaped by
+cera.openai_shapes like the native server's; they run through cera.runner.run_job (stop
+strings, cancelling) one at a time. Results and errors go back as plain dicts; errors carry
+the `name` of their cera.errors type, which the page turns into advice ("Error" alone is a bug).
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 
 from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
-from cera.errors import CeraError, InvalidArgument
+from cera.errors import CeraError
 from cera.gpu.model import DEFAULT_CHUNK
+from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
+from cera.runner import run_job
 from js import Object
 from pyodide.ffi import to_js
 
@@ -20,7 +25,7 @@ from .sources import BlobSource
 
 __all__ = ["Session", "WANTED_FEATURES"]   # worker.js opens the GPU with these features
 
-_POST_EVERY_S = 0.03     # stream text to the page at most this often (one postMessage each)
+_POST_EVERY_S = 0.03     # stream chunks to the page at most this often (one postMessage each)
 _sessions: list = []     # every Session made (one per worker): tests reach the device through it
 
 
@@ -35,13 +40,40 @@ def error_dict(err: BaseException) -> dict:
     return {"name": "Error", "type": "error", "message": f"{type(err).__name__}: {err}"}
 
 
+class _Chunks:
+    """A streamed request's chunks, posted to the page in batches (at most one postMessage per
+    _POST_EVERY_S). The first batch holds the start chunk and the first text: a request that
+    fails before any text posts nothing, so cera.js can reject it as a whole."""
+
+    def __init__(self, post, msg_id, shape):
+        self.post, self.id, self.shape = post, msg_id, shape
+        self.pending = [shape.start()]
+        self.posts = 0                        # postMessages while generating (the final one not counted)
+        self.last = time.perf_counter()
+
+    def piece(self, text: str) -> None:
+        self.pending.append(self.shape.piece(text))
+        now = time.perf_counter()
+        if now - self.last >= _POST_EVERY_S:
+            self.flush()
+            self.posts += 1
+            self.last = now
+
+    def flush(self, *last) -> None:
+        self.post(_js({"id": self.id, "kind": "chunks", "chunks": self.pending + list(last)}))
+        self.pending = []
+
+
 class Session:
     def __init__(self, host, post, limits=None):
         self.host, self.post = host, post
         self.device = WebDevice(host, dict(limits) if limits else None)
         self.engine = None
-        self.source = None
-        self._stopping = False
+        self.model = None                  # the loaded model's name: "model" in the OpenAI objects
+        self.last = None                   # numbers of the last finished request (runtimeStats)
+        self._turn = asyncio.Lock()        # loads and requests run one at a time, in arrival order
+        self._running = None               # id of the request generating now
+        self._interrupted: set = set()     # ids of requests told to stop
         _sessions.append(self)
 
     def info(self):
@@ -54,76 +86,98 @@ class Session:
             self.post(_js({"id": msg_id, "kind": "progress", "phase": phase, "done": done, "total": total}))
         return progress
 
-    async def load(self, blob, msg_id, ctx=None):
+    async def load(self, blob, name, msg_id, ctx=None):
         """Parse the GGUF header from the Blob, post the GPU memory the model will take (a
         "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions).
-        A model with a buffer this GPU cannot hold is refused (TooLarge) before any allocation."""
+        A model with a buffer this GPU cannot hold is refused (TooLarge) before anything is
+        allocated. Waits for the requests ahead of it."""
+        async with self._turn:
+            try:
+                return _js(await self._load(blob, str(name), msg_id, ctx))
+            except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
+                return _js({"ok": False, "error": error_dict(err)})
+
+    async def _load(self, blob, name, msg_id, ctx):
+        from cera.config import ModelConfig
+        from cera.engine import Engine
+        from cera.gguf_file import GGUFFile
+        from cera.gpu.footprint import footprint
+
+        t0 = time.perf_counter()
+        self.engine = self.model = None
+        gc.collect()                      # the previous model's buffers: freed on the GPU now
+        self.device.release_unused()
+        source = BlobSource(blob, self.host)
+        gguf = GGUFFile(source)
+        cfg = ModelConfig.from_gguf(gguf)
+        ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
+        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits).to_dict(),
+                  "max_buffer_size": self.device.limits.max_buffer_size}
+        self.post(_js({"id": msg_id, "kind": "memory", "memory": memory}))
+        engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
+                                   prefill_chunk=DEFAULT_CHUNK)
+        await self.device.check()
+        self.engine, self.model = engine, name
+        return {"name": name, "arch": gguf.arch, "bytes": source.size,
+                "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx, "gpuMemory": memory,
+                "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
+                "bytesThroughWasm": source.bytes_read,
+                "dispatchesPerToken": engine.backend.dispatches_per_token,
+                "loadSeconds": time.perf_counter() - t0}
+
+    def interrupt(self, target=None):
+        """Stop request `target` (None: the one generating now) before its next token."""
+        target = self._running if target is None else target
+        if target is not None:
+            self._interrupted.add(target)
+
+    async def create(self, endpoint, request, msg_id):
+        """A "chat" or "completion" request (OpenAI's fields; cera.js has checked their types and
+        that a model is loaded). Returns the chat.completion / text_completion object; with
+        `stream`, posts the chunks and returns None."""
         try:
-            from cera.config import ModelConfig
-            from cera.engine import Engine
-            from cera.gguf_file import GGUFFile
-            from cera.gpu.footprint import footprint
-
-            t0 = time.perf_counter()
-            self.engine = None
-            gc.collect()                      # the previous model's buffers: freed on the GPU now
-            self.device.release_unused()
-            source = BlobSource(blob, self.host)
-            gguf = GGUFFile(source)
-            cfg = ModelConfig.from_gguf(gguf)
-            ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
-            memory = footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits)
-            self.post(_js({"id": msg_id, "kind": "memory", **memory.to_dict(),
-                           "maxBufferSize": self.device.limits.max_buffer_size}))
-            engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
-                                       prefill_chunk=DEFAULT_CHUNK)
-            await self.device.check()
-            self.engine, self.source = engine, source
-            return _js({"ok": True, "name": source.name, "arch": gguf.arch, "bytes": source.size,
-                        "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx,
-                        "gpuBytes": memory.total,
-                        "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
-                        "bytesThroughWasm": source.bytes_read,
-                        "dispatchesPerToken": engine.backend.dispatches_per_token,
-                        "loadSeconds": time.perf_counter() - t0})
-        except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
-            return _js({"ok": False, "error": error_dict(err)})
-
-    def stop(self):
-        self._stopping = True
-
-    async def generate(self, prompt, max_tokens, chat, msg_id):
-        """Generate after `prompt`, streaming text; max_tokens None: DEFAULT_MAX_TOKENS."""
-        if self.engine is None:
-            return _js({"ok": False, "error": error_dict(InvalidArgument("no model is loaded: load one first"))})
-        pending, last, posts = [], [time.perf_counter()], [0]
-
-        def on_text(piece):
-            pending.append(piece)
-            now = time.perf_counter()
-            if now - last[0] >= _POST_EVERY_S:
-                self.post(_js({"id": msg_id, "kind": "token", "text": "".join(pending)}))
-                posts[0] += 1
-                pending.clear()
-                last[0] = now
-
-        try:
-            self._stopping = False
-            calls0 = dict(self.device.calls())
-            result = await self.engine.generate(str(prompt), max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens), chat=bool(chat),
-                                                on_text=on_text, should_stop=lambda: self._stopping)
-            if pending:
-                self.post(_js({"id": msg_id, "kind": "token", "text": "".join(pending)}))
-            calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
-            calls["postMessage"] = posts[0]   # streamed text (the final flush and the result not counted)
-            return _js({"ok": True, "text": result.text, "tokens": list(result.tokens),   # ids, as `python -m cera generate --json`
-                        "promptTokens": len(result.prompt_tokens),
-                        "stopReason": result.stop_reason,
-                        "prefillSeconds": result.prefill_s, "decodeSeconds": result.decode_s,
-                        "decodeTokensPerS": result.decode_tokens_per_s,
-                        "prefillTokensPerS": result.prefill_tokens_per_s,
-                        "hostCalls": calls})
+            body = request.to_py()
+            stream = body.pop("stream", False)
+            usage = body.pop("stream_options", {}).get("include_usage", False)
+            for checked in ("model", "n"):   # cera.js checked them: the loaded model, one choice
+                body.pop(checked, None)
+            async with self._turn:
+                if endpoint == "chat":
+                    job, shape = chat_job(ctx=self.engine.ctx, **body), ChatCompletion(self.model)
+                else:
+                    job, shape = completion_job(**body), TextCompletion(self.model)
+                chunks = _Chunks(self.post, msg_id, shape) if stream else None
+                result = await self._run(job, msg_id, chunks)
+            if not stream:
+                return _js(shape.whole(result))
+            chunks.flush(shape.end(result), *([shape.usage_chunk(result)] if usage else []))
+            return None
         except Exception as err:   # noqa: BLE001
             return _js({"ok": False, "error": error_dict(err)})
         finally:
-            self._stopping = False
+            self._interrupted.discard(msg_id)
+
+    async def _run(self, job, msg_id, chunks):
+        self._running = msg_id
+        calls0 = dict(self.device.calls())
+        try:
+            result = await run_job(self.engine, job, chunks.piece if chunks else None,
+                                   lambda: msg_id in self._interrupted)
+        finally:
+            self._running = None
+        calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
+        calls["postMessage"] = chunks.posts if chunks else 0   # streamed chunks (the final batch not counted)
+        self.last = {"promptTokens": len(result.prompt_tokens), "completionTokens": len(result.tokens),
+                     "tokens": list(result.tokens),   # ids, as `python -m cera generate --json`
+                     "stopReason": result.stop_reason,
+                     "prefillSeconds": result.prefill_s, "decodeSeconds": result.decode_s,
+                     "prefillTokensPerS": result.prefill_tokens_per_s,
+                     "decodeTokensPerS": result.decode_tokens_per_s,
+                     "hostCalls": calls}
+        return result
+
+    def stats(self):
+        """The adapter, the model, the last request's numbers, and calls into GpuHost so far."""
+        return _js({"adapter": self.device.adapter_name, "model": self.model,
+                    "arch": self.engine.gguf.arch if self.engine else None,
+                    "lastRequest": self.last, "calls": self.device.calls()})

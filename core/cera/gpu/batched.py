@@ -32,7 +32,7 @@ from math import gcd
 from gguf.constants import GGMLQuantizationType as T
 
 from cera.config import FFN_SILU, MAX_HEAD_DIM
-from cera.device import Binding, Dispatch
+from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
 from cera.gpu.layers import window_define
@@ -41,7 +41,6 @@ from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles
 # Every type quant.wgsl decodes has a batched kernel: the matmul stages whole quant units.
 BATCHED_TYPES = MATVEC_TYPES
 
-DEFAULT_WORKGROUP_STORAGE = 16384   # bytes: the WebGPU default limit
 MAX_INVOCATIONS = 256
 
 

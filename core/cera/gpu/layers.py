@@ -13,14 +13,15 @@ dispatch built for `max_tokens` rows serves every step of up to that many tokens
 from __future__ import annotations
 
 import math
+import struct
 
 from cera.config import MAX_HEAD_DIM
-from cera.device import Binding, Dispatch
+from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
-ATTENTION_STORAGE = 16384      # bytes: attention.wgsl's workgroup memory, the WebGPU default limit
+ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
 ATTENTION_SERIAL_KEYS = 16     # most keys one invocation walks in attention.wgsl's value pass
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
@@ -60,12 +61,11 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     if n_rot % 2 or not 0 < n_rot <= head_dim:
         raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
     _check_heads(n_heads, n_kv_heads)
-    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta))
+    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
+                   **_freq_scale(freq_scale))
     bindings = [q, k, v, q_out, k_cache, v_cache, step]
     if neox:
         defines["NEOX"] = True
-    if freq_scale != 1.0:
-        defines["FREQ_SCALE"] = float(freq_scale)
     if freq_factors is not None:
         defines["FREQ_FACTORS"] = True
         bindings.append(freq_factors)
@@ -79,6 +79,34 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim * max_tokens
     return kernels.dispatch("rope.wgsl", bindings, (n_heads + n_kv_heads, max_tokens, 1), label,
                             reads=q_bytes + 2 * kv_bytes, writes=q_bytes + 2 * kv_bytes, **defines)
+
+
+SHIFT_BYTES = 16   # struct Shift (shaders/kv_shift.wgsl)
+
+
+def pack_shift(keep: int, discard: int, n: int) -> bytes:
+    # struct Shift (shaders/kv_shift.wgsl) { keep: u32, dropped: u32, n: u32, _pad: u32 }
+    return struct.pack("<4I", keep, discard, n, 0)
+
+
+def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim: int, n_kv_heads: int,
+             theta: float, neox: bool, n_rot: int, max_rows: int, freq_factors=None,
+             freq_scale: float = 1.0, label: str = "kv_shift") -> Dispatch:
+    """Context shift, pass 1: cache rows keep+discard+j -> scratch rows j (j < shift.n), keys
+    re-rotated by -discard positions (times freq_scale, as rope_kv turned them). k_out, v_out
+    (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
+    Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
+    defines = dict(HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
+                   **_freq_scale(freq_scale), **flags(NEOX=neox, FREQ_FACTORS=freq_factors is not None))
+    bindings = [k_cache, v_cache, k_out, v_out, shift] + ([freq_factors] if freq_factors is not None else [])
+    rows = 4 * max_rows * n_kv_heads * head_dim
+    return kernels.dispatch("kv_shift.wgsl", bindings, (n_kv_heads, max_rows, 1), label, reads=2 * rows,
+                            writes=2 * rows, **defines)
+
+
+def _freq_scale(freq_scale: float) -> dict:
+    """rope_rotate.wgsl's FREQ_SCALE define for linear RoPE scaling (1: none)."""
+    return {"FREQ_SCALE": float(freq_scale)} if freq_scale != 1.0 else {}
 
 
 def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:

@@ -19,7 +19,8 @@ from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.kernels import flags
 
 MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
-                          T.Q4_K, T.Q5_K, T.Q6_K})
+                          T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+                          T.IQ3_XXS, T.IQ3_S, T.IQ4_NL, T.IQ4_XS})
 
 WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
 EMBED_WORKGROUP = 64     # shaders/embed.wgsl WG

@@ -16,13 +16,15 @@ from collections import OrderedDict
 import numpy as np
 
 from cera.config import ModelConfig
-from cera.device import Device
+from cera.device import Binding, Device
 from cera.errors import InvalidArgument
 from cera.gpu.footprint import footprint
-from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan
+from cera.gpu.layers import SHIFT_BYTES, pack_shift
+from cera.gpu.plan import DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
 from cera.kernels import Kernels
+from cera.prefix import Snapshot
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
@@ -51,6 +53,8 @@ class GpuModel:
         self._logits_all = None                  # (chunk, vocab) for scoring, allocated when first asked for
         self._prefill_schedules = OrderedDict()  # (rows, scoring) -> schedule, the most recent last
         self._gpu_token = None                   # the token id tokens[0] holds (argmax wrote it)
+        self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
+        self.n_past = 0                          # positions of the sequence run so far (cached)
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
 
     @property
@@ -84,6 +88,45 @@ class GpuModel:
     def reset(self) -> None:
         """Forget the sequence."""
         self.state.reset(self.device)
+        self.n_past = 0
+
+    async def snapshot(self, tokens: list[int]) -> Snapshot:
+        """The state after `tokens` (the first len(tokens) cached positions), read back."""
+        n, arrays, state = len(tokens), {}, self.state
+        for i in self.cfg.attention_layers:
+            for name, cache in (("k", state.key_cache[i]), ("v", state.value_cache[i])):
+                raw = await self.device.read(cache.buffer, 0, 4 * n * self.cfg.kv_dim(i))
+                arrays[f"{name}.{i}"] = np.frombuffer(raw, np.float32).reshape(n, self.cfg.kv_dim(i))
+        for i, b in state.conv_state.items():
+            arrays[f"conv.{i}"] = np.frombuffer(await self.device.read(b.buffer, 0, b.size), np.float32)
+        return Snapshot(tuple(tokens), arrays)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Make `snapshot` the sequence so far."""
+        state = self.state
+        for name, array in snapshot.arrays.items():
+            kind, i = name.split(".")
+            target = {"k": state.key_cache, "v": state.value_cache, "conv": state.conv_state}[kind][int(i)]
+            self.device.write(target.buffer, np.ascontiguousarray(array, np.float32).tobytes())
+        self.n_past = len(snapshot.tokens)
+
+    async def shift(self, keep: int, discard: int, n_past: int) -> None:
+        """Context shift: drop cached positions keep..keep+discard-1 of the n_past cached, moving
+        the later ones down by `discard` with their keys re-rotated; the conv states, which
+        carry no position, stay."""
+        n = n_past - keep - discard
+        self.n_past = n_past - discard
+        if keep < 0 or discard < 1 or n < 0:
+            raise InvalidArgument(f"shift of {discard} positions after {keep} of {n_past}: out of range")
+        if n == 0:
+            return
+        if self._shift is None:   # scratch for the moved rows and the Shift uniform, made on first use
+            kv = max(self.cfg.kv_dim(i) for i in self.cfg.attention_layers)
+            scratch = (f32_buffer(self.device, "shift_k", self.ctx, kv), f32_buffer(self.device, "shift_v", self.ctx, kv))
+            self._shift = scratch, Binding(self.device.buffer(SHIFT_BYTES, "shift", uniform=True), 0, SHIFT_BYTES)
+        scratch, uniform = self._shift
+        self.device.write(uniform.buffer, pack_shift(keep, discard, n))
+        await self.device.run(self.device.schedule(shift_plan(self.decode, keep, n, scratch, uniform).steps))
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
@@ -103,6 +146,7 @@ class GpuModel:
                 rows.append(np.frombuffer(raw, np.float32))
         if len(tokens) > 1:
             self.submits_per_prefill = len(chunks)
+        self.n_past = pos0 + len(tokens)
         if scoring:
             return self._gpu_token, np.concatenate(rows)
         return self._gpu_token, rows[-1].copy() if logits else None
@@ -118,6 +162,7 @@ class GpuModel:
             for i in range(n):
                 self.device.write(self.state.step.buffer, pack_step(pos + i, 1))
                 previous, pending = pending, self.device.run(self.decode_schedule, self.state.tokens)
+                self.n_past = pos + i + 1
                 if previous is not None:
                     token = self._token_of(await previous)
                     self._gpu_token = None   # the step in flight overwrites it

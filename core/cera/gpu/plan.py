@@ -255,6 +255,24 @@ def prefill_plan(prefill: PrefillBuilder, decode: DecodeBuilder, n: int, logits_
                 prefill.body + tuple(tail) + (prefill.argmax(),))
 
 
+def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding, Binding], shift: Binding) -> Plan:
+    """Context shift: in every attention layer, cache rows keep+discard.. move to rows keep..
+    (n of them), keys re-rotated (layers.kv_shift into the scratch, then a copy back each)."""
+    cfg, state, (k_out, v_out), steps = decode.cfg, decode.state, scratch, []
+    freq = decode.weights.vector("rope_freqs.weight") if cfg.rope_freq_factors else None
+    for i in cfg.attention_layers:
+        row = 4 * cfg.kv_dim(i)
+        k_cache, v_cache = state.key_cache[i], state.value_cache[i]
+        steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
+                                     head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
+                                     theta=cfg.layer_rope_theta[i], freq_scale=cfg.layer_rope_freq_scale[i],
+                                     neox=cfg.rope_neox, n_rot=cfg.n_rot, max_rows=n, freq_factors=freq,
+                                     label=f"blk.{i}.kv_shift"))
+        steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * row, n * row),
+                  Copy(v_out.buffer, 0, v_cache.buffer, keep * row, n * row)]
+    return Plan(f"shift {n} rows to {keep}", n, tuple(steps))
+
+
 @contextmanager
 def _naming(tensor: str):
     """Re-raise TooLarge naming the tensor whose dispatches did not fit."""

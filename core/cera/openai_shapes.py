@@ -1,0 +1,106 @@
+"""OpenAI's API shapes around cera's generations, in one place for both hosts that speak it:
+the native server (cera.server) and the browser module (web/cera.js, through web/cera_web).
+
+Requests: OpenAI's fields, as plain values the caller has type-checked, become a Job.
+Responses: a Job's text pieces and Result become chat.completion / text_completion objects and
+their streamed chunks: ids, `created`, `choices[0].message` or `delta`, `finish_reason`, `usage`.
+Pure Python: no HTTP, no pydantic, no js.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+from cera.engine import Result, Sampler
+from cera.runner import Job
+
+# OpenAI's defaults for the sampling fields cera honours; top_k is an extension (as in llama.cpp's
+# server) whose 0 keeps the whole vocabulary
+TEMPERATURE, TOP_P, TOP_K = 1.0, 1.0, 0
+COMPLETION_MAX_TOKENS = 16   # a text completion's default; a chat completion runs until the context is full
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
+                  "cancelled": "stop"}   # cancelled: interrupted by the caller (cera.js's interrupt())
+
+
+def chat_job(messages: list[dict], ctx: int, max_tokens: int | None = None,
+             max_completion_tokens: int | None = None, **sampling) -> Job:
+    """A chat completion request: `messages` ({"role", "content"}, content a string or OpenAI's
+    text parts) rendered with the model's chat template; without a limit, up to `ctx` tokens."""
+    plain = [{"role": m["role"], "content": _text(m.get("content"))} for m in messages]
+    return _job(max_completion_tokens or max_tokens or ctx, messages=plain, **sampling)
+
+
+def completion_job(prompt: str | list[int], max_tokens: int = COMPLETION_MAX_TOKENS, **sampling) -> Job:
+    """A text completion request: `prompt` is text or token ids."""
+    return _job(max_tokens, prompt=prompt, **sampling)
+
+
+def _text(content: str | list[dict] | None) -> str:
+    return content if isinstance(content, str) else "".join(part["text"] for part in content or [])
+
+
+def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
+         seed: int | None = None, stop: str | list[str] | None = None, **prompt) -> Job:
+    stops = [stop] if isinstance(stop, str) else stop or []
+    return Job(**prompt, max_tokens=max_tokens, stop=tuple(stops),
+               sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
+
+
+def usage(result: Result) -> dict:
+    prompt, completion = len(result.prompt_tokens), len(result.tokens)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": result.reused}}   # state reused, not prefilled
+
+
+class Shape:
+    """The objects of one response: `whole` (not streamed), or `start`, a `piece` per text
+    piece, `end` and optionally `usage_chunk` (streamed). `param` names the request field that
+    errors about the prompt point at."""
+    prefix = chunk_object = param = ""
+
+    def __init__(self, model: str):
+        self.model, self.created = model, int(time.time())
+        self.id = f"{self.prefix}-{uuid.uuid4().hex}"
+
+    def _object(self, kind: str, choice: dict, **extra) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "choices": [{"index": 0, **choice, "logprobs": None}] if choice else [], **extra}
+
+    def usage_chunk(self, result: Result) -> dict:
+        return self._object(self.chunk_object, {}, usage=usage(result))
+
+
+class ChatCompletion(Shape):
+    prefix, chunk_object, param = "chatcmpl", "chat.completion.chunk", "messages"
+
+    def whole(self, result: Result) -> dict:
+        return self._object("chat.completion", {"message": {"role": "assistant", "content": result.text},
+                                                "finish_reason": FINISH_REASONS[result.stop_reason]},
+                            usage=usage(result))
+
+    def start(self) -> dict:
+        return self._object(self.chunk_object, {"delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+
+    def piece(self, text: str) -> dict:
+        return self._object(self.chunk_object, {"delta": {"content": text}, "finish_reason": None})
+
+    def end(self, result: Result) -> dict:
+        return self._object(self.chunk_object, {"delta": {}, "finish_reason": FINISH_REASONS[result.stop_reason]})
+
+
+class TextCompletion(Shape):
+    prefix, chunk_object, param = "cmpl", "text_completion", "prompt"
+
+    def whole(self, result: Result) -> dict:
+        return self._object("text_completion", {"text": result.text,
+                                                "finish_reason": FINISH_REASONS[result.stop_reason]},
+                            usage=usage(result))
+
+    def start(self) -> dict:
+        return self.piece("")
+
+    def piece(self, text: str) -> dict:
+        return self._object(self.chunk_object, {"text": text, "finish_reason": None})
+
+    def end(self, result: Result) -> dict:
+        return self._object(self.chunk_object, {"text": "", "finish_reason": FINISH_REASONS[result.stop_reason]})

@@ -1,0 +1,54 @@
+// Context shift of one layer's KV cache, pass 1 of 2: the cached positions keep + discard + j
+// (j < shift.n) go to rows j of the scratch buffers, each key re-rotated by -discard positions
+// (RoPE composes: R(p - d) = R(-d) R(p)), each value as it is. The plan then copies the
+// scratch to cache rows keep.. (WebGPU copies no buffer onto itself). One workgroup per
+// (kv head, row j): dispatch (N_KV_HEADS, max rows, 1); rows j >= shift.n do nothing.
+//
+// Defines: HEAD_DIM, N_KV_HEADS, N_ROT, THETA; flags NEOX, FREQ_FACTORS (see rope_rotate.wgsl).
+// Bindings: k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM), k_out, v_out (rows, N_KV_HEADS,
+// HEAD_DIM), shift, then [freq_factors].
+
+struct Shift {
+    keep: u32,      // positions 0..keep-1 stay where they are
+    dropped: u32,   // positions keep..keep+dropped-1 are dropped
+    n: u32,         // positions keep+dropped..keep+dropped+n-1 move down by dropped
+    _pad: u32,
+}
+
+const WG = 64u;
+const SLOT = N_KV_HEADS * HEAD_DIM;   // floats per cache row
+
+@group(0) @binding(0) var<storage, read> k_cache: array<f32>;
+@group(0) @binding(1) var<storage, read> v_cache: array<f32>;
+@group(0) @binding(2) var<storage, read_write> k_out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> v_out: array<f32>;
+@group(0) @binding(4) var<uniform> shift: Shift;
+#ifdef FREQ_FACTORS
+@group(0) @binding(5) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
+#endif
+
+#include "rope_rotate.wgsl"
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let j = wid.y;
+    if (j >= shift.n) {
+        return;
+    }
+    let src = (shift.keep + shift.dropped + j) * SLOT + wid.x * HEAD_DIM;
+    let dst = j * SLOT + wid.x * HEAD_DIM;
+    for (var i = lid; i < HEAD_DIM; i += WG) {
+        v_out[dst + i] = v_cache[src + i];
+    }
+    for (var i = lid; i < N_ROT / 2u; i += WG) {
+        let pair = rope_pair(i);
+        let cs = rope_cos_sin(i, -f32(shift.dropped));
+        let x0 = k_cache[src + pair.x];
+        let x1 = k_cache[src + pair.y];
+        k_out[dst + pair.x] = x0 * cs.x - x1 * cs.y;
+        k_out[dst + pair.y] = x0 * cs.y + x1 * cs.x;
+    }
+    for (var i = N_ROT + lid; i < HEAD_DIM; i += WG) {
+        k_out[dst + i] = k_cache[src + i];
+    }
+}

@@ -1,0 +1,88 @@
+"""Reusing cached state: a prompt that extends the live sequence, or a prefix saved in the
+prefix cache, prefills only its tail, and gives the logits a cold prefill of the whole prompt
+gives (GPU and reference)."""
+import asyncio
+
+import numpy as np
+import pytest
+
+from cera.engine import Engine
+from cera.gguf_file import GGUFFile
+from cera.prefix import PrefixCache
+from synth import write_variant
+
+RNG = np.random.default_rng(3)
+A, B = RNG.integers(0, 200, 30).tolist(), RNG.integers(0, 200, 9).tolist()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("prefix")
+    return {name: GGUFFile.open(write_variant(folder / f"{name}.gguf", name))
+            for name in ("llama_q4_0", "qwen2_f32", "lfm2_q4_k")}
+
+
+def engine(g, device, backend, cache=None):
+    return asyncio.run(Engine.load(g, device if backend == "gpu" else None, ctx=128, prefix_cache=cache))
+
+
+def generate(e, ids, n=4):
+    return asyncio.run(e.generate(ids, n, stop_at_eos=False, keep_logits=True))
+
+
+def assert_same_logits(warm, cold):
+    err = np.abs(warm.logits - cold.logits).max() / np.abs(cold.logits).max()
+    assert err < 1e-5 and warm.tokens == cold.tokens, f"{err:.2e}, {warm.tokens} vs {cold.tokens}"
+
+
+@pytest.mark.parametrize("backend", ["gpu", "reference"])
+@pytest.mark.parametrize("name", ["llama_q4_0", "qwen2_f32", "lfm2_q4_k"])
+def test_a_prompt_that_extends_the_conversation_prefills_only_its_tail(models, device, name, backend):
+    e = engine(models[name], device, backend)
+    first = generate(e, A)
+    turn = A + first.tokens + B                       # the reply, then the next message
+    warm = generate(e, turn)
+    # the last reply token never ran (it is the last one out); every token before it did
+    assert warm.reused == len(A) + len(first.tokens) - 1 and warm.prefilled == len(B) + 1
+    e.reset()
+    assert_same_logits(warm, generate(e, turn))
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k"])
+def test_a_diverging_prompt_reuses_the_common_prefix_where_the_state_allows(models, device, name):
+    """Attention caches rewind to any common prefix; a conv state only resumes at its end."""
+    e = engine(models[name], device, "gpu")
+    generate(e, A)
+    other = A[:20] + B
+    warm = generate(e, other)
+    assert warm.reused == (0 if name.startswith("lfm2") else 20)
+    e.reset()
+    assert_same_logits(warm, generate(e, other))
+
+
+@pytest.mark.parametrize("backend", ["gpu", "reference"])
+def test_prefix_cache_hit_equals_cold_prefill(models, device, backend, tmp_path):
+    g = models["lfm2_q4_k"]
+    cache = PrefixCache(64 << 20, tmp_path, namespace=f"lfm2-{backend}")
+    e = engine(g, device, backend, cache)
+    generate(e, A)
+    generate(e, B)                                     # another conversation in between
+    hit = generate(e, A + B)
+    assert hit.reused == len(A) and hit.prefilled == len(B)
+    cold = engine(g, device, backend)
+    assert_same_logits(hit, generate(cold, A + B))
+    # a new engine with the same directory finds the snapshot on disk
+    again = engine(g, device, backend, PrefixCache(64 << 20, tmp_path, namespace=f"lfm2-{backend}"))
+    assert generate(again, A + B).reused == len(A)
+
+
+def test_prefix_cache_keeps_to_its_budget(models, device):
+    e = engine(models["qwen2_f32"], device, "reference", PrefixCache(1))
+    generate(e, A)
+    assert len(e.prefix_cache) == 0       # a snapshot larger than the budget is not kept
+    cache = PrefixCache(10 << 20)
+    e = engine(models["qwen2_f32"], device, "reference", cache)
+    for start in range(0, 60, 6):
+        e.reset()
+        generate(e, RNG.integers(0, 200, 20).tolist())
+    assert 0 < cache.nbytes <= 10 << 20

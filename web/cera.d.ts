@@ -1,0 +1,201 @@
+// Types of cera.js: GGUF language models on WebGPU, in a Web Worker of your page, behind an
+// API shaped like OpenAI's client. The objects it resolves to are the ones `python -m cera serve`
+// answers with (the same Python code shapes both).
+
+/** The names an error of cera's rejects with (`err.name`); "Error" alone is a bug. */
+export type CeraErrorName =
+  | "InvalidArgument" | "ModelNotFound" | "BadFile" | "TruncatedFile" | "Unsupported" | "TooLarge"
+  | "ContextFull" | "NoGpu" | "DeviceLost" | "ShaderError" | "GpuError"
+  | "FetchFailed" | "StorageFull";   // downloading a model by URL
+
+export interface Progress {
+  phase: "python" | "webgpu" | "download" | "upload";
+  done: number;    // bytes (download, upload), 0 while booting
+  total: number;   // 0 when unknown
+}
+
+export interface EngineOptions {
+  /** WebGPU limits (snake_case, e.g. max_storage_buffer_binding_size) to report lower than the GPU's, to try a smaller GPU. */
+  limits?: Record<string, number>;
+  onProgress?: (progress: Progress) => void;
+  /** An error outside any call: the GPU device was lost. Later calls reject with it. */
+  onError?: (error: Error) => void;
+}
+
+export interface LoadOptions {
+  /** Positions of context to allocate (default info.defaults.ctx, capped at the model's). */
+  ctx?: number;
+  onProgress?: (progress: Progress) => void;
+  /** The GPU memory the model needs, once its header is read: before the upload, and also when it is refused (TooLarge). */
+  onMemory?: (memory: GpuMemory) => void;
+}
+
+/** The GPU memory a model takes at a context, from its header (cera.gpu.footprint), in bytes. */
+export interface GpuMemory {
+  ctx: number;
+  prefill_chunk: number;
+  weights: number;             // as they sit on the GPU (quantized; F16 for types without a kernel)
+  kv_cache: number;
+  state: number;               // the rest of the per-sequence state (logits, scratch, ...)
+  activations: number;
+  total: number;               // shown, not checked: WebGPU has no total-memory limit
+  largest_buffer: { name: string; bytes: number };   // refused (TooLarge) above max_buffer_size
+  max_buffer_size: number;     // this adapter's
+  fallbacks: { tensor: string; type_name: string; file_bytes: number; gpu_bytes: number }[];
+}
+
+export interface CreateEngineOptions extends EngineOptions, LoadOptions {
+  /** A .gguf by URL (resolved against the page; downloaded once into the Origin Private File System) or a File/Blob. */
+  model: string | URL | Blob;
+}
+
+export interface ModelInfo {
+  name: string;                // "model" in the responses: the file's name
+  arch: string;                // general.architecture
+  bytes: number;
+  layers: number;
+  vocab: number;
+  ctx: number;
+  gpuMemory: GpuMemory;
+  hasChatTemplate: boolean;
+  cached: boolean;             // came from the browser's storage, not the network
+  loadSeconds: number;
+  bytesThroughWasm: number;    // model bytes that entered Python's memory (the header; weights go Blob -> GPU in JS)
+  dispatchesPerToken: number;
+  wasmHeapBytes: number;
+}
+
+export interface EngineInfo {
+  adapter: string;
+  features: string[];
+  limits: Record<string, number>;
+  defaults: { ctx: number; maxTokens: number };
+  pyodide: string;
+  model: ModelInfo | null;
+}
+
+export interface RequestStats {
+  promptTokens: number;
+  completionTokens: number;
+  tokens: number[];            // the generated token ids
+  stopReason: "eos" | "max_tokens" | "context_full" | "stop_string" | "cancelled";
+  prefillSeconds: number;
+  decodeSeconds: number;
+  prefillTokensPerS: number;
+  decodeTokensPerS: number;
+  hostCalls: Record<string, number>;   // calls from Python into JavaScript during the request
+}
+
+export interface RuntimeStats {
+  adapter: string;
+  model?: string;              // absent while no model is loaded
+  arch?: string;
+  lastRequest?: RequestStats;  // the last finished request
+  calls: Record<string, number>;   // calls from Python into JavaScript since the worker started
+  wasmHeapBytes: number;
+}
+
+// ---- requests: the OpenAI fields cera honours (others reject with InvalidArgument) ----
+
+export type TextPart = { type: "text"; text: string };
+export interface Message {
+  role: "system" | "user" | "assistant" | string;
+  content?: string | TextPart[] | null;
+}
+
+export interface Sampling {
+  /** Only the loaded model's name, if given. */
+  model?: string;
+  max_tokens?: number;
+  /** 0 is greedy; default 1 (OpenAI's). */
+  temperature?: number;
+  top_p?: number;
+  /** An extension (as llama.cpp's server): 0, the default, keeps the whole vocabulary. */
+  top_k?: number;
+  seed?: number;
+  /** Generation ends before the first of these; the text leaves it out. */
+  stop?: string | string[];
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  n?: 1;
+}
+
+export interface ChatCompletionRequest extends Sampling {
+  messages: Message[];
+  /** Default: until the context is full. */
+  max_completion_tokens?: number;
+}
+
+export interface CompletionRequest extends Sampling {
+  /** Text, or token ids. max_tokens defaults to 16 (OpenAI's). */
+  prompt: string | number[];
+}
+
+// ---- responses: OpenAI's objects ----
+
+export type FinishReason = "stop" | "length";   // "stop": EOS, a stop string, or interrupt()
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  /** Prompt tokens whose state the engine still held from the previous request (not prefilled again). */
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+interface Response<Kind extends string, Choice> {
+  id: string;                  // "chatcmpl-..." / "cmpl-..."
+  object: Kind;
+  created: number;             // seconds since 1970
+  model: string;
+  choices: (Choice & { index: 0; logprobs: null })[];
+}
+
+export interface ChatCompletion extends Response<"chat.completion",
+  { message: { role: "assistant"; content: string }; finish_reason: FinishReason }> { usage: Usage }
+
+/** The first has delta {role: "assistant", content: ""}, the last of a reply {} and a finish_reason;
+ * with stream_options.include_usage, one more with no choices and the usage. */
+export interface ChatCompletionChunk extends Response<"chat.completion.chunk",
+  { delta: { role?: "assistant"; content?: string }; finish_reason: FinishReason | null }> { usage?: Usage }
+
+export interface Completion extends Response<"text_completion",
+  { text: string; finish_reason: FinishReason }> { usage: Usage }
+
+export interface CompletionChunk extends Response<"text_completion",
+  { text: string; finish_reason: FinishReason | null }> { usage?: Usage }
+
+// ---- the engine ----
+
+export class Engine {
+  /** Starts a worker: Pyodide and the GPU boot in the background; no model yet (see reload). */
+  constructor(options?: EngineOptions);
+  /** Resolves to info once the worker has Python and a GPU; rejects with NoGpu etc. */
+  readonly ready: Promise<EngineInfo>;
+  /** null until ready; info.model is null until a model is loaded. */
+  readonly info: EngineInfo | null;
+
+  readonly chat: {
+    completions: {
+      create(request: ChatCompletionRequest & { stream?: false }): Promise<ChatCompletion>;
+      create(request: ChatCompletionRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
+    };
+  };
+  readonly completions: {
+    create(request: CompletionRequest & { stream?: false }): Promise<Completion>;
+    create(request: CompletionRequest & { stream: true }): Promise<AsyncIterableIterator<CompletionChunk>>;
+  };
+
+  /** Loads a model, replacing the one loaded (after the requests ahead of it). */
+  reload(model: string | URL | Blob, options?: LoadOptions): Promise<ModelInfo>;
+  /** Stops the generation in flight before its next token; it ends with finish_reason "stop".
+   * (Leaving a stream's for-await loop early stops that request the same way.) */
+  interrupt(): void;
+  /** Ends the worker (model, GPU device, Python); calls in flight and later reject with InvalidArgument. */
+  unload(): Promise<void>;
+  runtimeStats(): Promise<RuntimeStats>;
+  /** Runs Python in the worker; resolves to its last expression as a string (tests, debugging). */
+  python(code: string): Promise<string>;
+}
+
+/** An engine with `model` loaded: new Engine(options), then reload(model, options). */
+export function createEngine(options: CreateEngineOptions): Promise<Engine>;

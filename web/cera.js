@@ -1,0 +1,257 @@
+// cera.js: GGUF language models on the user's GPU, from any page. Each engine runs cera (its
+// Python core in Pyodide, its WGSL kernels on WebGPU) in a Web Worker of its own, behind an
+// API shaped like OpenAI's client:
+//
+//   import * as cera from "./cera.js";
+//   const engine = await cera.createEngine({ model: "models/model.gguf", onProgress: console.log });
+//   const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi!" }] });
+//   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
+//
+// The worker answers with finished OpenAI objects, shaped by the same Python code as
+// `python -m cera serve` (cera.openai_shapes); this file checks argument types, routes messages
+// and passes the objects through. Values (temperature's range, a prompt that does not fit the
+// context) are the engine's to judge, as natively. Types: cera.d.ts.
+//
+// Errors reject as an Error whose `name` is the cera.errors type (InvalidArgument, BadFile,
+// TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu, DeviceLost, ShaderError, GpuError) or
+// a download error (FetchFailed, StorageFull); "Error" alone is a bug.
+
+import { CeraError } from "./errors.js";
+
+const WORKER = new URL("./worker.js", import.meta.url);
+const invalid = (message) => new CeraError("InvalidArgument", message);
+
+// --- argument checks: [test, what the value must be] per field -----------------------------
+const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+const isText = (v) => typeof v === "string";
+const POSITIVE = [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"];
+const FUNCTION = [(v) => typeof v === "function", "a function"];
+const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !== ""),
+  "the model's source: a URL or a File/Blob of a .gguf"];
+const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
+  onProgress: FUNCTION, onError: FUNCTION };
+const LOAD_OPTIONS = { ctx: POSITIVE, onProgress: FUNCTION, onMemory: FUNCTION };
+
+const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
+  (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text))));
+const SAMPLING = {
+  model: [isText, "the loaded model's name"],
+  max_tokens: POSITIVE,
+  temperature: [Number.isFinite, "a number"],
+  top_p: [Number.isFinite, "a number"],
+  top_k: [(v) => Number.isSafeInteger(v) && v >= 0, "a non-negative integer"],
+  seed: [Number.isSafeInteger, "an integer"],
+  stop: [(v) => isText(v) || (Array.isArray(v) && v.every(isText)), "a string or an array of strings"],
+  stream: [(v) => typeof v === "boolean", "true or false"],
+  stream_options: [(v) => isObject(v) && [undefined, true, false].includes(v.include_usage),
+    "{include_usage: true or false}"],
+  n: [(v) => v === 1, "1 (one choice per request)"],
+};
+const REQUESTS = {
+  chat: { method: "chat.completions.create", required: "messages", rules: {
+    messages: [(v) => Array.isArray(v) && v.length > 0 && v.every(isMessage),
+      "a non-empty array of {role, content} (content a string or [{type: \"text\", text}])"],
+    max_completion_tokens: POSITIVE, ...SAMPLING } },
+  completion: { method: "completions.create", required: "prompt", rules: {
+    prompt: [(v) => isText(v) || (Array.isArray(v) && v.length > 0 && v.every((t) => Number.isSafeInteger(t) && t >= 0)),
+      "a string or an array of token ids"],
+    ...SAMPLING } },
+};
+
+function shown(value) {
+  try {
+    return JSON.stringify(value)?.slice(0, 80) ?? typeof value;
+  } catch {
+    return typeof value;
+  }
+}
+
+// The fields of `values` that are set (neither undefined nor null), each passing its rule; an
+// InvalidArgument names the first one unknown, of the wrong type, or required and missing.
+function check(method, values, rules, required = null) {
+  if (!isObject(values)) throw invalid(`${method}: expected an object, not ${shown(values)}`);
+  const set = {};
+  for (const [name, value] of Object.entries(values)) {
+    if (value === undefined || value === null) continue;
+    if (!Object.hasOwn(rules, name)) {
+      throw invalid(`${method}: unknown field ${name} (cera takes ${Object.keys(rules).join(", ")})`);
+    }
+    const [ok, what] = rules[name];
+    if (!ok(value)) throw invalid(`${method}: ${name} must be ${what}, not ${shown(value)}`);
+    set[name] = value;
+  }
+  if (required && !(required in set)) throw invalid(`${method}: ${required} is required: ${rules[required][1]}`);
+  return set;
+}
+
+// A URL is resolved against the page (the worker lives elsewhere); a Blob goes as is.
+const modelSource = (model) => (model instanceof Blob ? model : new URL(model, globalThis.document?.baseURI ?? location.href).href);
+
+// --- the engine ----------------------------------------------------------------------------
+
+// The chunks of one streamed request, as an async iterator (for await ... of). Leaving the loop
+// early (break, return, an exception) stops the generation, as a client leaving the native server does.
+class ChunkStream {
+  #queue = [];
+  #end = null;      // {error}: the request ended (error null: normally)
+  #wake = null;
+  #stop;
+
+  constructor(stop) { this.#stop = stop; }
+
+  push(chunks) {
+    if (this.#end) return;
+    this.#queue.push(...chunks);
+    this.#wake?.();
+  }
+
+  finish(error = null) {
+    this.#end ??= { error };
+    this.#wake?.();
+  }
+
+  async next() {
+    while (!this.#queue.length && !this.#end) await new Promise((wake) => { this.#wake = wake; });
+    if (this.#queue.length) return { value: this.#queue.shift(), done: false };
+    const { error } = this.#end;
+    this.#end = { error: null };
+    if (error) throw error;
+    return { value: undefined, done: true };
+  }
+
+  async return() {
+    if (!this.#end) this.#stop();
+    this.#end = { error: null };
+    this.#queue = [];
+    return { value: undefined, done: true };
+  }
+
+  [Symbol.asyncIterator]() { return this; }
+}
+
+export class Engine {
+  #worker;
+  #calls = new Map();   // message id -> {resolve, reject, onProgress, onMemory, onChunks}
+  #nextId = 1;
+  #failure = null;      // what every later call rejects with: the engine was unloaded, or its GPU lost
+  #onError;
+
+  // Starts the worker: Pyodide and the GPU boot in the background (`ready`); no model yet.
+  constructor(options = {}) {
+    const { limits, onProgress, onError } = check("new Engine", options, ENGINE_OPTIONS);
+    this.#onError = onError;
+    this.info = null;   // once ready: {adapter, features, limits, defaults, pyodide, model}
+    this.chat = { completions: { create: (request) => this.#create("chat", request) } };
+    this.completions = { create: (request) => this.#create("completion", request) };
+    this.#worker = new Worker(WORKER, { type: "module" });
+    this.#worker.onmessage = ({ data }) => this.#receive(data);
+    this.#worker.onerror = (event) => this.#fail(new CeraError("Error", `cera's worker failed: ${event.message}`));
+    this.ready = this.#send("init", { limits }, { onProgress }).then((info) => (this.info = { ...info, model: null }));
+    this.ready.catch(() => {});   // every call that needs it reports its failure
+  }
+
+  // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
+  // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
+  // GPU memory it needs once its header is read, before the upload (also when it is refused).
+  async reload(model, options = {}) {
+    const { ctx, onProgress, onMemory } = check("reload", { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
+    await this.ready;
+    this.info.model = null;
+    this.info.model = await this.#send("load", { source: modelSource(model), ctx }, { onProgress, onMemory });
+    return this.info.model;
+  }
+
+  // Stops the generation in flight before its next token: it ends with finish_reason "stop".
+  interrupt() {
+    this.#worker.postMessage({ kind: "interrupt", target: null });
+  }
+
+  // Ends the worker, freeing the model, the GPU device and Python's memory; later calls reject.
+  async unload() {
+    this.#fail(invalid("this engine was unloaded"));
+    this.#worker.terminate();
+  }
+
+  // {adapter, model, arch, lastRequest: {promptTokens, completionTokens, decodeTokensPerS, ...}, ...}
+  runtimeStats() {
+    return this.#send("stats");
+  }
+
+  // Runs Python in the worker and resolves to the string it ends with (tests, debugging).
+  async python(code) {
+    return (await this.#send("python", { code })).value;
+  }
+
+  async #create(endpoint, request) {
+    const { method, rules, required } = REQUESTS[endpoint];
+    const body = check(method, request, rules, required);
+    await this.ready;
+    const model = this.info.model?.name;
+    if (!model) throw invalid(`${method}: no model is loaded: load one first (createEngine or reload)`);
+    if (body.model && body.model !== model) throw invalid(`${method}: model ${body.model}: this engine runs ${model}`);
+    if (!body.stream) return this.#send("create", { endpoint, request: body });
+    // resolves with the first chunks: a request refused before any text rejects, as natively
+    return new Promise((resolve, reject) => {
+      let stream = null;
+      const id = this.#post("create", { endpoint, request: body }, {
+        onChunks: (chunks) => {
+          if (!stream) resolve(stream = new ChunkStream(() => this.#worker.postMessage({ kind: "interrupt", target: id })));
+          stream.push(chunks);
+        },
+        resolve: () => stream.finish(),   // the last chunks always come first
+        reject: (err) => (stream ? stream.finish(err) : reject(err)),
+      });
+    });
+  }
+
+  #post(kind, data, call) {
+    if (this.#failure) throw this.#failure;
+    const id = this.#nextId++;
+    this.#calls.set(id, call);
+    this.#worker.postMessage({ id, kind, ...data });
+    return id;
+  }
+
+  #send(kind, data = {}, handlers = {}) {
+    return new Promise((resolve, reject) => this.#post(kind, data, { resolve, reject, ...handlers }));
+  }
+
+  #receive(msg) {
+    if (msg.id === undefined) {   // an error of the whole engine: the GPU device was lost
+      const err = new CeraError(msg.name, msg.message);
+      this.#failure ??= err;
+      this.#onError?.(err);
+      return;
+    }
+    const call = this.#calls.get(msg.id);
+    if (!call) return;
+    if (msg.kind === "progress") call.onProgress?.({ phase: msg.phase, done: msg.done, total: msg.total });
+    else if (msg.kind === "memory") call.onMemory?.(msg.memory);
+    else if (msg.kind === "chunks") call.onChunks(msg.chunks);
+    else {
+      this.#calls.delete(msg.id);
+      if (msg.kind === "done") call.resolve(msg.result);
+      else call.reject(new CeraError(msg.name, msg.message));
+    }
+  }
+
+  #fail(err) {
+    this.#failure ??= err;
+    for (const call of this.#calls.values()) call.reject(err);
+    this.#calls.clear();
+  }
+}
+
+// An engine with `model` loaded: new Engine(...) then reload(model, ...).
+export async function createEngine(options = {}) {
+  const { model, ctx, onProgress, onMemory, ...rest } = check("createEngine", options,
+    { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
+  const engine = new Engine({ onProgress, ...rest });
+  try {
+    await engine.reload(model, { ctx, onProgress, onMemory });
+  } catch (err) {
+    await engine.unload();
+    throw err;
+  }
+  return engine;
+}
