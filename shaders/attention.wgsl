@@ -2,25 +2,27 @@
 // step's query rows over one split of SPLIT cache slots, left unnormalized in a scratch buffer;
 // attention_combine.wgsl merges the splits into the output.
 //
-// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p
-// (rope.wgsl has already written the step's slots). Head h reads kv head h / GROUP. Split s
-// covers keys J = [s*SPLIT, (s+1)*SPLIT) ∩ [0, p] and writes, for each query head h,
+// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p,
+// or with WINDOW (a local layer) to slots first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
+// already written the step's slots). Head h reads kv head h / GROUP. Split s covers keys
+// J = [s*SPLIT, (s+1)*SPLIT) ∩ [first_key(p), p] and writes, for each query head h,
 //   score_j = SCALE * q[t, h, :] . k_cache[j, kh, :]
 //   m = max_J score_j,   l = sum_J exp(score_j - m),   o = sum_J exp(score_j - m) v_cache[j, kh, :]
 //
 // Dispatch (N_HEADS / HPW, N_SPLITS, max rows): a workgroup takes HPW query heads of one kv head
 // (HPW divides GROUP, so they share every K/V load), one split, one row. Splits past p return
-// at once (the combine never reads them), as do rows past step.n_tokens.
+// at once (the combine never reads them), as do splits wholly before the window and rows past
+// step.n_tokens.
 //   1. stage the HPW query rows, pre-scaled, in qs;                                  barrier
 //   2. invocation i scores (head i / SPLIT, key i % SPLIT) into sc and red;          barrier
 //   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
 //   4. sc <- exp(sc - m);                                                            barrier
 //   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
 //      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
-// Keys past p are never read (slots past the live length may hold anything).
+// Keys past p, and before the window, are never read (those slots may hold anything).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
-// HPW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
+// HPW, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
 // (m, l, 0, 0) then o as D4 vec4 (zero past HEAD_DIM); step.
@@ -55,16 +57,19 @@ var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j
 var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
 
 #include "attention_load.wgsl"
+#include "attention_window.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let t = wid.z;
-    let n_keys = step.pos + t + 1u;     // row t sees keys 0..n_keys-1
+    let n_keys = step.pos + t + 1u;     // row t sees keys first .. n_keys-1
+    let first = first_key(step.pos + t);
     let k0 = wid.y * SPLIT;             // this split's first key
-    if (t >= step.n_tokens || k0 >= n_keys) {
+    if (t >= step.n_tokens || k0 >= n_keys || k0 + SPLIT <= first) {
         return;   // uniform: whole workgroup
     }
     let n_live = min(SPLIT, n_keys - k0);
+    let lo = max(k0, first) - k0;       // keys lo .. n_live-1 of the split are seen
     let h0 = wid.x * HPW;               // first query head of the workgroup
     let kv_off = (h0 / GROUP) * HEAD_DIM;   // its kv head's offset inside a cache slot
 
@@ -78,7 +83,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var i = lid; i < HPW * SPLIT; i += WG) {
         let j = i % SPLIT;
         var s = NEG_BIG;
-        if (j < n_live) {
+        if (j >= lo && j < n_live) {
             let q0 = (i / SPLIT) * D4;
             let base = (k0 + j) * SLOT + kv_off;
             var s4 = vec4<f32>(0.0);
@@ -102,7 +107,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
     }
 
-    // 4. Probabilities relative to the split's max (keys past n_live: exp(-huge) = 0, unread).
+    // 4. Probabilities relative to the split's max (unseen keys: exp(-huge) = 0, unread).
     for (var i = lid; i < HPW * SPLIT; i += WG) {
         sc[i] = exp(sc[i] - red[i - i % SPLIT]);
     }
@@ -116,7 +121,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let c = o % D4;
         var acc = vec4<f32>(0.0);
         var l = 0.0;
-        for (var j = i / OUT4; j < n_live; j += PARTS) {
+        for (var j = lo + i / OUT4; j < n_live; j += PARTS) {
             let p = sc[hh * SPLIT + j];
             acc = fma(vec4<f32>(p), load_cache(true, (k0 + j) * SLOT + kv_off, c), acc);
             l += p;

@@ -1,17 +1,19 @@
 // Decode attention, split-KV, pass 2 of 2: merge the partials attention.wgsl left per split
 // into the normalized output. For row t (position p = step.pos + t) and head h, over the live
-// splits s = 0 .. p / SPLIT, with M = max_s m_s:
+// splits s = first_key(p) / SPLIT .. p / SPLIT, with M = max_s m_s:
 //   out[t, h, :] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s
-// Splits past p (stale records of earlier tokens or layers) are never read.
+// Splits past p or wholly before the window (stale records of earlier tokens or layers) are
+// never read.
 //
 // Dispatch (N_HEADS, max rows, 1). Invocation (part, c) = (lid / D4, lid % D4) merges the
 // splits part, part + CP, ... of vec4 column c with an online rescale; the CP partial merges
 // are combined through workgroup memory by the invocations of part 0.
 //
-// Defines: HEAD_DIM (<= 256), N_HEADS, SPLIT, N_SPLITS, MAX_WG (invocations); flag VEC4 (HEAD_DIM % 4 == 0: out
-// moves as vec4). Bindings: scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4 as attention.wgsl
-// wrote it, out (rows, N_HEADS*HEAD_DIM), step.
+// Defines: HEAD_DIM (<= 256), N_HEADS, SPLIT, N_SPLITS, MAX_WG (invocations), optional WINDOW;
+// flag VEC4 (HEAD_DIM % 4 == 0: out moves as vec4). Bindings: scratch (rows, N_SPLITS,
+// N_HEADS, 1 + D4) vec4 as attention.wgsl wrote it, out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
+#include "attention_window.wgsl"
 
 const D4 = (HEAD_DIM + 3u) / 4u;     // vec4 columns of a head
 const REC = 1u + D4;                 // vec4 per scratch record
@@ -38,12 +40,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;   // uniform: whole workgroup
     }
     let h = wid.x;
-    let n_live = (step.pos + t) / SPLIT + 1u;   // splits holding keys 0..p
+    let n_live = (step.pos + t) / SPLIT + 1u;   // splits holding keys 0..p ...
+    let s0 = first_key(step.pos + t) / SPLIT;    // ... of which those from s0 on hold seen keys
     let c = lid % D4;
     var m = NEG_BIG;
     var l = 0.0;
     var acc = vec4<f32>(0.0);
-    for (var s = lid / D4; s < n_live; s += CP) {
+    for (var s = s0 + lid / D4; s < n_live; s += CP) {
         let rec = ((t * N_SPLITS + s) * N_HEADS + h) * REC;
         let ml = scratch[rec];                  // (m_s, l_s, 0, 0)
         let m_new = max(m, ml.x);

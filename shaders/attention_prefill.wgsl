@@ -2,20 +2,22 @@
 // key/value tiles go through workgroup memory once for a block of query rows, with an online
 // softmax; the score matrix is never materialized beyond one BQ x BKV tile.
 //
-// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p
-// (rope.wgsl has already written the step's slots). Head h reads kv head h / GROUP.
-//   out[t, h, :] = softmax(SCALE * k_cache[0..p, kh, :] @ q[t, h, :]) @ v_cache[0..p, kh, :]
+// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p,
+// or with WINDOW (a local layer) to slots f = first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
+// already written the step's slots). Head h reads kv head h / GROUP.
+//   out[t, h, :] = softmax(SCALE * k_cache[f..p, kh, :] @ q[t, h, :]) @ v_cache[f..p, kh, :]
 //
 // The GROUP query heads of one kv head read the same keys, so a workgroup's BQ query rows are
 // (token, head) pairs r = t * GROUP + g of one kv head kh: dispatch (N_KV_HEADS,
-// ceil(max rows * GROUP / BQ), 1). Per key tile of BKV keys:
+// ceil(max rows * GROUP / BQ), 1). Per key tile of BKV keys, from the tile holding the first
+// row's first key (keys before it are never read):
 //   1. stage K[j0 .. j0+BKV) into kv;                        barrier
 //   2. score the BQ x BKV tile (all invocations) into sc;    barrier
 //   3. stage V over kv; each invocation takes its row's tile max and rescales its running
 //      output, sum and max (the TPQ invocations of a row hold the same m and l);  barrier
 //   4. invocation (row, s) adds p_j * V[j, :] to its vec4 columns s, s + TPQ, ...
 //
-// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, TPQ (invocations per query
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4).
@@ -49,14 +51,15 @@ var<workgroup> kv: array<vec4<f32>, BKV * KS4>;   // the key tile, then the valu
 var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
 #include "attention_load.wgsl"
+#include "attention_window.wgsl"
 
-// Keys j0 .. j0+BKV-1 of kv head kh (zero past n_keys) into kv.
-fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, n_keys: u32) {
+// Keys j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into kv.
+fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
     for (var i = lid; i < BKV * D4; i += WG) {
         let j = i / D4;
         let c = i % D4;
         var v = vec4<f32>(0.0);
-        if (j0 + j < n_keys) {
+        if (j0 + j >= lo && j0 + j < n_keys) {
             v = load_cache(is_v, (j0 + j) * SLOT + kh * HEAD_DIM, c);
         }
         kv[j * KS4 + c] = v;
@@ -99,6 +102,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let kh = wid.x;
     let r_last = min(r0 + BQ, n_rows) - 1u;
     let n_keys = step.pos + r_last / GROUP + 1u;   // keys the tile's last row sees
+    let lo = first_key(step.pos + r0 / GROUP);     // the first key its first row sees
 
     // Stage the query rows, pre-scaled.
     for (var i = lid; i < BQ * D4; i += WG) {
@@ -114,7 +118,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let row = lid / TPQ;                  // this invocation's query row in the tile
     let s = lid % TPQ;                    // ... and its column stripe
     let r = r0 + row;
-    let last_key = step.pos + r / GROUP;  // the row sees keys 0..last_key
+    let last_key = step.pos + r / GROUP;  // the row sees keys first..last_key
+    let first = first_key(last_key);
     var o0 = vec4<f32>(0.0);              // oi: vec4 column s + TPQ * i of sum_j p_j * V[j]
     var o1 = vec4<f32>(0.0);
     var o2 = vec4<f32>(0.0);
@@ -122,9 +127,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var l = 0.0;                          // sum_j p_j
     var m = NEG_BIG;                      // running max score
 
-    for (var j0 = 0u; j0 < n_keys; j0 += BKV) {
+    for (var j0 = lo / BKV * BKV; j0 < n_keys; j0 += BKV) {
         workgroupBarrier();               // qs staged / the previous value tile consumed
-        stage_kv(false, lid, kh, j0, n_keys);
+        stage_kv(false, lid, kh, j0, lo, n_keys);
         workgroupBarrier();
 
         for (var i = lid; i < BQ * BKV; i += WG) {
@@ -134,12 +139,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var c = 0u; c < D4; c++) {
                 s4 = fma(qs[qr * D4 + c], kv[j * KS4 + c], s4);
             }
-            let visible = j0 + j <= step.pos + (r0 + qr) / GROUP;
+            let p = step.pos + (r0 + qr) / GROUP;
+            let visible = j0 + j <= p && j0 + j >= first_key(p);
             sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
         }
         workgroupBarrier();
 
-        stage_kv(true, lid, kh, j0, n_keys);
+        stage_kv(true, lid, kh, j0, lo, n_keys);
         var m_new = m;
         for (var j = 0u; j < BKV; j++) {
             m_new = max(m_new, sc[row * BKV + j]);
@@ -154,7 +160,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
 
         for (var j = 0u; j < BKV; j++) {
-            let p = select(0.0, exp(sc[row * BKV + j] - m), j0 + j <= last_key);
+            let p = select(0.0, exp(sc[row * BKV + j] - m), j0 + j <= last_key && j0 + j >= first);
             l += p;
             o0 = add_value(o0, 0u, s, p, j);
             if (OC > 1u) {

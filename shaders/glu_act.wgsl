@@ -1,8 +1,10 @@
-// gate[t, j] = silu(gate[t, j]) * up[t, j] for t < step.n_tokens, j < FF, in place: the SwiGLU
-// of an FFN whose gate and up projections ran as plain projections (cera.gpu.plan: a LoRA
-// delta has to join them before the activation, which the fused GLU matvec/matmul cannot do).
-// Defines: FF, WG. Bindings: gate, up, step. Dispatch: (ceil(FF / WG), max tokens, 1).
+// gate[t, j] = act(gate[t, j]) * up[t, j] for t < step.n_tokens, j < FF, in place: the GLU of
+// an FFN whose gate and up projections ran as plain projections (cera.gpu.plan: a LoRA delta
+// has to join them before the activation, which the fused GLU matvec/matmul cannot do). act is
+// glu.wgsl's: silu, or with flag GELU the tanh GELU.
+// Defines: FF, WG; flag GELU. Bindings: gate, up, step. Dispatch: (ceil(FF / WG), max tokens, 1).
 #include "common.wgsl"
+#include "glu.wgsl"
 
 @group(0) @binding(0) var<storage, read_write> gate: array<f32>;  // (rows, FF) -> the FFN hidden
 @group(0) @binding(1) var<storage, read> up: array<f32>;          // (rows, FF)
@@ -14,6 +16,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let i = gid.y * FF + gid.x;
-    let g = gate[i];
-    gate[i] = g / (1.0 + exp(-g)) * up[i];
+    gate[i] = glu_act(vec4<f32>(gate[i])).x * up[i];
 }

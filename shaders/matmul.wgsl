@@ -24,6 +24,7 @@
 //   BIAS        out = SCALE * dot + bias[m]         (binding after `out`)
 //   ACCUMULATE  out += result                       (adds into the residual stream)
 //   GLU         out = SCALE * silu(Wg[m]·x) * (Wu[m]·x), Wu bound as `w_up`
+//   GELU        with GLU: gelu_tanh instead of silu (GeGLU; glu.wgsl)
 //   X_VEC4      K % 4 == 0: x is read as vec4
 //   OUT_VEC4    M % 4 == 0 and OUT_STRIDE % 4 == 0: out (and bias) are accessed as vec4
 // Bindings: w, [w_up], x, out, [bias], step.
@@ -31,6 +32,9 @@
 // wid.y + wid.z * num_workgroups.y. Token tiles at or past step.n_tokens exit at once.
 #include "common.wgsl"
 #include "quant.wgsl"
+#ifdef GLU
+#include "glu.wgsl"
+#endif
 
 #ifndef SCALE
 const SCALE = 1.0f;
@@ -181,7 +185,7 @@ fn store_col(t: u32, m: u32, n_tokens: u32, dots: vec4<f32>, dots_up: vec4<f32>)
         return;
     }
 #ifdef GLU
-    var y = SCALE * dots / (1.0 + exp(-dots)) * dots_up;
+    var y = SCALE * glu_act(dots) * dots_up;
 #else
     var y = SCALE * dots;
 #endif

@@ -6,6 +6,7 @@
 //   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
 //   ACCUMULATE  out[r] += result                    (adds into the residual stream)
 //   GLU         out[r] = SCALE * silu(Wg[r]·x) * (Wu[r]·x), Wu bound as `w_up`
+//   GELU        with GLU: gelu_tanh instead of silu (GeGLU; glu.wgsl)
 //   NORM        x is first RMS-normalized and scaled by `norm_w` (K,), with EPS: the
 //               block's RMSNorm fused in, so it costs no dispatch of its own. Every
 //               workgroup recomputes the (cheap) sum of squares of x.
@@ -16,6 +17,9 @@
 // (more than 65535 workgroups): they are flattened row-major.
 #include "quant.wgsl"
 #include "reduce.wgsl"
+#ifdef GLU
+#include "glu.wgsl"
+#endif
 
 #ifndef SCALE
 const SCALE = 1.0f;
@@ -148,7 +152,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         var y = SCALE * partial[lid] * inv_rms;
 #ifdef GLU
         let gate = partial[lid] * inv_rms;
-        y = SCALE * gate / (1.0 + exp(-gate)) * partial_up[lid] * inv_rms;
+        y = SCALE * glu_act(vec4<f32>(gate)).x * partial_up[lid] * inv_rms;
 #endif
 #ifdef BIAS
         y += bias[r];

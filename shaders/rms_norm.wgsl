@@ -1,9 +1,11 @@
-// RMSNorm of rows: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * w.
+// RMSNorm of rows: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * w, or with flag
+// ACCUMULATE out[r, :] += ... (a post-norm added into the residual stream; gemma3).
 //
 // Rows: ROWS_PER_TOKEN per token, step.n_tokens tokens (row r = t * ROWS_PER_TOKEN + i), each
 // N long. Hidden-state norm: ROWS_PER_TOKEN = 1, N = hidden. Per-head QK-norm: ROWS_PER_TOKEN =
 // n_heads, N = head_dim. One workgroup per row: dispatch (ROWS_PER_TOKEN, max tokens, 1).
-// Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256). Bindings: x, w, out, step.
+// Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256); flag ACCUMULATE.
+// Bindings: x, w, out, step.
 #include "common.wgsl"
 #include "reduce.wgsl"
 
@@ -29,6 +31,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(N) + EPS);
 
     for (var i = lid; i < N; i += WG) {
+#ifdef ACCUMULATE
+        out[base + i] += x[base + i] * scale * w[i];
+#else
         out[base + i] = x[base + i] * scale * w[i];
+#endif
     }
 }

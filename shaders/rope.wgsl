@@ -8,7 +8,7 @@
 //
 // RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
 //
-// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [EPS with QK_NORM]; flags NEOX,
+// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM]; flags NEOX,
 // FREQ_FACTORS, QK_NORM.
 // Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only

@@ -1,9 +1,14 @@
-// The rotation RoPE (ggml_rope_ext, freq_scale 1) gives pair i < N_ROT/2 at position p: the
-// pair's two element indices, and (cos, sin) of p * THETA^(-2i/N_ROT) [/ freq_factors[i] with
-// flag FREQ_FACTORS, Llama-3's rope_freqs.weight, which the including shader binds]. Flag
-// NEOX pairs (i, i + N_ROT/2), else NORM pairs (2i, 2i+1). Defines: N_ROT, THETA.
+// The rotation RoPE (ggml_rope_ext, no YaRN) gives pair i < N_ROT/2 at position p: the
+// pair's two element indices, and (cos, sin) of p [* FREQ_SCALE] * THETA^(-2i/N_ROT)
+// [/ freq_factors[i] with flag FREQ_FACTORS, Llama-3's rope_freqs.weight, which the including
+// shader binds]. FREQ_SCALE is linear scaling's 1 / rope.scaling.factor (1 when not defined).
+// Flag NEOX pairs (i, i + N_ROT/2), else NORM pairs (2i, 2i+1). Defines: N_ROT, THETA,
+// [FREQ_SCALE].
 
 const TWO_PI = 6.283185307179586;
+#ifndef FREQ_SCALE
+const FREQ_SCALE = 1.0f;
+#endif
 
 fn rope_pair(i: u32) -> vec2<u32> {
 #ifdef NEOX
@@ -18,7 +23,7 @@ fn rope_cos_sin(i: u32, p: f32) -> vec2<f32> {
 #ifdef FREQ_FACTORS
     inv_freq = inv_freq / freq_factors[i];
 #endif
-    var angle = p * inv_freq;
+    var angle = p * FREQ_SCALE * inv_freq;
     angle = angle - TWO_PI * round(angle / TWO_PI);   // keep sin/cos in their accurate range
     return vec2<f32>(cos(angle), sin(angle));
 }

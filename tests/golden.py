@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-REAL_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct"}
+REAL_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct",
+               "gemma-3-270m": "gemma-3-270m"}
 PPL_TOLERANCE = 0.03   # relative, against llama.cpp's perplexity of the same tokens
+PPL_TOLERANCE_OF = {"gemma-3-270m": 0.01}   # tighter where issue 12 asked for it
 # llama.cpp rounds activations to 8 bits before its quantized dot products; cera keeps f32.
 # Greedy paths may part only where llama.cpp's own top two logits are this close (the real
 # models' divergences sit at margins of 0.02-0.15).

@@ -4,6 +4,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from cera.config import FFN_GELU
 from cera.device import Binding, Dispatch
 from cera.gpu.state import STEP_BYTES, pack_step
 from quantdata import padded
@@ -44,6 +45,13 @@ def run(gpu, dispatches, buffer, shape, dtype=np.float32, offset=0):
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     data = asyncio.run(gpu.device.run(gpu.device.schedule(list(dispatches)), Binding(buffer, offset, size)))
     return np.frombuffer(data, dtype).reshape(shape)
+
+
+def glu_act(gate, act):
+    """The GLU's gate activation in float64: silu, or with act FFN_GELU the tanh-approximated GELU."""
+    if act == FFN_GELU:
+        return 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+    return gate / (1 + np.exp(-gate))
 
 
 def assert_close(got, want, atol, rtol, what=""):

@@ -7,7 +7,8 @@ import gguf
 import numpy as np
 import pytest
 
-from cera.config import ATTENTION, CONV, MAX_HEAD_DIM, ROPE_NEOX, ROPE_NORM, ModelConfig
+from cera.config import ATTENTION, CONV, FFN_GELU, FFN_SILU, MAX_HEAD_DIM, ROPE_NEOX, ROPE_NORM, ModelConfig
+from cera.errors import Unsupported
 from cera.gguf_file import GGUFFile
 
 HIDDEN, FF, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 96, 4, 2, 3, 50
@@ -58,8 +59,10 @@ def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV
         if arch == "qwen2":
             t.update({b + "attn_q.bias": z(n_heads * hd), b + "attn_k.bias": z(n_kv * hd),
                       b + "attn_v.bias": z(n_kv * hd)})
-        if arch in ("qwen3", "lfm2"):
+        if arch in ("qwen3", "lfm2", "gemma3"):
             t.update({b + "attn_q_norm.weight": z(hd), b + "attn_k_norm.weight": z(hd)})
+        if arch == "gemma3":
+            t.update({b + "post_attention_norm.weight": z(HIDDEN), b + "post_ffw_norm.weight": z(HIDDEN)})
     t.update(extra or {})
     for name in drop:
         del t[name]
@@ -72,6 +75,8 @@ def write(path, arch, md, tensors):
         k = f"{arch}.{k}"
         if isinstance(v, list):
             w.add_array(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
         elif isinstance(v, float):
             w.add_float32(k, v)
         else:
@@ -101,6 +106,9 @@ def test_llama(tmp_path):
     assert cfg.block_kinds == (ATTENTION,) * LAYERS and cfg.conv_layers == () and cfg.conv_kernel == 0
     assert math.isclose(cfg.attention_scale, 0.25)
     assert (cfg.embedding_scale, cfg.residual_scale, cfg.logit_scale) == (1.0, 1.0, 1.0)
+    assert cfg.ffn_act == FFN_SILU and not cfg.post_norms
+    assert cfg.sliding_window == 0 and cfg.layer_window == (0,) * LAYERS and cfg.local_layers == ()
+    assert cfg.layer_rope_theta == (10000.0,) * LAYERS and cfg.layer_rope_freq_scale == (1.0,) * LAYERS
     assert cfg.vocab_size == VOCAB and cfg.context_length == 128 and math.isclose(cfg.eps, 1e-5, rel_tol=1e-6)
 
 
@@ -139,6 +147,48 @@ def test_lfm2_hybrid(tmp_path):
     assert cfg.final_norm == "token_embd_norm.weight"
 
 
+GEMMA3 = {"attention.sliding_window": 8, "rope.freq_base": 1e6}
+
+
+def test_gemma3(tmp_path):
+    """Fixed by arch as llama.cpp's gemma3 loader does: GeGLU, post-norms, QK-norm, NEOX RoPE,
+    embeddings times sqrt(hidden), attention scale 1/sqrt(key_length); local layers are all but
+    every sliding_window_pattern-th (default 6) and use RoPE base 10000."""
+    cfg = load(tmp_path, "gemma3", head_dim=32, meta={**GEMMA3, "attention.scale": 0.5})
+    assert cfg.ffn_act == FFN_GELU and cfg.post_norms and cfg.qk_norm and cfg.rope_neox
+    assert cfg.embedding_scale == math.sqrt(HIDDEN) and cfg.attention_scale == 1 / math.sqrt(32)
+    assert cfg.sliding_window == 8 and cfg.layer_window == (8, 8, 8)         # 3 layers < pattern 6
+    assert cfg.layer_rope_theta == (10000.0,) * 3 and cfg.rope_theta == 1e6
+    assert "blk.2.post_ffw_norm.weight" in cfg.all_tensors()
+
+
+@pytest.mark.parametrize("pattern,local", [(2, (0, 2)), (3, (0, 1)), (0, (0, 1, 2)),
+                                           ([False, True, True], (1, 2))])
+def test_gemma3_layer_pattern(tmp_path, pattern, local):
+    cfg = load(tmp_path, "gemma3", meta={**GEMMA3, "attention.sliding_window_pattern": pattern,
+                                         "rope.freq_base_swa": 5000.0,
+                                         "rope.scaling.type": "linear", "rope.scaling.factor": 4.0})
+    assert cfg.local_layers == local
+    assert cfg.layer_window == tuple(8 if i in local else 0 for i in range(LAYERS))
+    assert cfg.layer_rope_theta == tuple(5000.0 if i in local else 1e6 for i in range(LAYERS))
+    # linear scaling stretches the global layers' positions only
+    assert cfg.layer_rope_freq_scale == tuple(1.0 if i in local else 0.25 for i in range(LAYERS))
+
+
+def test_gemma3_without_sliding_window_is_all_global(tmp_path):
+    cfg = load(tmp_path, "gemma3", meta={"rope.freq_base": 1e6, "attention.sliding_window_pattern": 2})
+    assert cfg.layer_window == (0,) * LAYERS and cfg.layer_rope_theta == (1e6,) * LAYERS
+
+
+def test_gemma3_refusals(tmp_path):
+    with pytest.raises(ValueError, match="tensor blk.0.post_attention_norm.weight missing"):
+        load(tmp_path, "gemma3", meta=GEMMA3, drop=["blk.0.post_attention_norm.weight"])
+    with pytest.raises(ValueError, match="sliding_window_pattern has 2 entries for 3 layers"):
+        load(tmp_path, "gemma3", meta={**GEMMA3, "attention.sliding_window_pattern": [True, False]})
+    with pytest.raises(Unsupported, match="final_logit_softcapping"):
+        load(tmp_path, "gemma3", meta={**GEMMA3, "final_logit_softcapping": 30.0})
+
+
 def test_vocab_falls_back_to_embedding_rows(tmp_path):
     assert load(tmp_path, "llama", vocab_key=False, embd_rows=70).vocab_size == 70
 
@@ -160,7 +210,7 @@ def test_token_ids_checked(tmp_path):
 def test_unknown_arch(tmp_path):
     md, t = tiny_model("llama")
     g = write(tmp_path / "gpt2.gguf", "gpt2", md, t)
-    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2': cera runs llama, qwen2, qwen3, granite, lfm2"):
+    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2': cera runs llama, qwen2, qwen3, granite, lfm2, gemma3"):
         ModelConfig.from_gguf(g)
 
 

@@ -12,8 +12,9 @@ from cera import ops, weights
 from gpu_util import assert_close
 from synth import write_model, write_variant
 
-# NORM and NEOX RoPE, Llama-3 frequency factors, QK-norm, a hybrid with conv state
-VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32")
+# NORM and NEOX RoPE, Llama-3 frequency factors, QK-norm, a hybrid with conv state, per-layer
+# RoPE bases and sliding windows (gemma3)
+VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32", "gemma3_f32")
 CTX = 48
 
 
@@ -37,7 +38,8 @@ def read(engine, binding, shape):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_shift_moves_the_cache_and_rerotates_its_keys(engines, name):
     """On the GPU, against numpy: rows before `keep` stay, rows keep+discard.. move down by
-    `discard`, keys turned by -discard positions (ops.rope), values as they were; conv states stay."""
+    `discard`, keys turned by -discard positions (ops.rope, with the layer's base and scale),
+    values as they were; conv states stay."""
     engine = engines(name, "gpu")
     cfg, state, keep, discard = engine.cfg, engine.backend.state, 3, 20
     tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, CTX).tolist()
@@ -52,7 +54,8 @@ def test_shift_moves_the_cache_and_rerotates_its_keys(engines, name):
     moved = CTX - keep - discard
     for i, (k, v) in before.items():
         k_after, v_after = read(engine, state.key_cache[i], shape(i)), read(engine, state.value_cache[i], shape(i))
-        want_k = ops.rope(k[keep + discard:], np.full(moved, -discard), cfg.rope_theta, cfg.rope_neox, cfg.n_rot, freq)
+        want_k = ops.rope(k[keep + discard:], np.full(moved, -discard * cfg.layer_rope_freq_scale[i]),
+                          cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, freq)
         assert_close(k_after[:keep], k[:keep], 0, 0, f"layer {i} kept keys")
         assert_close(k_after[keep: keep + moved], want_k, 1e-5, 1e-4, f"layer {i} moved keys")
         assert_close(v_after[keep: keep + moved], v[keep + discard:], 0, 0, f"layer {i} moved values")
@@ -82,7 +85,7 @@ def test_one_layer_shift_equals_a_fresh_prefill_of_what_it_keeps(tmp_path, devic
     assert err < 1e-4 and int(np.argmax(shifted)) == int(np.argmax(fresh))
 
 
-@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32"])
+@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32", "gemma3_f32"])
 def test_long_generation_shifts_and_matches_the_reference(engines, name):
     """300 tokens in a 48-token context: several shifts, the GPU's greedy tokens equal the
     reference's, and the reason is max_tokens."""

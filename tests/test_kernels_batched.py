@@ -17,9 +17,10 @@ import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera import ops
+from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import batched, layers
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import assert_close, run, step_buffer, submit, upload
+from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload
 from quantdata import random_rows
 
 TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
@@ -42,13 +43,14 @@ CHUNKS = [(67, 0, 7, 9), (300, 1, 33, 40), (67, 2, 128, 128), (5, 1, 1, 4)]
 
 
 def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
-                glu=False, tiles=None, device=None):
-    """Run one batched matmul; return (got (n_tokens, m), want, the bound on its error, out)."""
+                glu=False, tiles=None, device=None, act=FFN_SILU):
+    """Run one batched matmul; return (got (n_tokens, m), want, the bound on its error, out).
+    act: the GLU's gate activation."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles)
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
     xs = x[:n_tokens].astype(np.float64)
     want = xs @ w.T.astype(np.float64)                          # (n_tokens, m)
     mag = np.abs(xs) @ np.abs(w.T)                              # sum |x w|: bounds the f32 error
@@ -57,7 +59,7 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
         kw["w_up"] = upload(gpu, raw_up, "w_up")
         up = xs @ w_up.T.astype(np.float64)
         mag = mag * (np.abs(xs) @ np.abs(w_up.T)) + mag * np.abs(up)
-        want = want / (1 + np.exp(-want)) * up
+        want = glu_act(want, act) * up
     if scale is not None:
         want, mag = want * scale, mag * abs(scale)
     if bias:
@@ -90,6 +92,8 @@ def test_matmul_types(gpu, t):
 VARIANTS = [  # type, flags
     (T.Q4_K, dict(glu=True)),
     (T.Q8_0, dict(glu=True, scale=2.0, accumulate=True)),
+    (T.Q5_0, dict(glu=True, act=FFN_GELU)),                                # GeGLU (Gemma)
+    (T.Q4_K, dict(glu=True, act=FFN_GELU, scale=2.0, accumulate=True)),
     (T.F16, dict(glu=True)),
     (T.Q6_K, dict(bias=True, scale=0.375, accumulate=True)),
     (T.Q4_0, dict(bias=True)),
@@ -157,8 +161,9 @@ def test_matmul_2d_dispatch(gpu):
     assert batched._groups_2d(5, limits) == (2, 3)
 
 
-@pytest.mark.parametrize("glu", [False, True], ids=["bias", "glu"])
-def test_matmul_tiled(gpu, glu):
+@pytest.mark.parametrize("glu,act", [(False, FFN_SILU), (True, FFN_SILU), (True, FFN_GELU)],
+                         ids=["bias", "glu", "geglu"])
+def test_matmul_tiled(gpu, glu, act):
     """An LM head over a chunk, bigger than a (forced small) binding: W row tiles write column
     blocks of out, and token rows go in blocks whose x and out fit a binding."""
     t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
@@ -173,10 +178,10 @@ def test_matmul_tiled(gpu, glu):
     kw = {}
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
-        kw["w_up"] = upload(gpu, raw_up)
+        kw.update(w_up=upload(gpu, raw_up), act=act)
         up = x[:n_tokens].astype(np.float64) @ w_up.T
         mag = mag * (np.abs(x[:n_tokens]) @ np.abs(w_up.T)) + mag * np.abs(up)
-        want = want / (1 + np.exp(-want)) * up
+        want = glu_act(want, act) * up
     else:
         b = rng.standard_normal(m).astype(np.float32)
         kw["bias"] = upload(gpu, b)
@@ -218,9 +223,10 @@ def test_matmul_errors(gpu):
 ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2)]   # head_dim, heads, kv heads
 
 
-def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0):
+def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0):
     """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
-    cache is already filled; compare each with cera.ops.attention."""
+    cache is already filled; compare each with cera.ops.attention. With a sliding window, the
+    slots before the chunk's first row's window hold NaN: they must never be read."""
     rng = np.random.default_rng(seed)
     max_ctx = sum(n for n, _ in chunks) + 3
     k_cache = rng.standard_normal((max_ctx, n_kv_heads, head_dim)).astype(np.float32)
@@ -234,12 +240,17 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
         gpu.device.write(q_buf, q.tobytes())
         out = upload(gpu, np.full((max_rows, n_heads, head_dim), 5.0, np.float32))
         gpu.device.write(step, pack_step(pos, n_tokens))
+        if window:
+            lo = max(0, pos - window + 1)
+            for buf, cache in ((kc, k_cache), (vc, v_cache)):
+                gpu.device.write(buf, np.concatenate([np.full_like(cache[:lo], np.nan), cache[lo:]]).tobytes())
         d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
                                       n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
-                                      tiles=tiles)
+                                      tiles=tiles, window=window)
         got = run(gpu, [d], out, (max_rows, n_heads, head_dim))
         want = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
-                             np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale)
+                             np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale,
+                             window)
         assert_close(got[:n_tokens], want, 2e-5, 1e-4, f"chunk of {n_tokens} at pos {pos}")
         assert (got[n_tokens:] == 5.0).all(), "rows past step.n_tokens must stay untouched"
         pos += n_tokens
@@ -250,6 +261,21 @@ def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads):
     # A full first chunk at pos 0, then a shorter chunk over the first chunk's keys (crossing
     # key tiles), then a one-row chunk; a Granite-like scale on the last.
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0078125)], max_rows=37)
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window", [
+    (256, 4, 1, 20),    # Gemma-3-270M's heads
+    (64, 9, 3, 5),      # a window shorter than a key tile
+    (18, 4, 2, 33),     # the scalar path; a window longer than a chunk
+])
+def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window):
+    """A sliding window (a local layer): each row sees only the last `window` keys, within and
+    across chunks and key tiles; the 16 KiB tilings too."""
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0625)], max_rows=37,
+                     window=window)
+    limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
+                     tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window)
 
 
 def test_prefill_attention_small_tiles(gpu):

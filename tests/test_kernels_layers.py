@@ -5,6 +5,7 @@ import pytest
 
 from cera import ops
 from cera.device import Binding
+from cera.errors import InvalidArgument
 from cera.gpu import layers
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import assert_close, read, step_buffer, submit, upload, zeros
@@ -19,36 +20,41 @@ def randn(*shape, scale=1.0):
 
 # --- rms_norm ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n,rows_per_token", [(64, 1), (576, 1), (100, 1), (80, 9), (128, 2)])
-def test_rms_norm(gpu, n, rows_per_token):
+@pytest.mark.parametrize("n,rows_per_token,accumulate", [(64, 1, False), (576, 1, False), (100, 1, False),
+                                                         (80, 9, False), (128, 2, False), (640, 1, True),
+                                                         (100, 1, True)])
+def test_rms_norm(gpu, n, rows_per_token, accumulate):
+    """out = rms_norm(x) * w, or with accumulate (a post-norm) out += rms_norm(x) * w."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, n_tokens, eps = 4, 3, 1e-5
     x = randn(max_tokens, rows_per_token, n, scale=3.0)
     w = randn(n)
-    xb, wb, out = upload(gpu, x), upload(gpu, w), zeros(gpu, x.shape)
+    before = randn(*x.shape) if accumulate else np.zeros_like(x)
+    xb, wb, out = upload(gpu, x), upload(gpu, w), upload(gpu, before)
     step = step_buffer(gpu, 7, n_tokens)
     submit(gpu, layers.rms_norm(kernels, device, out, xb, wb, step, n=n, eps=eps,
-                                rows_per_token=rows_per_token, max_tokens=max_tokens))
+                                rows_per_token=rows_per_token, max_tokens=max_tokens, accumulate=accumulate))
     got = read(gpu, out, x.shape)
-    assert_close(got[:n_tokens], ops.rms_norm(x[:n_tokens], w, eps), 1e-4, 1e-4, "rms_norm")
-    assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
+    assert_close(got[:n_tokens], before[:n_tokens] + ops.rms_norm(x[:n_tokens], w, eps), 1e-4, 1e-4, "rms_norm")
+    assert_close(got[n_tokens:], before[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
 
 
 # --- rope_kv ----------------------------------------------------------------------------------
 
-ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm
-    (64, 9, 3, False, None, False, False),    # SmolLM2
-    (64, 4, 2, False, None, True, False),     # Llama-3 rope_freqs
-    (128, 12, 2, True, None, False, False),   # Qwen2.5
-    (80, 6, 6, True, None, False, True),      # Qwen3 / LFM2 QK-norm
-    (16, 4, 2, False, None, True, True),
-    (256, 4, 2, True, 192, False, True),      # partial rotation
-    (80, 9, 3, False, 48, True, False),
+ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale
+    (64, 9, 3, False, None, False, False, 1.0),    # SmolLM2
+    (64, 4, 2, False, None, True, False, 1.0),     # Llama-3 rope_freqs
+    (128, 12, 2, True, None, False, False, 1.0),   # Qwen2.5
+    (80, 6, 6, True, None, False, True, 1.0),      # Qwen3 / LFM2 QK-norm
+    (16, 4, 2, False, None, True, True, 1.0),
+    (256, 4, 2, True, 192, False, True, 1.0),      # partial rotation
+    (80, 9, 3, False, 48, True, False, 1.0),
+    (256, 4, 1, True, None, False, True, 0.125),   # linear scaling (Gemma-3 4B+ global layers)
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm", ROPE_CASES)
-def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale", ROPE_CASES)
+def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale):
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx, theta, eps = 4, 300, 10000.0, 1e-6
     rot = head_dim if n_rot is None else n_rot
@@ -62,7 +68,7 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     dispatch = layers.rope_kv(
         kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads,
         theta=theta, neox=neox, n_rot=n_rot, eps=eps if qk_norm else None, max_tokens=max_tokens,
-        freq_factors=upload(gpu, ff) if with_ff else None,
+        freq_factors=upload(gpu, ff) if with_ff else None, freq_scale=freq_scale,
         q_norm=upload(gpu, qn) if qk_norm else None, k_norm=upload(gpu, kn) if qk_norm else None)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
         device.write(qo, bytes(q.nbytes))
@@ -72,8 +78,8 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
         q_ref, k_ref = q[:n_tokens], k[:n_tokens]
         if qk_norm:
             q_ref, k_ref = ops.rms_norm(q_ref, qn, eps), ops.rms_norm(k_ref, kn, eps)
-        q_ref = ops.rope(q_ref, positions, theta, neox, n_rot, ff)
-        k_ref = ops.rope(k_ref, positions, theta, neox, n_rot, ff)
+        q_ref = ops.rope(q_ref, positions * freq_scale, theta, neox, n_rot, ff)
+        k_ref = ops.rope(k_ref, positions * freq_scale, theta, neox, n_rot, ff)
         q_got = read(gpu, qo, q.shape)
         assert_close(q_got[:n_tokens], q_ref, 1e-4, 1e-4, f"q pos {pos}")
         assert_close(q_got[n_tokens:], np.zeros_like(q[n_tokens:]), 0, 0, f"q rows past n_tokens pos {pos}")
@@ -87,22 +93,26 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
 
 # --- attention --------------------------------------------------------------------------------
 
-ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split
-    (64, 9, 3, None, layers.ATTENTION_SPLIT),      # SmolLM2
-    (128, 12, 2, None, layers.ATTENTION_SPLIT),    # Qwen2.5-1.5B
-    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT),  # a Granite-like attention.scale
-    (256, 4, 2, None, layers.ATTENTION_SPLIT),
-    (18, 6, 2, None, layers.ATTENTION_SPLIT),      # not a multiple of 4: the scalar path
-    (128, 12, 2, None, 16),    # other splits: a group per workgroup, one key stripe ...
-    (256, 8, 1, None, 16),     # ... more vec4 outputs than invocations ...
-    (18, 4, 2, None, 256),     # ... more (head, key) scores than invocations
+ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split, window
+    (64, 9, 3, None, layers.ATTENTION_SPLIT, 0),      # SmolLM2
+    (128, 12, 2, None, layers.ATTENTION_SPLIT, 0),    # Qwen2.5-1.5B
+    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT, 0),  # a Granite-like attention.scale
+    (256, 4, 2, None, layers.ATTENTION_SPLIT, 0),
+    (18, 6, 2, None, layers.ATTENTION_SPLIT, 0),      # not a multiple of 4: the scalar path
+    (128, 12, 2, None, 16, 0),    # other splits: a group per workgroup, one key stripe ...
+    (256, 8, 1, None, 16, 0),     # ... more vec4 outputs than invocations ...
+    (18, 4, 2, None, 256, 0),     # ... more (head, key) scores than invocations
+    (256, 4, 1, 0.0625, layers.ATTENTION_SPLIT, 512),  # Gemma-3-270M's local layers
+    (64, 9, 3, None, layers.ATTENTION_SPLIT, 70),     # windows across a split edge ...
+    (18, 6, 2, None, 16, 5),      # ... inside one split
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split", ATTENTION_SHAPES)
-def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window", ATTENTION_SHAPES)
+def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
-    cache slots past the live length and unwritten scratch records hold NaN and must not count."""
+    cache slots past the live length (and, with a sliding window, before the first row's window)
+    and unwritten scratch records hold NaN and must not count."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
@@ -117,20 +127,23 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split):
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch)
+                                  split=split, scratch=scratch, window=window)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
              (0, 5), (split - 3, 5), (max_ctx - 5, 5)]
     for pos, n_tokens in cases:
         n_keys = pos + n_tokens
+        lo = max(0, pos - window + 1) if window else 0      # the first key the first row sees
         for buf, cache in ((kc, k_cache), (vc, v_cache)):
-            device.write(buf, np.concatenate([cache[:n_keys], np.full_like(cache[n_keys:], np.nan)]).tobytes())
+            live = np.full_like(cache, np.nan)
+            live[lo:n_keys] = cache[lo:n_keys]
+            device.write(buf, live.tobytes())
         device.write(out, np.zeros(q.shape, np.float32).tobytes())
         device.write(step, pack_step(pos, n_tokens))
         submit(gpu, dispatches)
         got = read(gpu, out, q.shape)
-        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale)
+        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window)
         assert_close(got[:n_tokens], ref, 1e-4, 1e-4, f"attention pos {pos} n_tokens {n_tokens}")
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
@@ -145,6 +158,8 @@ def test_attention_errors(gpu):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
     with pytest.raises(ValueError, match="split 48 must be a power of two"):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
+    with pytest.raises(InvalidArgument, match="window -1 must be >= 0"):
+        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, window=-1, **shape)
     with pytest.raises(ValueError, match="scratch of 4096 bytes, 4352 needed"):
         layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, max_tokens=4,
                          scratch=Binding(buf, 0, 4096), **shape)

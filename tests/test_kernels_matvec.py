@@ -17,10 +17,11 @@ from cera import ops
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
+from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.gpu import matmul
 from cera.gpu.state import pack_step
-from gpu_util import assert_close, run, upload
+from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -45,13 +46,14 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None):
-    """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x."""
+                tpr=None, device=None, act=FFN_SILU):
+    """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
+    gate activation."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr)
+    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -61,7 +63,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
         kw["w_up"] = Binding(upload(gpu, raw_up, "w_up"))
-        want = want / (1 + np.exp(-want)) * (w_up.astype(np.float64) @ x)
+        want = glu_act(want, act) * (w_up.astype(np.float64) @ x)
     if scale is not None:
         want = want * scale
     if bias:
@@ -102,6 +104,19 @@ def test_matvec_variants(gpu, t):
     check_matvec(got, want, mag, f"{t.name} norm+bias")
     got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, glu=True)
     check_matvec(got, want, mag * mag, f"{t.name} norm+glu")
+    # GeGLU (Gemma); gates of |x| up to tens, where GELU saturates to x and -0
+    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True, act=FFN_GELU)
+    check_matvec(got, want, mag * mag, f"{t.name} geglu")
+    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, glu=True, act=FFN_GELU, scale=2.0, accumulate=True)
+    check_matvec(got, want, mag * mag, f"{t.name} norm+geglu+scale+accumulate")
+
+
+def test_glu_activation_checked(gpu):
+    buf = Binding(gpu.device.buffer(4096, "x"))
+    with pytest.raises(ValueError, match="GELU is the GLU's gate activation: it needs w_up"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, act=FFN_GELU)
+    with pytest.raises(ValueError, match="GLU activation 'relu'"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, w_up=buf, act="relu")
 
 
 @pytest.mark.parametrize("variant", ["bias", "accumulate", "scale"])
@@ -154,8 +169,9 @@ def test_row_tiles_too_small(gpu):
         matmul.row_tiles(T.Q8_0, 96, 1000, small_limits(gpu, 2048))   # 128 aligned rows of 102 bytes
 
 
-@pytest.mark.parametrize("glu", [False, True], ids=["bias", "glu"])
-def test_matvec_tiled(gpu, glu):
+@pytest.mark.parametrize("glu,act", [(False, FFN_SILU), (True, FFN_SILU), (True, FFN_GELU)],
+                         ids=["bias", "glu", "geglu"])
+def test_matvec_tiled(gpu, glu, act):
     """A matrix bigger than a (forced small) binding limit, bound in aligned row tiles."""
     t, m, k = T.Q4_0, 300, 64                   # 36-byte rows: tiles of 64 rows
     limits = small_limits(gpu, 4096)
@@ -166,8 +182,8 @@ def test_matvec_tiled(gpu, glu):
     kw = {}
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
-        kw["w_up"] = Binding(upload(gpu, raw_up))
-        want = want / (1 + np.exp(-want)) * (w_up.astype(np.float64) @ x)
+        kw.update(w_up=Binding(upload(gpu, raw_up)), act=act)
+        want = glu_act(want, act) * (w_up.astype(np.float64) @ x)
     else:
         b = rng.standard_normal(m).astype(np.float32)
         kw["bias"] = Binding(upload(gpu, b))

@@ -62,11 +62,13 @@ def test_variant_matches_golden(name, tmp_path):
         assert f.tensors[p + "attn_k.weight"].shape == (cfg.n_kv_heads * cfg.head_dim, cfg.hidden)
         assert f.tensors[p + "attn_output.weight"].shape == (cfg.hidden, cfg.n_heads * cfg.head_dim)
         assert (p + "attn_q.bias" in f.tensors) == (a == "qwen2")
-        assert (p + "attn_q_norm.weight" in f.tensors) == (a in ("qwen3", "lfm2"))
+        assert (p + "attn_q_norm.weight" in f.tensors) == (a in ("qwen3", "lfm2", "gemma3"))
+        assert (p + "post_attention_norm.weight" in f.tensors) == (p + "post_ffw_norm.weight" in f.tensors) \
+            == (a == "gemma3")
         assert f.tensors[p + "ffn_down.weight"].shape == (cfg.hidden, cfg.ff)
 
-    if a == "qwen3":   # head_dim decoupled from hidden / n_heads
-        assert md["qwen3.attention.key_length"] == cfg.head_dim != cfg.hidden // cfg.n_heads
+    if a in ("qwen3", "gemma3"):   # head_dim decoupled from hidden / n_heads
+        assert md[f"{a}.attention.key_length"] == cfg.head_dim != cfg.hidden // cfg.n_heads
         assert f.tensors["blk.0.attn_q_norm.weight"].shape == (cfg.head_dim,)
     if a == "granite":
         for key in ("embedding_scale", "residual_scale", "attention.scale", "logit_scale"):
@@ -76,6 +78,9 @@ def test_variant_matches_golden(name, tmp_path):
                                                       for t in cfg.layer_types]
         assert md["lfm2.shortconv.l_cache"] == cfg.l_cache
         assert "token_embd_norm.weight" in f.tensors and "output_norm.weight" not in f.tensors
+    if a == "gemma3":   # local layers with a window shorter than the golden sequences
+        assert md["gemma3.attention.sliding_window"] == cfg.sliding_window < 8
+        assert md["gemma3.attention.sliding_window_pattern"] == cfg.swa_pattern < cfg.n_layers
     if cfg.rope_freqs:
         factors = np.frombuffer(f.read("rope_freqs.weight"), np.float32)
         assert factors.shape == (cfg.head_dim // 2,) and factors.min() == 1.0 and factors.max() == 8.0

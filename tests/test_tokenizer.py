@@ -154,17 +154,19 @@ def test_llamacpp_golden(vocab, name):
     assert not bad, "\n".join(bad[:8])
 
 
-@pytest.mark.parametrize("name", ["smollm2", pytest.param("qwen2.5-coder", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["smollm2", pytest.param("qwen2.5-coder", marks=pytest.mark.slow),
+                                  pytest.param("gemma-3-270m", marks=pytest.mark.slow)])
 def test_model_golden(vocab, name):
     """The model tests' golden files: llama.cpp's tokens for the real models' passages and
-    for the perplexity text (SmolLM2 from its committed vocabulary, Qwen2.5-Coder from the
-    catalogue's model file)."""
+    for the perplexity text (SmolLM2 from its committed vocabulary, the others from the
+    catalogue's model file; Gemma's is SentencePiece without a space prefix)."""
     from cera import catalogue
+    from golden import REAL_MODELS
     golden = json.loads((DATA / "golden" / f"{name}.json").read_text(encoding="utf-8"))
     if name == "smollm2":
         tok = vocab("smollm2")
     else:
-        tok = Tokenizer.from_metadata(_read_metadata(catalogue.fetch("qwen2.5-coder-1.5b-instruct")))
+        tok = Tokenizer.from_metadata(_read_metadata(catalogue.fetch(REAL_MODELS[name])))
     assert (tok.bos_id, tok.eos_id, tok.add_bos) == (golden["bos_id"], golden["eos_id"], golden["add_bos"])
     # those files' eog_ids are picked by token text; llama.cpp's set can hold more
     # (SmolLM2: <reponame>, id 4, the FIM repo token), as test_llamacpp_golden checks

@@ -22,14 +22,20 @@ import openai
 import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from cera.config import ModelConfig
+from cera.device import Limits
+from cera.engine import DEFAULT_CTX
+from cera.gguf_file import GGUFFile
+from cera.gpu.footprint import footprint
 from cera.gpu.matmul import MATVEC_TYPES
+from cera.gpu.model import DEFAULT_CHUNK
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import write_lora, write_model  # noqa: E402
+from synth import VARIANTS, write_lora, write_model  # noqa: E402
 
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
 MODEL_MS = 600_000
@@ -60,9 +66,10 @@ def synth(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
-    # unless the core pads them
+    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
-                         "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0")}.items():
+                         "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
+                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
@@ -385,7 +392,8 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 
 # --- the page end to end ---------------------------------------------------------------
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
-                                              ("qwen2_q8_0", "The quick brown fox", True)])
+                                              ("qwen2_q8_0", "The quick brown fox", True),
+                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)
@@ -550,17 +558,29 @@ def test_unsupported_arch_is_named(page, models):
     assert "cera runs" in page.inner_text("#error .advice")
 
 
-def test_model_too_large_for_the_gpu_limits_names_the_tensor(browser, server, models):
-    """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) refuses the model,
-    naming the buffer (the first to be allocated: layer 0's KV cache) and the limit."""
+def test_model_too_large_for_the_gpu_limits_is_refused_before_upload(browser, server, models):
+    """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) shows the GPU memory
+    the model needs (the core's figure) and refuses it before it creates a buffer or uploads a
+    byte, naming the largest buffer and the limit."""
     page = browser.new_page()
     page.goto(server.url + "index.html?limits=max_buffer_size:4096")
     page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=BOOT_MS)
+    limits = page.evaluate("window.cera.ready.then((info) => info.limits)")
+    before = page.evaluate("window.cera.stats()")["calls"]
     err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
                         models["llama_q4_0"][1])
+    after = page.evaluate("window.cera.stats()")["calls"]
+    memory, shown, advice = page.evaluate("window.cera.memory"), page.inner_text("#memory"), page.inner_text("#error .advice")
     page.close()
+    g = GGUFFile.open(models["llama_q4_0"][0])
+    cfg = ModelConfig.from_gguf(g)
+    want = footprint(cfg, g, cfg.context(DEFAULT_CTX), DEFAULT_CHUNK, Limits(**limits)).to_dict()
+    assert memory["total"] == want["total"] and f"{want['total'] / 1048576:.1f} MiB" in shown
+    largest = want["largest_buffer"]
     assert err["name"] == "TooLarge"
-    assert "blk.0.key_cache needs 32768 bytes" in err["message"] and "4096" in err["message"]
+    assert f"{largest['name']} needs {largest['bytes']} bytes" in err["message"] and "4096" in err["message"]
+    assert "shorter context" in advice
+    assert after.get("buffer") == before.get("buffer") and "uploadBlob" not in after, (before, after)
 
 
 def test_device_loss_is_reported(browser, server, models):

@@ -15,8 +15,9 @@ const ADVICE = {
   BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
   TruncatedFile: "The file ends too early: download it again (or copy it again) and load the complete file.",
   ModelNotFound: "Check the model's name or path.",
-  Unsupported: "cera runs llama, qwen2, qwen3, granite and lfm2 models with Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ2/IQ3/IQ4/F16/BF16/F32 weights.",
-  TooLarge: "Pick a smaller model or a smaller quantization: this GPU's WebGPU limits cannot hold it.",
+  Unsupported: "The message says what cera cannot run in this file: pick a model of an architecture cera runs.",
+  TooLarge: "Pick a smaller model or a smaller quantization, or load it with a shorter context: " +
+    "this GPU's WebGPU limits cannot hold it.",
   StorageFull: "Free some of this site's storage (or the disk), or load the file from disk instead of a URL.",
   FetchFailed: "Check the URL; the server must allow cross-origin requests (CORS), or load the file from disk.",
   ShaderError: "This GPU's WebGPU compiler rejected a kernel; please report it with the adapter name.",
@@ -37,6 +38,15 @@ function setStatus(text) { $("status").textContent = text; $("status").dataset.s
 
 const mib = (n) => (n / 1048576).toFixed(1) + " MiB";
 const rate = (r) => (r >= 10 ? r.toFixed(1) : r.toPrecision(2));
+
+// The GPU memory the model needs (engine.reload's onMemory, before the upload starts).
+function showMemory(m) {
+  memory = m;
+  const fallbacks = m.fallbacks.length ? `; ${m.fallbacks.length} tensors without a GPU kernel held as F16` : "";
+  $("memory").textContent = `${mib(m.total)} (weights ${mib(m.weights)}, KV cache ${mib(m.kv_cache)} at ` +
+    `context ${m.ctx}, activations and state ${mib(m.activations + m.state)}; largest buffer ` +
+    `${m.largest_buffer.name} ${mib(m.largest_buffer.bytes)} of ${mib(m.max_buffer_size)} allowed${fallbacks})`;
+}
 
 function showProgress({ phase, done, total }) {
   const bar = $("progress");
@@ -61,6 +71,7 @@ const ready = engine.ready.then((info) => {
 }, (err) => { showError(err); throw err; });
 
 let model = null;
+let memory = null;   // the last load's GPU memory figure
 
 function setBusy(busy) {
   $("generate").disabled = busy || !model;
@@ -76,7 +87,8 @@ async function load(source, { ctx } = {}) {
   try {
     model = null;
     newConversation();
-    model = await engine.reload(source, { ctx, onProgress: showProgress });
+    $("memory").textContent = "…";
+    model = await engine.reload(source, { ctx, onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
     $("chat").checked = model.hasChatTemplate;
@@ -168,6 +180,7 @@ async function generate(prompt, { maxTokens, chat = false, lora } = {}) {
 window.cera = {
   ready,
   get model() { return model; },   // the last load's result (arch, bytes, bytesThroughWasm, ...)
+  get memory() { return memory; }, // the GPU memory it needs (total, weights, kv_cache, ...), even if refused
   load,
   loadLora,
   generate,

@@ -26,6 +26,22 @@ export interface LoadOptions {
   /** Positions of context to allocate (default info.defaults.ctx, capped at the model's). */
   ctx?: number;
   onProgress?: (progress: Progress) => void;
+  /** The GPU memory the model needs, once its header is read: before the upload, and also when it is refused (TooLarge). */
+  onMemory?: (memory: GpuMemory) => void;
+}
+
+/** The GPU memory a model takes at a context, from its header (cera.gpu.footprint), in bytes. */
+export interface GpuMemory {
+  ctx: number;
+  prefill_chunk: number;
+  weights: number;             // as they sit on the GPU (quantized; F16 for types without a kernel)
+  kv_cache: number;
+  state: number;               // the rest of the per-sequence state (logits, scratch, ...)
+  activations: number;
+  total: number;               // shown, not checked: WebGPU has no total-memory limit
+  largest_buffer: { name: string; bytes: number };   // refused (TooLarge) above max_buffer_size
+  max_buffer_size: number;     // this adapter's
+  fallbacks: { tensor: string; type_name: string; file_bytes: number; gpu_bytes: number }[];
 }
 
 export interface CreateEngineOptions extends EngineOptions, LoadOptions {
@@ -40,6 +56,7 @@ export interface ModelInfo {
   layers: number;
   vocab: number;
   ctx: number;
+  gpuMemory: GpuMemory;
   hasChatTemplate: boolean;
   cached: boolean;             // came from the browser's storage, not the network
   loadSeconds: number;

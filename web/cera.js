@@ -30,7 +30,7 @@ const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !
   "the model's source: a URL or a File/Blob of a .gguf"];
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
   onProgress: FUNCTION, onError: FUNCTION };
-const LOAD_OPTIONS = { ctx: POSITIVE, onProgress: FUNCTION };
+const LOAD_OPTIONS = { ctx: POSITIVE, onProgress: FUNCTION, onMemory: FUNCTION };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
   (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text))));
@@ -133,7 +133,7 @@ class ChunkStream {
 
 export class Engine {
   #worker;
-  #calls = new Map();   // message id -> {resolve, reject, onProgress, onChunks}
+  #calls = new Map();   // message id -> {resolve, reject, onProgress, onMemory, onChunks}
   #nextId = 1;
   #failure = null;      // what every later call rejects with: the engine was unloaded, or its GPU lost
   #onError;
@@ -153,12 +153,13 @@ export class Engine {
   }
 
   // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
-  // loaded; waits for the requests ahead of it. Resolves to the model's info.
+  // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
+  // GPU memory it needs once its header is read, before the upload (also when it is refused).
   async reload(model, options = {}) {
-    const { ctx, onProgress } = check("reload", { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
+    const { ctx, onProgress, onMemory } = check("reload", { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
     await this.ready;
     this.info.model = null;
-    this.info.model = await this.#send("load", { source: modelSource(model), ctx }, { onProgress });
+    this.info.model = await this.#send("load", { source: modelSource(model), ctx }, { onProgress, onMemory });
     return this.info.model;
   }
 
@@ -238,6 +239,7 @@ export class Engine {
     const call = this.#calls.get(msg.id);
     if (!call) return;
     if (msg.kind === "progress") call.onProgress?.({ phase: msg.phase, done: msg.done, total: msg.total });
+    else if (msg.kind === "memory") call.onMemory?.(msg.memory);
     else if (msg.kind === "chunks") call.onChunks(msg.chunks);
     else {
       this.#calls.delete(msg.id);
@@ -255,11 +257,11 @@ export class Engine {
 
 // An engine with `model` loaded: new Engine(...) then reload(model, ...).
 export async function createEngine(options = {}) {
-  const { model, ctx, onProgress, ...rest } = check("createEngine", options,
+  const { model, ctx, onProgress, onMemory, ...rest } = check("createEngine", options,
     { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
   const engine = new Engine({ onProgress, ...rest });
   try {
-    await engine.reload(model, { ctx, onProgress });
+    await engine.reload(model, { ctx, onProgress, onMemory });
   } catch (err) {
     await engine.unload();
     throw err;

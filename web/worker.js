@@ -5,6 +5,7 @@
 //               (lora: {source, scale}, a LoRA adapter GGUF for the loaded model, named by its file)
 //               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
+//               | {id, kind: "memory", memory} (a load's GPU memory figure, before the upload)
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
 // An error without an id (device lost) concerns the whole engine. Results and chunks are the
 // OpenAI objects cera.js hands its caller, made in Python (cera_web/app.py).

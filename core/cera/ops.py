@@ -6,6 +6,8 @@ Shapes are in the comments; T is the number of tokens in a step.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -60,11 +62,12 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0) -> np.ndarray:
     """Causal grouped-query attention of T query rows against a KV cache.
 
     q (T, n_heads, hd) for tokens at positions pos (T,); k, v (S, n_kv_heads, hd) caches
-    holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p.
+    holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p, or with a
+    sliding `window` only keys p-window+1..p (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask).
     Head h reads kv head h // (n_heads // n_kv_heads). -> (T, n_heads, hd)."""
     T, n_heads, hd = q.shape
     S, n_kv_heads, _ = k.shape
@@ -72,13 +75,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float) ->
     group = n_heads // n_kv_heads
     pos = np.asarray(pos).reshape(T)
     assert pos.max() < S, (pos.max(), S)
-    future = np.arange(S)[None, :] > pos[:, None]                     # (T, S) keys a row may not see
+    age = pos[:, None] - np.arange(S)[None, :]                        # (T, S) query pos - key pos
+    hidden = (age < 0) | (age >= window) if window else age < 0       # (T, S) keys a row may not see
     out = np.zeros((T, n_heads, hd), dtype=np.float32)
     for kh in range(n_kv_heads):
         heads = slice(kh * group, (kh + 1) * group)                   # the query heads reading kv head kh
         qh = q[:, heads, :].transpose(1, 0, 2)                        # (group, T, hd)
         scores = (qh @ k[:, kh, :].T) * np.float32(scale)             # (group, T, S)
-        att = softmax(np.where(future, -np.inf, scores))              # (group, T, S)
+        att = softmax(np.where(hidden, -np.inf, scores))              # (group, T, S)
         out[:, heads, :] = (att @ v[:, kh, :]).transpose(1, 0, 2)     # (T, group, hd)
     return out
 
@@ -91,6 +95,18 @@ def silu(x: np.ndarray) -> np.ndarray:
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     """silu(gate) * up (llama.cpp LLM_FFN_SILU + LLM_FFN_PAR). (..., n) each -> (..., n)."""
     return (silu(gate.astype(np.float32)) * up).astype(np.float32)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (ggml_gelu): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    x = x.astype(np.float32)
+    inner = np.float32(math.sqrt(2 / math.pi)) * x * (np.float32(1) + np.float32(0.044715) * x * x)
+    return np.float32(0.5) * x * (np.float32(1) + np.tanh(inner))
+
+
+def geglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gelu_tanh(gate) * up (llama.cpp LLM_FFN_GELU + LLM_FFN_PAR, Gemma). (..., n) each -> (..., n)."""
+    return (gelu_tanh(gate) * up).astype(np.float32)
 
 
 def shortconv(bcx: np.ndarray, conv_w: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

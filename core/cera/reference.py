@@ -8,8 +8,9 @@ T is the number of tokens in a step, S the cached positions, H / KVH the query /
 hd the head size.
 
 One code path covers every supported arch; the differences are read from ModelConfig:
-Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 per-head QK-norm, NORM / NEOX RoPE
-with Llama-3 frequency factors, tied or untied LM head, and LFM2's conv blocks.
+Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 / Gemma3 per-head QK-norm, NORM / NEOX
+RoPE with Llama-3 frequency factors, tied or untied LM head, LFM2's conv blocks, and Gemma3's
+post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window and RoPE base.
 Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
 LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B (A x).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops, weights
-from .config import CONV, ModelConfig
+from .config import CONV, FFN_GELU, ModelConfig
 from .gguf_file import GGUFFile
 from .lora import LoraAdapter
 from cera.errors import ContextFull, InvalidArgument
@@ -82,11 +83,11 @@ class Reference:
         cfg, n = self.cfg, self.n_past - keep - discard
         if keep < 0 or discard < 1 or n < 0:
             raise InvalidArgument(f"shift of {discard} positions after {keep} of {self.n_past}: out of range")
-        delta = np.full(n, -discard * cfg.rope_freq_scale)
-        for il in cfg.attention_layers:
+        for il in cfg.attention_layers:   # each layer with its own RoPE base and scale (gemma3)
+            delta = np.full(n, -discard * cfg.layer_rope_freq_scale[il])
             k, v = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
-            k[keep: keep + n] = ops.rope(k[keep + discard: self.n_past].astype(np.float32), delta, cfg.rope_theta,
-                                         cfg.rope_neox, cfg.n_rot, self.freq_factors)
+            k[keep: keep + n] = ops.rope(k[keep + discard: self.n_past].astype(np.float32), delta,
+                                         cfg.layer_rope_theta[il], cfg.rope_neox, cfg.n_rot, self.freq_factors)
             v[keep: keep + n] = v[keep + discard: self.n_past]
         self.n_past -= discard
 
@@ -141,13 +142,21 @@ class Reference:
             xb = self._shortconv(il, xb)                                 # (T, hidden)
         else:
             xb = self._attention(il, xb, pos)                            # (T, hidden)
+        if cfg.post_norms:
+            xb = ops.rms_norm(xb, w("post_attention_norm.weight"), cfg.eps)   # (T, hidden) gemma3
         x = x + xb * residual_scale                                      # residual (granite scales it)
 
-        # feed-forward: SwiGLU
+        # feed-forward: SwiGLU, or GeGLU (gemma3)
         xb = ops.rms_norm(x, w("ffn_norm.weight"), cfg.eps)             # (T, hidden)
-        hb = ops.swiglu(matmul(xb, "ffn_gate.weight"), matmul(xb, "ffn_up.weight"))   # (T, ff)
+        hb = self.glu(matmul(xb, "ffn_gate.weight"), matmul(xb, "ffn_up.weight"))     # (T, ff)
         xb = matmul(hb, "ffn_down.weight")                               # (T, hidden)
+        if cfg.post_norms:
+            xb = ops.rms_norm(xb, w("post_ffw_norm.weight"), cfg.eps)   # (T, hidden) gemma3
         return x + xb * residual_scale
+
+    def glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """The FFN's gated activation: act(gate) * up, (T, ff) each -> (T, ff)."""
+        return ops.geglu(gate, up) if self.cfg.ffn_act == FFN_GELU else ops.swiglu(gate, up)
 
     def _attention(self, il: int, xb: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Causal GQA self-attention of xb (T, hidden), normed, -> (T, hidden)."""
@@ -169,17 +178,19 @@ class Reference:
             q = ops.rms_norm(q, w("attn_q_norm.weight"), cfg.eps)       # (T, H, hd)
             k = ops.rms_norm(k, w("attn_k_norm.weight"), cfg.eps)       # (T, KVH, hd)
 
-        # RoPE on q and k (linear scaling stretches positions by 1/freq_scale)
-        rope_pos = pos * cfg.rope_freq_scale if cfg.rope_freq_scale != 1.0 else pos
-        q = ops.rope(q, rope_pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
-        k = ops.rope(k, rope_pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+        # RoPE on q and k, with this layer's base (linear scaling stretches positions by 1/freq_scale)
+        theta, freq_scale = cfg.layer_rope_theta[il], cfg.layer_rope_freq_scale[il]
+        rope_pos = pos * freq_scale if freq_scale != 1.0 else pos
+        q = ops.rope(q, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+        k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
 
         # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
+        # (a local layer only over the last layer_window of them)
         key_cache, value_cache = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
         key_cache[pos], value_cache[pos] = k, v
         S = int(pos[-1]) + 1
         att = ops.attention(q, key_cache[:S].astype(np.float32), value_cache[:S].astype(np.float32),
-                            pos, cfg.attention_scale)                    # (T, H, hd)
+                            pos, cfg.attention_scale, cfg.layer_window[il])   # (T, H, hd)
 
         # output projection
         return matmul(att.reshape(T, H * hd), "attn_output.weight")     # (T, hidden)

@@ -14,6 +14,7 @@ import time
 from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError
+from cera.gpu.model import DEFAULT_CHUNK
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
 from cera.runner import run_job
 from js import Object
@@ -86,8 +87,10 @@ class Session:
         return progress
 
     async def load(self, blob, name, msg_id, ctx=None):
-        """Parse the GGUF header from the Blob, build the plan, upload the weights (ctx None:
-        DEFAULT_CTX positions). Waits for the requests ahead of it."""
+        """Parse the GGUF header from the Blob, post the GPU memory the model will take (a
+        "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions).
+        A model with a buffer this GPU cannot hold is refused (TooLarge) before anything is
+        allocated. Waits for the requests ahead of it."""
         async with self._turn:
             try:
                 return _js(await self._load(blob, str(name), msg_id, ctx))
@@ -95,8 +98,10 @@ class Session:
                 return _js({"ok": False, "error": error_dict(err)})
 
     async def _load(self, blob, name, msg_id, ctx):
+        from cera.config import ModelConfig
         from cera.engine import Engine
         from cera.gguf_file import GGUFFile
+        from cera.gpu.footprint import footprint
 
         t0 = time.perf_counter()
         self.engine = self.model = None
@@ -104,13 +109,17 @@ class Session:
         self.device.release_unused()
         source = BlobSource(blob, self.host)
         gguf = GGUFFile(source)
-        engine = await Engine.load(gguf, self.device, ctx=DEFAULT_CTX if ctx is None else int(ctx),
-                                   progress=self._progress(msg_id, "upload"))
+        cfg = ModelConfig.from_gguf(gguf)
+        ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
+        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits).to_dict(),
+                  "max_buffer_size": self.device.limits.max_buffer_size}
+        self.post(_js({"id": msg_id, "kind": "memory", "memory": memory}))
+        engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
+                                   prefill_chunk=DEFAULT_CHUNK)
         await self.device.check()
         self.engine, self.model = engine, name
-        cfg = engine.cfg
         return {"name": name, "arch": gguf.arch, "bytes": source.size,
-                "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx,
+                "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx, "gpuMemory": memory,
                 "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                 "bytesThroughWasm": source.bytes_read,
                 "dispatchesPerToken": engine.backend.dispatches_per_token,

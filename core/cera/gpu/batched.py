@@ -31,11 +31,12 @@ from math import gcd
 
 from gguf.constants import GGMLQuantizationType as T
 
-from cera.config import MAX_HEAD_DIM
+from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
-from cera.gpu.matmul import MATVEC_TYPES, row_bytes, row_tiles
+from cera.gpu.layers import window_define
+from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles
 
 # Every type quant.wgsl decodes has a batched kernel: the matmul stages whole quant units.
 BATCHED_TYPES = MATVEC_TYPES
@@ -136,9 +137,10 @@ def _groups_2d(count: int, limits) -> tuple[int, int]:
 def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
            scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
            out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
-           label: str | None = None) -> Dispatch:
+           label: str | None = None, act: str = FFN_SILU) -> Dispatch:
     """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
-    step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T).
+    step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
+    or with act=FFN_GELU the GeGLU (tanh GELU).
 
     W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
     between rows of out (default m; the full width when W is a row tile). row0: x and out are
@@ -150,12 +152,12 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     if w_up is not None and bias is not None:
         raise Unsupported("matmul: GLU with a bias is not supported")
     row_bytes(t, k)   # checks k against the block size
-    glu = w_up is not None
+    glu, gelu = w_up is not None, gelu_flag(act, w_up)
     tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m)
     stride = m if out_stride is None else out_stride
     defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
                    **flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
-                               "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0}))
+                               "GELU": gelu, "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0}))
     if row0:
         defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
@@ -163,7 +165,8 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
     y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
     groups = (-(-max_rows // tiles.tile_t), y, z)
-    label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" +=" if accumulate else ""))
+    label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" gelu" if gelu else "")
+                      + (" +=" if accumulate else ""))
     weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
     reads = weight_bytes + 4 * max_rows * (k + m * accumulate) + 4 * m * (bias is not None)
     return kernels.dispatch("matmul.wgsl", bindings, groups, label, reads=reads, writes=4 * max_rows * m,
@@ -195,7 +198,7 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-                 limits=None) -> list[Dispatch]:
+                 limits=None, act: str = FFN_SILU) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out (out_stride
     m), and token rows in blocks (`row_blocks`) when x or out is bigger than a binding. `limits`
@@ -205,7 +208,7 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
     blocks = row_blocks(k, m, max_rows, limits)
     if len(col_tiles) == 1 and len(blocks) == 1:
         return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
-                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up)]
+                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, act=act)]
     rb = row_bytes(wtype, k)
     align = limits.min_storage_buffer_offset_alignment
 
@@ -227,7 +230,7 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
             dispatches.append(matmul(
                 kernels, device, out_tile, part(w, start * rb, n * rb), x_block, step, wtype=wtype, k=k, m=n,
                 max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n), accumulate=accumulate,
-                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0))
+                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0, act=act))
     return dispatches
 
 
@@ -271,8 +274,10 @@ def attention_tiles(limits, head_dim: int) -> AttentionTiles:
 
 def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                       n_kv_heads: int, scale: float | None = None, max_rows: int,
-                      tiles: AttentionTiles | None = None, label: str = "prefill_attention") -> Dispatch:
-    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens.
+                      tiles: AttentionTiles | None = None, label: str = "prefill_attention",
+                      window: int = 0) -> Dispatch:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens;
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p.
 
     Bindings: q, out (rows, n_heads*head_dim); k_cache,
     v_cache (max_ctx, n_kv_heads, head_dim), rows of this step already written by rope_kv.
@@ -288,7 +293,7 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     group = n_heads // n_kv_heads
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
                    BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
-                   **flags(VEC4=head_dim % 4 == 0))
+                   **flags(VEC4=head_dim % 4 == 0), **window_define(window))
     groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
     q_bytes = 4 * max_rows * n_heads * head_dim
     return kernels.dispatch("attention_prefill.wgsl", [q, k_cache, v_cache, out, step], groups, label,

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import struct
 
-from cera.config import MAX_HEAD_DIM
+from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
+from cera.gpu.matmul import gelu_flag
 from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
@@ -29,20 +30,23 @@ GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.w
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
-             rows_per_token: int = 1, max_tokens: int = 1, label: str = "rms_norm") -> Dispatch:
-    """out = rms_norm(x) * w over rows of length n.
+             rows_per_token: int = 1, max_tokens: int = 1, accumulate: bool = False,
+             label: str = "rms_norm") -> Dispatch:
+    """out = rms_norm(x) * w over rows of length n; with accumulate, out += rms_norm(x) * w
+    (a post-norm added into the residual stream).
 
     x, out (tokens, rows_per_token, n); w (n,). rows_per_token = 1 normalizes hidden states
     (n = hidden); rows_per_token = n_heads with n = head_dim is per-head QK-norm."""
     wg = 64 if n <= 256 else 256
     row = 4 * n * rows_per_token * max_tokens
     return kernels.dispatch("rms_norm.wgsl", [x, w, out, step], (rows_per_token, max_tokens, 1), label,
-                            reads=row + 4 * n, writes=row,
-                            N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg)
+                            reads=row * (1 + accumulate) + 4 * n, writes=row,
+                            N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg, **flags(ACCUMULATE=accumulate))
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
             n_kv_heads: int, theta: float, neox: bool, n_rot: int | None = None, freq_factors=None,
+            freq_scale: float = 1.0,
             q_norm=None, k_norm=None, eps: float | None = None, max_tokens: int = 1,
             label: str = "rope_kv") -> Dispatch:
     """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
@@ -53,12 +57,14 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t.
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (default head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
+    freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
     q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2), with eps."""
     n_rot = head_dim if n_rot is None else n_rot
     if n_rot % 2 or not 0 < n_rot <= head_dim:
         raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
     _check_heads(n_heads, n_kv_heads)
-    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta))
+    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
+                   **_freq_scale(freq_scale))
     bindings = [q, k, v, q_out, k_cache, v_cache, step]
     if neox:
         defines["NEOX"] = True
@@ -87,17 +93,22 @@ def pack_shift(keep: int, discard: int, n: int) -> bytes:
 
 def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim: int, n_kv_heads: int,
              theta: float, neox: bool, n_rot: int, max_rows: int, freq_factors=None,
-             label: str = "kv_shift") -> Dispatch:
+             freq_scale: float = 1.0, label: str = "kv_shift") -> Dispatch:
     """Context shift, pass 1: cache rows keep+discard+j -> scratch rows j (j < shift.n), keys
-    re-rotated by -discard positions. k_out, v_out (max_rows, n_kv_heads, head_dim) are the
-    scratch; `shift` the Shift uniform (pack_shift). Copying the scratch back to rows keep.. is
-    the caller's (a Copy each)."""
+    re-rotated by -discard positions (times freq_scale, as rope_kv turned them). k_out, v_out
+    (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
+    Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
     defines = dict(HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
-                   **flags(NEOX=neox, FREQ_FACTORS=freq_factors is not None))
+                   **_freq_scale(freq_scale), **flags(NEOX=neox, FREQ_FACTORS=freq_factors is not None))
     bindings = [k_cache, v_cache, k_out, v_out, shift] + ([freq_factors] if freq_factors is not None else [])
     rows = 4 * max_rows * n_kv_heads * head_dim
     return kernels.dispatch("kv_shift.wgsl", bindings, (n_kv_heads, max_rows, 1), label, reads=2 * rows,
                             writes=2 * rows, **defines)
+
+
+def _freq_scale(freq_scale: float) -> dict:
+    """rope_rotate.wgsl's FREQ_SCALE define for linear RoPE scaling (1: none)."""
+    return {"FREQ_SCALE": float(freq_scale)} if freq_scale != 1.0 else {}
 
 
 def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
@@ -128,8 +139,11 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
               n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
-              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention") -> list[Dispatch]:
-    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV.
+              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
+              window: int = 0) -> list[Dispatch]:
+    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
+    (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
     written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
@@ -154,7 +168,8 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
         scratch = device.buffer(scratch_bytes, f"{label}.scratch")
     elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
         raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
-    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, MAX_WG=WORKGROUP)
+    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, MAX_WG=WORKGROUP,
+                 **window_define(window))
     if head_dim % 4 == 0:
         shape["VEC4"] = True
     q_bytes = 4 * n_heads * head_dim * max_tokens
@@ -164,6 +179,13 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
                              HPW=hpw, **shape),
             kernels.dispatch("attention_combine.wgsl", [scratch, out, step], (n_heads, max_tokens, 1),
                              f"{label}.combine", writes=q_bytes, **shape)]
+
+
+def window_define(window: int) -> dict:
+    """The attention kernels' WINDOW define for a sliding window (0: causal, none)."""
+    if window < 0:
+        raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
+    return {"WINDOW": window} if window else {}
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
@@ -182,12 +204,14 @@ def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, ke
                             HIDDEN=hidden, KERNEL=kernel, WG=SHORTCONV_WORKGROUP)
 
 
-def glu_act(kernels, device, gate, up, step, *, ff: int, max_tokens: int = 1, label: str = "glu_act") -> Dispatch:
-    """gate = silu(gate) * up, in place, for the step's rows: the SwiGLU of an FFN whose gate
-    and up projections ran apart. gate, up (tokens, ff)."""
+def glu_act(kernels, device, gate, up, step, *, ff: int, act: str = FFN_SILU, max_tokens: int = 1,
+            label: str = "glu_act") -> Dispatch:
+    """gate = act(gate) * up, in place, for the step's rows: the GLU (act FFN_SILU or FFN_GELU)
+    of an FFN whose gate and up projections ran apart. gate, up (tokens, ff)."""
     rows = 4 * ff * max_tokens
     return kernels.dispatch("glu_act.wgsl", [gate, up, step], (-(-ff // GLU_WORKGROUP), max_tokens, 1), label,
-                            reads=2 * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP)
+                            reads=2 * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP,
+                            **flags(GELU=gelu_flag(act, up)))
 
 
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:

@@ -13,8 +13,9 @@ from math import gcd
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
+from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding, Dispatch
-from cera.errors import TooLarge, Unsupported
+from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.kernels import flags
 
 MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
@@ -74,9 +75,10 @@ def _groups(n: int, limits) -> tuple[int, int, int]:
 def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-           tpr: int | None = None) -> Dispatch:
+           tpr: int | None = None, act: str = FFN_SILU) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
-    out = scale * silu(W @ x) * (W_up @ x). W and W_up: raw GGUF rows of `wtype`.
+    out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
+    W and W_up: raw GGUF rows of `wtype`.
     With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
     block fused into its first matvec.
 
@@ -84,11 +86,12 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
     t = _type(wtype)
     if w_up is not None and bias is not None:
         raise Unsupported("matvec: GLU with a bias is not supported")
+    gelu = gelu_flag(act, w_up)
     tpr = tpr or threads_per_row(t, k, m)
     rows = WORKGROUP // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
                    **flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
-                               "ACCUMULATE": accumulate, "GLU": w_up is not None}))
+                               "ACCUMULATE": accumulate, "GLU": w_up is not None, "GELU": gelu}))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
@@ -97,11 +100,21 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
             raise Unsupported("matvec: a fused RMSNorm needs eps")
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
-    label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" +=" if accumulate else "")
+    label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
+        + (" +=" if accumulate else "")
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
     reads = weight_bytes + 4 * k * (2 if norm is not None else 1) + 4 * m * ((bias is not None) + accumulate)
     return kernels.dispatch("matvec.wgsl", bindings, _groups(-(-m // rows), device.limits), label,
                             reads=reads, writes=4 * m, **defines)
+
+
+def gelu_flag(act: str, w_up) -> bool:
+    """Whether the GLU's gate activation is GELU (the GELU define); act applies to a GLU only."""
+    if act not in (FFN_SILU, FFN_GELU):
+        raise Unsupported(f"GLU activation {act!r}: expected {FFN_SILU!r} or {FFN_GELU!r}")
+    if act == FFN_GELU and w_up is None:
+        raise InvalidArgument("GELU is the GLU's gate activation: it needs w_up")
+    return act == FFN_GELU
 
 
 def row_tiles(wtype: int, k: int, m: int, limits) -> list[tuple[int, int]]:
@@ -139,21 +152,21 @@ def _check_aligned(what: str, b: Binding, limits) -> None:
 def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-                 limits=None) -> list[Dispatch]:
+                 limits=None, act: str = FFN_SILU) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
-                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps)]
+                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, act=act)]
     for what, b in (("w", w), ("w_up", w_up), ("out", out), ("bias", bias)):
         if b is not None:
             _check_aligned(what, b, limits)
     rb = row_bytes(wtype, k)
     return [matvec(kernels, device, _rows(out, start * 4, n * 4), _rows(w, start * rb, n * rb), x,
                    wtype=wtype, k=k, m=n, scale=scale, bias=_rows(bias, start * 4, n * 4),
-                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps)
+                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps, act=act)
             for start, n in tiles]
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
-from cera.errors import InvalidArgument, Unsupported
+from cera.errors import InvalidArgument
+from cera.gpu.footprint import footprint
 from cera.gpu.layers import SHIFT_BYTES, pack_shift
 from cera.gpu.plan import Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
 from cera.gpu.residency import Weights
@@ -52,10 +53,10 @@ class GpuModel:
     def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, chunk: int = DEFAULT_CHUNK):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
-        if cfg.rope_freq_scale != 1.0:
-            raise Unsupported("linear RoPE scaling is not implemented on the GPU yet")
+        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits)
+        self.footprint.check(device.limits)   # before anything is allocated
         self.cfg, self.device, self.ctx = cfg, device, ctx
-        self.chunk = min(chunk, ctx)
+        self.chunk = self.footprint.chunk
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)

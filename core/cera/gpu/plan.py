@@ -80,7 +80,7 @@ class Builder:
 
     # --- what differs by row count ---------------------------------------------------------
     def proj(self, out: Binding, m: Matrix, x: Binding, *, norm: str | None = None, **kw) -> list[Step]:
-        """out = m x (after RMSNorm with weight `norm`); kw: scale, bias, accumulate, w_up."""
+        """out = m x (after RMSNorm with weight `norm`); kw: scale, bias, accumulate, w_up, act."""
         raise NotImplementedError
 
     def normed(self, x: Binding, norm: str | None) -> tuple[list[Step], Binding, str | None]:
@@ -132,7 +132,8 @@ class Builder:
         return mixer(i) + self.ffn(i)
 
     def attention(self, i: int) -> list[Step]:
-        """x += residual_scale * Wo attention(rope(q), rope(k), v), writing k and v to the cache."""
+        """x += residual_scale * [post_norm] Wo attention(rope(q), rope(k), v), writing k and v to
+        the cache; rope with the layer's base and scale, attention within its window."""
         cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
         steps, q, k, v = self.qkv(i)
         qk_norm = dict(q_norm=w.vector(b + "attn_q_norm.weight"), k_norm=w.vector(b + "attn_k_norm.weight"),
@@ -140,12 +141,12 @@ class Builder:
         freq = w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None
         steps.append(layers.rope_kv(self.kernels, self.device, a.q_rot, self.state.key_cache[i],
                                     self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
-                                    n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], theta=cfg.rope_theta,
+                                    n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
+                                    theta=cfg.layer_rope_theta[i], freq_scale=cfg.layer_rope_freq_scale[i],
                                     neox=cfg.rope_neox, n_rot=cfg.n_rot, freq_factors=freq, max_tokens=self.rows,
                                     label=f"{b}rope", **qk_norm))
         steps += self.attend(i)
-        return steps + self.proj(a.x, w.matrix(b + "attn_output.weight"), a.att, accumulate=True,
-                                 scale=cfg.residual_scale)
+        return steps + self.residual(w.matrix(b + "attn_output.weight"), a.att, b + "post_attention_norm.weight")
 
     def shortconv(self, i: int) -> list[Step]:
         """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
@@ -158,27 +159,37 @@ class Builder:
                                  scale=cfg.residual_scale)
 
     def ffn(self, i: int) -> list[Step]:
-        """x += residual_scale * W_down (silu(W_gate h) * (W_up h)), h = ffn_norm(x)."""
+        """x += residual_scale * [post_norm] W_down (act(W_gate h) * (W_up h)), h = ffn_norm(x),
+        act silu (SwiGLU) or tanh GELU (GeGLU)."""
         b, w, a = f"blk.{i}.", self.weights, self.act
         gate, up = w.matrix(b + "ffn_gate.weight"), w.matrix(b + "ffn_up.weight")
         if gate.name in self.adapters or up.name in self.adapters:
             steps = self.glu_apart(gate, up, b + "ffn_norm.weight")
         elif gate.wtype != up.wtype:
-            raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused SwiGLU kernels need one type")
+            raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused GLU kernels need one type")
         else:
-            steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding)
-        return steps + self.proj(a.x, w.matrix(b + "ffn_down.weight"), a.hb, accumulate=True,
-                                 scale=self.cfg.residual_scale)
+            steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding, act=self.cfg.ffn_act)
+        return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
+
+    def residual(self, m: Matrix, y: Binding, post_norm: str) -> list[Step]:
+        """x += residual_scale * m y; with post-norms (gemma3), m y goes to xb and
+        x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
+        cfg, a = self.cfg, self.act
+        if not cfg.post_norms:
+            return self.proj(a.x, m, y, accumulate=True, scale=cfg.residual_scale)
+        return self.proj(a.xb, m, y) + [layers.rms_norm(
+            self.kernels, self.device, a.x, a.xb, self.weights.vector(post_norm), self.state.step, n=cfg.hidden,
+            eps=cfg.eps, max_tokens=self.rows, accumulate=True, label=post_norm)]
 
     def glu_apart(self, gate: Matrix, up: Matrix, norm: str) -> list[Step]:
-        """act.hb = silu(W_gate h) * (W_up h), h = RMSNorm `norm` of x, as two projections and
+        """act.hb = act(W_gate h) * (W_up h), h = RMSNorm `norm` of x, as two projections and
         glu_act: a LoRA delta on gate or up joins the projection before the activation, and the
-        fused GLU kernels compute silu(W_gate h) * (W_up h) in one pass, with no room for it."""
+        fused GLU kernels compute act(W_gate h) * (W_up h) in one pass, with no room for it."""
         a = self.act
         steps, h, norm = self.normed(a.x, norm)
         steps += self.proj(a.hb, gate, h, norm=norm) + self.proj(a.up, up, h, norm=norm)
         return steps + [layers.glu_act(self.kernels, self.device, a.hb, a.up, self.state.step, ff=self.cfg.ff,
-                                       max_tokens=self.rows, label=f"{gate.name} glu")]
+                                       act=self.cfg.ffn_act, max_tokens=self.rows, label=f"{gate.name} glu")]
 
     def head(self, out: Binding, x: Binding) -> list[Step]:
         """out = W_head rms_norm(x) / logit_scale for the builder's rows."""
@@ -229,7 +240,7 @@ class DecodeBuilder(Builder):
                                 self.state.value_cache[i], self.state.step, head_dim=cfg.head_dim,
                                 n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                                 scratch=self.state.attention_scratch, scale=cfg.attention_scale,
-                                label=f"blk.{i}.attention")
+                                window=cfg.layer_window[i], label=f"blk.{i}.attention")
 
 
 class PrefillBuilder(Builder):
@@ -266,7 +277,7 @@ class PrefillBuilder(Builder):
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows,
-                                          label=f"blk.{i}.prefill_attention")]
+                                          window=cfg.layer_window[i], label=f"blk.{i}.prefill_attention")]
 
 
 def decode_plan(decode: DecodeBuilder) -> Plan:
@@ -299,7 +310,8 @@ def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding,
         row = 4 * cfg.kv_dim(i)
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
-                                     head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i], theta=cfg.rope_theta,
+                                     head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
+                                     theta=cfg.layer_rope_theta[i], freq_scale=cfg.layer_rope_freq_scale[i],
                                      neox=cfg.rope_neox, n_rot=cfg.n_rot, max_rows=n, freq_factors=freq,
                                      label=f"blk.{i}.kv_shift"))
         steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * row, n * row),

@@ -5,9 +5,12 @@ by `upload()`. Matrices keep their GGUF bytes (quantized blocks stay quantized, 
 the shaders); a type without a kernel is dequantized once, on the CPU, to F16, and says so.
 Small tensors (norms, biases, conv taps, frequency factors) become f32. A layer's q, k, v
 projections of one type can share one buffer (a "stacked" matrix), so one matvec makes them.
+`resident_type` and `qkv_runs` are the rules; `cera.gpu.footprint` sizes a model by them
+before anything is allocated.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -21,6 +24,43 @@ from cera.errors import TooLarge
 from cera.gpu.matmul import MATVEC_TYPES
 
 F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
+VECTOR_SUFFIXES = ("norm.weight", ".bias", "shortconv.conv.weight", "rope_freqs.weight")   # the small tensors
+
+
+def is_vector(name: str) -> bool:
+    """Whether the plan reads tensor `name` as a small f32 vector (`Weights.vector`)."""
+    return name.endswith(VECTOR_SUFFIXES)
+
+
+def resident_type(info, vector: bool) -> int:
+    """The type tensor `info` sits on the GPU as: a vector as F32; a matrix as stored where a
+    kernel decodes its type, else F16 (dequantized at load)."""
+    if vector:
+        return F32
+    return info.ggml_type if info.ggml_type in MATVEC_TYPES else F16
+
+
+def resident_bytes(info, vector: bool) -> int:
+    """Bytes tensor `info` takes on the GPU (before rounding to whole words)."""
+    t = resident_type(info, vector)
+    if t == info.ggml_type:
+        return info.nbytes
+    return math.prod(info.shape) * (2 if t == F16 else 4)
+
+
+def qkv_runs(cfg: ModelConfig, tensors: dict, i: int, align: int) -> list[str] | None:
+    """blk.i's q, k, v projections grouped into runs of consecutive same-type matrices ("qkv",
+    or "qk" + "v" when v is quantized differently), each run one matvec writing its part of
+    a stacked q | k | v output. None when those parts cannot be bound at `align`ed offsets."""
+    if (4 * cfg.q_dim) % align or (4 * cfg.kv_dim(i)) % align:
+        return None
+    infos = [tensors[f"blk.{i}.attn_{p}.weight"] for p in "qkv"]
+    runs = ["q"]
+    for p, prev, info in zip("kv", infos, infos[1:]):
+        same = (info.ggml_type == prev.ggml_type and info.ggml_type in MATVEC_TYPES
+                and info.nbytes % 4 == 0 and prev.nbytes % 4 == 0)
+        runs[-1:] = [runs[-1] + p] if same else [runs[-1], p]
+    return runs
 
 
 def warn(message: str) -> None:
@@ -58,26 +98,26 @@ class Weights:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every weight placed so far."""
-        return (sum(m.binding.nbytes for m in self._matrices.values())
-                + sum(b.nbytes for b in self._vectors.values()))
+        """Bytes of every weight buffer placed so far (an F32 vector is its matrix's buffer)."""
+        buffers = {id(b.buffer): b.buffer for b in [m.binding for m in self._matrices.values()]
+                   + list(self._vectors.values())}
+        return sum(b.size for b in buffers.values())
 
     def matrix(self, name: str) -> Matrix:
         """Tensor `name` as stored, or as F16 if its type has no kernel."""
         if name not in self._matrices:
             info = self.gguf.tensors[name]
             rows = self.cfg.vocab_size if name == self.cfg.lm_head else info.shape[0]   # head rows past the vocabulary: unused
-            if info.ggml_type in MATVEC_TYPES:
+            wtype = resident_type(info, vector=False)
+            if wtype == info.ggml_type:
                 buffer = self._buffer(name, info.nbytes)
                 self.pending.append(Upload(buffer, info.offset, info.nbytes))
-                wtype = info.ggml_type
             else:
                 warn(f"{name} is {info.type_name}, which has no GPU kernel: dequantized to F16 at load")
                 data = weights.tensor(self.gguf, name).astype(np.float16)
                 buffer = self._buffer(name, data.nbytes)
                 self.device.write(buffer, data.tobytes() + bytes(-data.nbytes % 4))
                 self.fallbacks.append(name)
-                wtype = F16
             self._matrices[name] = Matrix(name, Binding(buffer), wtype, rows, info.shape[-1])
         return self._matrices[name]
 
@@ -91,19 +131,8 @@ class Weights:
         return self._vectors[name]
 
     def qkv_runs(self, i: int) -> list[str] | None:
-        """blk.i's q, k, v projections grouped into runs of consecutive same-type matrices ("qkv",
-        or "qk" + "v" when v is quantized differently), each run one matvec writing its part of
-        a stacked q | k | v output. None when those parts cannot be bound at aligned offsets."""
-        cfg, align = self.cfg, self.device.limits.min_storage_buffer_offset_alignment
-        if (4 * cfg.q_dim) % align or (4 * cfg.kv_dim(i)) % align:
-            return None
-        infos = [self.gguf.tensors[f"blk.{i}.attn_{p}.weight"] for p in "qkv"]
-        runs = ["q"]
-        for p, prev, info in zip("kv", infos, infos[1:]):
-            same = (info.ggml_type == prev.ggml_type and info.ggml_type in MATVEC_TYPES
-                    and info.nbytes % 4 == 0 and prev.nbytes % 4 == 0)
-            runs[-1:] = [runs[-1] + p] if same else [runs[-1], p]
-        return runs
+        """`qkv_runs` of blk.i on this device."""
+        return qkv_runs(self.cfg, self.gguf.tensors, i, self.device.limits.min_storage_buffer_offset_alignment)
 
     def stacked(self, i: int, run: str) -> tuple[Matrix, Binding | None]:
         """The matrix of blk.i's projections `run` ("qkv", "qk", "q", "v", ...) stacked by rows in

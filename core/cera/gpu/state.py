@@ -47,20 +47,24 @@ class Activations:
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
 
-    @classmethod
-    def allocate(cls, device: Device, cfg: ModelConfig, rows: int) -> "Activations":
+    @staticmethod
+    def shapes(cfg: ModelConfig, rows: int) -> dict[str, tuple[int, ...]]:
+        """field -> f32 shape of every buffer `allocate` makes for `rows` rows."""
         h, r = cfg.hidden, rows
-        buf = lambda name, *shape: f32_buffer(device, f"{name}@{r}", *shape)
-        a = dict(x=buf("x", r, h), xb=buf("xb", r, h), hb=buf("hb", r, cfg.ff))
+        a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             if r == 1:
-                a["qkv"] = buf("qkv", cfg.q_dim + 2 * kv)
-            a.update(q=buf("q", r, cfg.q_dim), k=buf("k", r, kv), v=buf("v", r, kv),
-                     q_rot=buf("q_rot", r, cfg.q_dim), att=buf("att", r, cfg.q_dim))
+                a["qkv"] = (cfg.q_dim + 2 * kv,)
+            a.update(q=(r, cfg.q_dim), k=(r, kv), v=(r, kv), q_rot=(r, cfg.q_dim), att=(r, cfg.q_dim))
         if cfg.conv_layers:
-            a.update(bcx=buf("bcx", r, 3 * h), conv_out=buf("conv_out", r, h))
-        return cls(rows, **a)
+            a.update(bcx=(r, 3 * h), conv_out=(r, h))
+        return a
+
+    @classmethod
+    def allocate(cls, device: Device, cfg: ModelConfig, rows: int) -> "Activations":
+        return cls(rows, **{name: f32_buffer(device, f"{name}@{rows}", *shape)
+                            for name, shape in cls.shapes(cfg, rows).items()})
 
     def with_lora(self, device: Device, cfg: ModelConfig, rank: int) -> "Activations":
         """These activations plus the scratch LoRA adapters of up to `rank` compute in."""
@@ -80,21 +84,28 @@ class State:
     conv_state: dict[int, Binding]         # layer -> (conv_kernel - 1, hidden) rolling B*x rows
     attention_scratch: Binding | None      # split-KV partials of decode attention, shared by the layers
 
+    @staticmethod
+    def sizes(cfg: ModelConfig, ctx: int, chunk: int) -> dict[str, int]:
+        """label -> bytes of every buffer `allocate` makes."""
+        b = {"step": STEP_BYTES, "tokens": 4 * chunk, "logits": 4 * cfg.vocab_size}
+        for i in cfg.attention_layers:
+            b[f"blk.{i}.key_cache"] = b[f"blk.{i}.value_cache"] = 4 * ctx * cfg.kv_dim(i)
+        for i in cfg.conv_layers:
+            b[f"blk.{i}.conv_state"] = 4 * (cfg.conv_kernel - 1) * cfg.hidden
+        if cfg.attention_layers:
+            b["attention_scratch"] = layers.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
+                                                                    max_ctx=ctx)
+        return b
+
     @classmethod
     def allocate(cls, device: Device, cfg: ModelConfig, ctx: int, chunk: int) -> "State":
-        step = Binding(device.buffer(STEP_BYTES, "step", uniform=True), 0, STEP_BYTES)
-        tokens = Binding(device.buffer(4 * chunk, "tokens"), 0, 4)
-        kv = lambda name, i: f32_buffer(device, f"blk.{i}.{name}", ctx, cfg.kv_dim(i))
-        scratch = None
-        if cfg.attention_layers:
-            scratch = Binding(device.buffer(layers.attention_scratch_bytes(
-                head_dim=cfg.head_dim, n_heads=cfg.n_heads, max_ctx=ctx), "attention_scratch"))
-        return cls(step, tokens, f32_buffer(device, "logits", cfg.vocab_size),
-                   {i: kv("key_cache", i) for i in cfg.attention_layers},
-                   {i: kv("value_cache", i) for i in cfg.attention_layers},
-                   {i: f32_buffer(device, f"blk.{i}.conv_state", cfg.conv_kernel - 1, cfg.hidden)
-                    for i in cfg.conv_layers},
-                   scratch)
+        sizes = cls.sizes(cfg, ctx, chunk)
+        buf = lambda label, **kw: Binding(device.buffer(sizes[label], label, **kw), 0, sizes[label])
+        return cls(buf("step", uniform=True), Binding(buf("tokens").buffer, 0, 4), buf("logits"),
+                   {i: buf(f"blk.{i}.key_cache") for i in cfg.attention_layers},
+                   {i: buf(f"blk.{i}.value_cache") for i in cfg.attention_layers},
+                   {i: buf(f"blk.{i}.conv_state") for i in cfg.conv_layers},
+                   buf("attention_scratch") if cfg.attention_layers else None)
 
     def reset(self, device: Device) -> None:
         """Start a sequence: zero the conv states. The KV caches need no clearing: attention
