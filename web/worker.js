@@ -1,7 +1,7 @@
 // The module Web Worker that cera.js starts for each engine: WebGPU, Pyodide and cera run here,
 // so the page never freezes.
 //
-// Messages in:  {id, kind: "init" | "load" | "create" | "stats" | "python", ...}
+// Messages in:  {id, kind: "init" | "load" | "create" | "embed" | "stats" | "python", ...}
 //               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
@@ -48,6 +48,8 @@ async function handle(id, kind, data) {
     }
     case "create":
       return session.create(data.endpoint, data.request, id);
+    case "embed":
+      return session.embed(data.text, data.pooling);
     case "stats":
       return { ...session.stats(), ...memory(pyodide) };
     case "python": {      // for tests and debugging: run Python in the worker, return its JSON

@@ -63,6 +63,8 @@ class Sampling(BaseModel):
     temperature: float = Field(TEMPERATURE, ge=0, le=2)
     top_p: float = Field(TOP_P, gt=0, le=1)
     top_k: int = Field(TOP_K, ge=0, description="an extension (as llama.cpp's server): 0 keeps the whole vocabulary")
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
@@ -70,7 +72,8 @@ class Sampling(BaseModel):
     n: Literal[1] = 1
 
     def sampling(self) -> dict:
-        return self.model_dump(include={"temperature", "top_p", "top_k", "seed", "stop"})
+        return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
+                                        "seed", "stop"})
 
 
 class TextPart(BaseModel):
