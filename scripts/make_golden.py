@@ -17,6 +17,10 @@
   tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as cera defines
   it (DESIGN.md): the first n tokens (BOS first only if add_bos_token), exp(mean NLL) of
   positions 0..n-2 predicting 1..n-1, log-softmax in float64.
+--embeddings: SmolLM2's embeddings (`Llama(embedding=True, pooling_type=...)`) of two short
+  texts with pooling none (a row per token), mean and last, in `smollm2_embeddings.json`; and,
+  to show that "none" is the hidden state after the final norm, those rows times the LM head
+  against llama.cpp's logits for the same tokens (their nMSE).
 
 llama.cpp settings (recorded in every file): CPU, 2 threads, F32 KV cache, no flash
 attention, and no "extra" weight buffer types (use_extra_bufts=false: no repacking and
@@ -39,8 +43,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "core")]
 
+import golden  # noqa: E402  (tests/golden.py)
 import synth  # noqa: E402  (tests/synth.py)
-from cera import catalogue  # noqa: E402
+from cera import catalogue, weights  # noqa: E402
+from cera.config import ModelConfig  # noqa: E402
 from cera.gguf_file import GGUFFile  # noqa: E402
 
 import llama_cpp  # noqa: E402
@@ -88,6 +94,13 @@ RAW_PROMPTS = {
     "story": "Once upon a time",
 }
 CHAT_MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+EMBED_MODELS = ("smollm2",)
+EMBED_TEXTS = {
+    "fox": "The quick brown fox jumps over the lazy dog.",
+    "code": "def add(a, b):\n    return a + b\n",
+}
+POOLING_TYPES = {"none": llama_c.LLAMA_POOLING_TYPE_NONE, "mean": llama_c.LLAMA_POOLING_TYPE_MEAN,
+                 "last": llama_c.LLAMA_POOLING_TYPE_LAST}
 
 
 # ---- llama.cpp ----
@@ -318,18 +331,50 @@ def make_real(name: str, out: Path) -> None:
     print(f"{name}: ppl {windows} ({time.time() - t0:.0f}s)", flush=True)
 
 
+# ---- embeddings ----
+
+def make_embeddings(name: str, out: Path) -> None:
+    spec = REAL_MODELS[name]
+    path = catalogue.fetch(golden.REAL_MODELS[name])   # checks the catalogue's sha256
+    if synth.sha256_file(path) != spec["sha256"]:
+        raise SystemExit(f"{path}: not the file {spec['source']}")
+    gguf = GGUFFile.open(path)
+    head = weights.tensor(gguf, ModelConfig.from_gguf(gguf).lm_head)   # (vocab, hidden)
+    logits_llm = load(path, n_ctx=512)
+    data = {"kind": "embeddings", "name": name, "file": path.name, "source": spec["source"], "sha256": spec["sha256"],
+            **header(logits_llm), "texts": []}
+    for key, text in EMBED_TEXTS.items():
+        case = {"name": key, "text": text, "embeddings": {}}
+        for pooling, pooling_type in POOLING_TYPES.items():
+            llm = llama_cpp.Llama(str(path), embedding=True, pooling_type=pooling_type, n_ctx=512,
+                                  n_threads=SETTINGS["n_threads"], n_batch=SETTINGS["n_batch"], type_k=0, type_v=0,
+                                  flash_attn=False, verbose=False)
+            case["tokens"] = llm.tokenize(text.encode())          # as Llama.embed tokenizes: BOS, no specials
+            rows = np.array(llm.embed(text), np.float32).reshape(-1, llm.n_embd())   # (T or 1, hidden)
+            case["embeddings"][pooling] = [[rnd(v) for v in row] for row in rows]
+            if pooling == "none":
+                logits = eval_logits(logits_llm, case["tokens"])[:, : head.shape[0]]
+                err = np.mean((rows @ head.T - logits) ** 2) / np.mean(logits ** 2)
+                case["none_times_lm_head_vs_logits_nmse"] = float(err)
+                print(f"{name} {key!r}: {len(rows)} tokens; rows x LM head vs logits nMSE {err:.2e}", flush=True)
+            del llm
+        data["texts"].append(case)
+    write_json(out, f"{name}_embeddings", data)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--synth", action="store_true", help="goldens for the synthetic models (default: on if no flag)")
     ap.add_argument("--lora", action="store_true", help="goldens for the synthetic LoRA adapters on their models")
     ap.add_argument("--real", action="store_true", help="goldens for the real models (minutes on 2 cores)")
+    ap.add_argument("--embeddings", action="store_true", help="embeddings of the real models in EMBED_MODELS")
     ap.add_argument("--only", nargs="*", default=None, help="only these variant / model names")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/data/golden", help="output folder (default: %(default)s)")
     args = ap.parse_args()
     if llama_cpp.__version__ != "0.3.36":
         print(f"warning: llama-cpp-python {llama_cpp.__version__}, goldens were made with 0.3.36", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    do_synth = args.synth or not (args.real or args.lora)
+    do_synth = args.synth or not (args.real or args.lora or args.embeddings)
     with tempfile.TemporaryDirectory() as tmp:
         for name in synth.VARIANTS if do_synth else ():
             if args.only is None or name in args.only:
@@ -341,6 +386,10 @@ def main() -> None:
         for name in REAL_MODELS:
             if args.only is None or name in args.only:
                 make_real(name, args.out)
+    if args.embeddings:
+        for name in EMBED_MODELS:
+            if args.only is None or name in args.only:
+                make_embeddings(name, args.out)
 
 
 if __name__ == "__main__":

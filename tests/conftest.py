@@ -1,4 +1,5 @@
-"""Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session."""
+"""Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session, and
+the synthetic models of tests/synth.py, each written once."""
 import pytest
 
 
@@ -14,3 +15,17 @@ def gpu(device):
     import types
     from cera.kernels import Kernels
     return types.SimpleNamespace(device=device, kernels=Kernels(device))
+
+
+@pytest.fixture(scope="session")
+def synth_gguf(tmp_path_factory):
+    """variant name (synth.VARIANTS) -> its GGUFFile, written on first use."""
+    from cera.gguf_file import GGUFFile
+    from synth import write_variant
+    folder, opened = tmp_path_factory.mktemp("synth"), {}
+
+    def get(name: str):
+        if name not in opened:
+            opened[name] = GGUFFile.open(write_variant(folder / f"{name}.gguf", name))
+        return opened[name]
+    return get

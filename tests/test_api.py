@@ -1,9 +1,10 @@
-"""The synchronous API (`cera.load`): generate / chat / stream give the async engine's greedy
-output, with no event loop in the caller."""
+"""The synchronous API (`cera.load`): generate / chat / stream / embed give the async engine's
+greedy output and embeddings, with no event loop in the caller."""
 import asyncio
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import cera
@@ -47,6 +48,10 @@ def test_chat_renders_the_whole_conversation(m, engine):
     text = render(engine.gguf.metadata["tokenizer.chat_template"], CONVERSATION)
     assert "be brief" in text and "and now?" in text
     assert got.prompt_tokens == engine.tokenizer.encode(text, add_special=True, parse_special=True)
+
+
+def test_embed_equals_the_engine(m, engine):
+    np.testing.assert_array_equal(m.embed("hello world", pooling="mean"), asyncio.run(engine.embed("hello world", "mean")))
 
 
 def test_stream_yields_the_text_as_it_comes(m):

@@ -1,5 +1,5 @@
 """`python -m cera` as a user runs it: the JSON contracts other tools rely on, GPU against the
-numpy reference, sampling, chat templates, and the errors a user can act on."""
+numpy reference, sampling, embeddings, chat templates, and the errors a user can act on."""
 import json
 import subprocess
 import sys
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from cera.chat import render
-from cera.engine import Sampler
 from cera.gguf_file import GGUFFile
 from synth import write_variant
 
@@ -63,10 +62,22 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
     assert cera_json(*args, "--top-k", "1")["tokens"] == greedy
 
 
-def test_sampler_nucleus():
-    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
-    picks = {Sampler(1.0, top_k=0, top_p=0.7, seed=s).sample(logits) for s in range(200)}
-    assert picks == {0, 1}   # the smallest set whose probability reaches 0.7
+def test_sampling_flags_gpu_equals_reference(model):
+    args = ("generate", "-m", model, "-p", "abc abc abc", "-n", "12", "--ctx", "64", "--temperature", "0.9",
+            "--top-k", "30", "--top-p", "0.9", "--min-p", "0.05", "--repeat-penalty", "1.3", "--frequency-penalty",
+            "0.2", "--presence-penalty", "-0.1", "--penalty-last-n", "16", "--seed", "3")
+    assert cera_json(*args)["tokens"] == cera_json(*args, "--backend", "reference")["tokens"]
+
+
+def test_embed_json(model):
+    """One row per token, or one pooled row; the GPU's equal the reference's."""
+    args = ("embed", "-m", model, "--text", "hello world, hello", "--ctx", "64")
+    gpu, ref = cera_json(*args), cera_json(*args, "--backend", "reference")
+    rows = np.array(gpu["embeddings"])
+    assert rows.shape == (len(gpu["tokens"]), 64) and gpu["tokens"] == ref["tokens"]
+    np.testing.assert_allclose(rows, ref["embeddings"], rtol=1e-4, atol=1e-4)
+    mean = np.array(cera_json(*args, "--pooling", "mean")["embeddings"])
+    np.testing.assert_allclose(mean, rows.mean(0, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
 def test_info_json(model, device):
@@ -81,6 +92,8 @@ def test_info_json(model, device):
     (("generate", "-p", "x " * 100, "--ctx", "16", "-m", "MODEL"), "the context holds 16"),
     (("generate", "-p", "x", "--temperature", "-1", "-m", "MODEL", "--backend", "reference"), "temperature"),
     (("generate", "-p", "x", "--prefill-chunk", "0", "-m", "MODEL"), "prefill chunk"),
+    (("generate", "-p", "x", "--top-p", "0", "-m", "MODEL", "--backend", "reference"), "top_p"),
+    (("embed", "--text", "x " * 100, "--ctx", "16", "-m", "MODEL"), "context of 16"),
 ])
 def test_errors_say_what_to_do(model, args, message):
     proc = cera(*[model if a == "MODEL" else a for a in args], ok=False)

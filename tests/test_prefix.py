@@ -7,19 +7,15 @@ import numpy as np
 import pytest
 
 from cera.engine import Engine
-from cera.gguf_file import GGUFFile
 from cera.prefix import PrefixCache
-from synth import write_variant
 
 RNG = np.random.default_rng(3)
 A, B = RNG.integers(0, 200, 30).tolist(), RNG.integers(0, 200, 9).tolist()
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("prefix")
-    return {name: GGUFFile.open(write_variant(folder / f"{name}.gguf", name))
-            for name in ("llama_q4_0", "qwen2_f32", "lfm2_q4_k")}
+def models(synth_gguf):
+    return {name: synth_gguf(name) for name in ("llama_q4_0", "qwen2_f32", "lfm2_q4_k")}
 
 
 def engine(g, device, backend, cache=None):

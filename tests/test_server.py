@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from cera.runner import Job, Runner, StopText
+from cera.sampling import Sampler
 from cera.server import Server
 from native_server import cera_serve
 from synth import write_lora, write_model
@@ -94,6 +95,20 @@ def test_completion_and_stream_equal_the_engine(runner):
         chunks = list(complete(c, "hello world", stream=True, stream_options={"include_usage": True}))
         assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == want.text
         assert chunks[-1].usage.completion_tokens == 12 and not chunks[-1].choices
+
+
+def test_frequency_and_presence_penalties(runner):
+    """OpenAI's penalty fields reach the sampler (here at temperature 0: the best token after the
+    penalties), and out of OpenAI's range they are refused."""
+    sampler = Sampler(0.0, top_k=0, top_p=1.0, frequency_penalty=1.5, presence_penalty=0.5)
+    want = runner.submit(Job(prompt="hello world", max_tokens=12, sampler=sampler)).result()
+    with serving(runner) as (url, _):
+        c = client(url)
+        out = complete(c, "hello world", frequency_penalty=1.5, presence_penalty=0.5).choices[0].text
+        assert out == want.text != complete(c, "hello world").choices[0].text
+        with pytest.raises(openai.BadRequestError) as err:
+            chat(c, "hi", 2, presence_penalty=2.5)
+        assert error_of(err.value)["param"] == "presence_penalty"
 
 
 def test_concurrent_streams_do_not_mix(runner):

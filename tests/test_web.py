@@ -115,10 +115,15 @@ def page(browser, server):
     page.close()
 
 
-def native_generate(path: Path, prompt: str, n: int, chat: bool = False, *options: str) -> dict:
-    cmd = [sys.executable, "-m", "cera", "generate", "-m", str(path), "-p", prompt, "-n", str(n), "--json", *options]
-    out = subprocess.run(cmd + (["--chat"] if chat else []), capture_output=True, text=True, check=True, cwd=REPO)
+def native_cli(*args: str) -> dict:
+    """`python -m cera ARGS --json`."""
+    out = subprocess.run([sys.executable, "-m", "cera", *args, "--json"], capture_output=True, text=True, check=True,
+                         cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def native_generate(path: Path, prompt: str, n: int, chat: bool = False, *options: str) -> dict:
+    return native_cli("generate", "-m", str(path), "-p", prompt, "-n", str(n), *(["--chat"] if chat else []), *options)
 
 
 def python_in_worker(page, code: str) -> dict:
@@ -751,6 +756,31 @@ def test_objects_and_usage_equal_the_native_servers(engines, native, endpoint):
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0   # the first request's prompt
 
 
+def test_sampled_text_equals_the_native_servers(engines, native):
+    """A seeded, sampled request with OpenAI's penalties (and top_k): the text the native server
+    samples, through the GPU's top-k selection on both sides."""
+    request = dict(prompt="Once upon a time", max_tokens=12, temperature=0.8, top_k=20, frequency_penalty=0.5,
+                   presence_penalty=-0.2, seed=5)
+    got = engines.evaluate("(request) => engines.llama_q4_0.completions.create(request)", request)
+    want = native("llama_q4_0").completions.create(model="llama_q4_0.gguf", extra_body={"top_k": 20},
+                                                   **{k: v for k, v in request.items() if k != "top_k"})
+    assert got["choices"][0]["text"] == want.choices[0].text
+
+
+@pytest.mark.parametrize("pooling", ["none", "mean"])
+def test_embeddings_equal_the_native_clis(page, models, pooling):
+    """window.cera.embed gives the rows `python -m cera embed` prints, within SwiftShader's
+    rounding (in attention: the page's logits of the same tokens differ from lavapipe's by up to
+    2e-3 too)."""
+    path, url = models["qwen2_q8_0"]
+    text = "The quick brown fox jumps over the lazy dog"
+    want = native_cli("embed", "-m", str(path), "--text", text, "--pooling", pooling)
+    page.evaluate("(url) => window.cera.load(url)", url)
+    got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])
+    assert got["tokens"] == want["tokens"]
+    np.testing.assert_allclose(got["embeddings"], want["embeddings"], rtol=1e-3, atol=1e-3)
+
+
 def test_interrupt_ends_a_long_stream_early(engines):
     """interrupt() stops the generation in flight within a token: the stream ends with
     finish_reason "stop". Leaving a for-await loop early stops that request the same way."""
@@ -793,6 +823,10 @@ def test_module_misuse_rejects_with_invalid_argument(engines):
             noPrompt: await named(() => engine.completions.create({max_tokens: 3})),
             otherModel: await named(() => engine.completions.create({prompt: "hi", model: "gpt-4o"})),
             negativeTemperature: await named(() => engine.completions.create({prompt: "hi", temperature: -1})),
+            textPenalty: await named(() => engine.completions.create({prompt: "hi", presence_penalty: "0.5"})),
+            emptyEmbed: await named(() => engine.embed("")),
+            badPooling: await named(() => engine.embed("hi", {pooling: "max"})),
+            noModelEmbed: await named(() => new cera.Engine().embed("hi")),
             unloaded: await named(() => unloaded.reload("m.gguf")),
         };
     }""")
@@ -805,3 +839,6 @@ def test_module_misuse_rejects_with_invalid_argument(engines):
     assert "unknown field maxTokens" in got["unknownField"] and "prompt is required" in got["noPrompt"]
     assert "this engine runs llama_q4_0.gguf" in got["otherModel"] and "temperature" in got["negativeTemperature"]
     assert "unloaded" in got["unloaded"]
+    assert "presence_penalty must be a number" in got["textPenalty"]
+    assert "text is required" in got["emptyEmbed"] or "text must be a non-empty string" in got["emptyEmbed"]
+    assert "pooling 'max'" in got["badPooling"] and "no model is loaded" in got["noModelEmbed"]

@@ -188,6 +188,7 @@ window.cera = {
   newConversation,
   get conversation() { return conversation; },
   stats: () => engine.runtimeStats(),
+  embed: (text, options) => engine.embed(text, options),
   python: (code) => engine.python(code),
 };
 

@@ -123,6 +123,10 @@ export interface Sampling {
   top_p?: number;
   /** An extension (as llama.cpp's server): 0, the default, keeps the whole vocabulary. */
   top_k?: number;
+  /** Lowers the logit of each token among the last 64 of prompt and reply by this times its count (llama.cpp's penalties). */
+  frequency_penalty?: number;
+  /** Lowers the logit of each token among the last 64 of prompt and reply by this, once. */
+  presence_penalty?: number;
   seed?: number;
   /** Generation ends before the first of these; the text leaves it out. */
   stop?: string | string[];
@@ -177,6 +181,14 @@ export interface Completion extends Response<"text_completion",
 export interface CompletionChunk extends Response<"text_completion",
   { text: string; finish_reason: FinishReason | null }> { usage?: Usage }
 
+/** As `python -m cera embed --json`. */
+export interface Embeddings {
+  /** A row of hidden-size numbers per token (pooling "none"), or one: their mean, or the last. */
+  embeddings: number[][];
+  /** The text's token ids (BOS as the model says; special tokens read as text). */
+  tokens: number[];
+}
+
 // ---- the engine ----
 
 export class Engine {
@@ -209,6 +221,8 @@ export class Engine {
   /** Ends the worker (model, GPU device, Python); calls in flight and later reject with InvalidArgument. */
   unload(): Promise<void>;
   runtimeStats(): Promise<RuntimeStats>;
+  /** The hidden states after the final norm of `text` (apart from the conversation the engine holds). */
+  embed(text: string, options?: { pooling?: "none" | "mean" | "last" }): Promise<Embeddings>;
   /** Runs Python in the worker; resolves to its last expression as a string (tests, debugging). */
   python(code: string): Promise<string>;
 }

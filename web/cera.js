@@ -6,6 +6,7 @@
 //   const engine = await cera.createEngine({ model: "models/model.gguf", onProgress: console.log });
 //   const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi!" }] });
 //   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
+//   const { embeddings } = await engine.embed("Hi!", { pooling: "mean" });   // as `python -m cera embed`
 //
 // The worker answers with finished OpenAI objects, shaped by the same Python code as
 // `python -m cera serve` (cera.openai_shapes); this file checks argument types, routes messages
@@ -40,6 +41,8 @@ const SAMPLING = {
   temperature: [Number.isFinite, "a number"],
   top_p: [Number.isFinite, "a number"],
   top_k: [(v) => Number.isSafeInteger(v) && v >= 0, "a non-negative integer"],
+  frequency_penalty: [Number.isFinite, "a number"],
+  presence_penalty: [Number.isFinite, "a number"],
   seed: [Number.isSafeInteger, "an integer"],
   stop: [(v) => isText(v) || (Array.isArray(v) && v.every(isText)), "a string or an array of strings"],
   stream: [(v) => typeof v === "boolean", "true or false"],
@@ -59,6 +62,8 @@ const REQUESTS = {
       "a string or an array of token ids"],
     ...SAMPLING } },
 };
+const EMBED = { text: [(v) => isText(v) && v !== "", "a non-empty string"],
+  pooling: [isText, "\"none\" (a row per token), \"mean\" or \"last\""] };
 
 function shown(value) {
   try {
@@ -190,6 +195,16 @@ export class Engine {
     return this.#send("stats");
   }
 
+  // The hidden states after the final norm of `text`, as `python -m cera embed --json`:
+  // {embeddings: a row per token (pooling "none", the default) or one ("mean", "last"), tokens}.
+  // They run apart from the conversation the engine holds, which stays as it was.
+  async embed(text, options = {}) {
+    const { pooling } = check("embed", { ...options, text }, EMBED, "text");
+    await this.ready;
+    this.#model("embed");
+    return this.#send("embed", { text, pooling });
+  }
+
   // Runs Python in the worker and resolves to the string it ends with (tests, debugging).
   async python(code) {
     return (await this.#send("python", { code })).value;
@@ -199,8 +214,7 @@ export class Engine {
     const { method, rules, required } = REQUESTS[endpoint];
     const body = check(method, request, rules, required);
     await this.ready;
-    const model = this.info.model?.name;
-    if (!model) throw invalid(`${method}: no model is loaded: load one first (createEngine or reload)`);
+    const model = this.#model(method);
     if (body.model && body.model !== model) throw invalid(`${method}: model ${body.model}: this engine runs ${model}`);
     if (!body.stream) return this.#send("create", { endpoint, request: body });
     // resolves with the first chunks: a request refused before any text rejects, as natively
@@ -215,6 +229,13 @@ export class Engine {
         reject: (err) => (stream ? stream.finish(err) : reject(err)),
       });
     });
+  }
+
+  // The loaded model's name; none is an InvalidArgument of `method`.
+  #model(method) {
+    const model = this.info.model?.name;
+    if (!model) throw invalid(`${method}: no model is loaded: load one first (createEngine or reload)`);
+    return model;
   }
 
   #post(kind, data, call) {

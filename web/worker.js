@@ -1,7 +1,7 @@
 // The module Web Worker that cera.js starts for each engine: WebGPU, Pyodide and cera run here,
 // so the page never freezes.
 //
-// Messages in:  {id, kind: "init" | "load" | "lora" | "create" | "stats" | "python", ...}
+// Messages in:  {id, kind: "init" | "load" | "lora" | "create" | "embed" | "stats" | "python", ...}
 //               (lora: {source, scale}, a LoRA adapter GGUF for the loaded model, named by its file)
 //               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
@@ -57,6 +57,8 @@ async function handle(id, kind, data) {
       if (result.ok !== false) result.cached = adapter.cached;
       return result;
     }
+    case "embed":
+      return session.embed(data.text, data.pooling);
     case "stats":
       return { ...session.stats(), ...memory(pyodide) };
     case "python": {      // for tests and debugging: run Python in the worker, return its JSON

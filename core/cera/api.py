@@ -6,6 +6,7 @@
     print(m.chat([{"role": "user", "content": "Hi!"}]).text)
     for piece in m.stream("Once upon a time", max_tokens=32):
         print(piece, end="", flush=True)
+    print(m.embed("Hello world", pooling="mean").shape)  # (1, hidden)
 
 The async engine runs on a private event loop in its own thread (cera.runner), so this works
 from scripts, threads and notebooks alike; calls from several threads run one at a time.
@@ -17,9 +18,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from cera import catalogue
-from cera.engine import Engine, Result, Sampler
+from cera.engine import Engine, Result
 from cera.runner import Job, Runner
+from cera.sampling import Sampler
 
 
 def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = "gpu",
@@ -33,8 +37,9 @@ def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, ba
 
 class Model:
     """generate / chat return the engine's Result (text, tokens, stop_reason, timings);
-    stream / stream_chat yield the text as it is generated. Sampling keywords: temperature
-    (0, the default, is greedy), top_k, top_p, seed; stop: strings that end generation;
+    stream / stream_chat yield the text as it is generated. Sampling keywords (cera.sampling):
+    temperature (0, the default, is greedy), top_k, top_p, min_p, repeat_penalty,
+    frequency_penalty, presence_penalty, penalty_last_n, seed; stop: strings that end generation;
     adapters: the loaded LoRA adapters to apply, by file name or index (default: all)."""
 
     def __init__(self, runner: Runner):
@@ -59,6 +64,11 @@ class Model:
 
     def stream_chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Iterator[str]:
         return self._stream(_job(max_tokens, sampling, messages=messages))
+
+    def embed(self, text: str | list[int], pooling: str = "none") -> np.ndarray:
+        """The hidden states after the final norm (Engine.embed): (T, hidden) a row per token,
+        or one (1, hidden) row for pooling "mean" or "last"."""
+        return self._runner.call(self.engine.embed(text, pooling))
 
     def _stream(self, job: Job) -> Iterator[str]:
         pieces, end, stopped = queue.SimpleQueue(), object(), threading.Event()

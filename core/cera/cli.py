@@ -1,4 +1,4 @@
-"""`python -m cera`: generate, perplexity, tokenize, info, plan, bench, models, serve.
+"""`python -m cera`: generate, chat, embed, perplexity, tokenize, info, plan, bench, models, serve.
 
 Errors a user can act on exit with their own status (cera.errors: 2 invalid argument,
 3 model not found, 4 bad file, 5 unsupported, 6 too large for this GPU, 7 context full,
@@ -16,12 +16,13 @@ from pathlib import Path
 
 from cera import catalogue
 from cera.config import ModelConfig
-from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
 from cera.errors import CeraError, ContextFull, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
 from cera.runner import BACKENDS, load_loras, open_device, open_lora
+from cera.sampling import Sampler
 from cera.errors import ContextFull
 
 
@@ -64,10 +65,29 @@ def _lora_args(p: argparse.ArgumentParser) -> None:
 
 
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy; >0 samples on the CPU")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 is greedy (the best token, after any penalty); >0 samples, as llama.cpp's chain: "
+                        "penalties, top-k, top-p, min-p, then temperature")
     p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling threshold")
+    p.add_argument("--top-p", type=float, default=0.95,
+                   help="sample among the fewest most likely tokens whose probability reaches this (1: all)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens less likely than this times the most likely one (0: off)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0,
+                   help="divide the logit of every token seen in the penalty window by this (multiply a negative "
+                        "one; 1: off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="lower the logit of every token seen in the penalty window by this times its count (0: off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="lower the logit of every token seen in the penalty window by this (0: off)")
+    p.add_argument("--penalty-last-n", type=int, default=64,
+                   help="the penalty window: the last N tokens of prompt and reply (-1: all of them, 0: none)")
     p.add_argument("--seed", type=int, help="random seed for sampling")
+
+
+def _sampler(args) -> Sampler:
+    return Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.repeat_penalty, args.frequency_penalty,
+                   args.presence_penalty, args.penalty_last_n, args.seed)
 
 
 def _prefix_cache_args(p: argparse.ArgumentParser, budget_mb: int) -> None:
@@ -98,6 +118,14 @@ def parser() -> argparse.ArgumentParser:
                                             "if the model adds one)")
     g.add_argument("--logits", action="store_true",
                    help="with --json: include the last position's full logits (reads them back)")
+
+    e = sub.add_parser("embed", help="the hidden states after the final norm (embeddings) of a text",
+                       formatter_class=fmt)
+    _run_args(e)
+    e.add_argument("--text", required=True,
+                   help="the text to embed (BOS added as the model says; special tokens read as plain text)")
+    e.add_argument("--pooling", choices=POOLINGS, default="none",
+                   help="none: a row per token; mean: their average; last: the last token's row")
 
     c = sub.add_parser("chat", help="a conversation in the terminal: each turn prefills only its new tokens",
                        formatter_class=fmt)
@@ -185,9 +213,8 @@ async def _engine(args):
 
 
 async def generate(args) -> dict:
-    from cera.engine import Sampler
     engine, device = await _engine(args)
-    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
+    sampler = _sampler(args)
     stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
     if stream and not args.chat:
         print(args.prompt, end="", flush=True)
@@ -217,9 +244,8 @@ async def generate(args) -> dict:
 async def chat(args) -> dict:
     """Read user messages from stdin, one per line (/reset starts over, /exit or end of input
     quits); stream each reply. With --json, print one object per turn instead."""
-    from cera.engine import Sampler
     engine, device = await _engine(args)
-    sampler = Sampler(args.temperature, args.top_k, args.top_p, args.seed)
+    sampler = _sampler(args)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages, turns = list(system), []
     interactive = sys.stdin.isatty() and not args.json
@@ -250,6 +276,18 @@ async def chat(args) -> dict:
             print(f"\n[{r.prefilled} new prompt tokens prefilled, {r.reused} reused; {len(r.tokens)} generated at "
                   f"{turn['decode_tokens_per_s']} tok/s]", file=sys.stderr)
     return {"turns": len(turns)}
+
+
+async def embed(args) -> dict:
+    engine, device = await _engine(args)
+    ids = engine.embed_tokens(args.text)
+    rows = await engine.embed(ids, args.pooling)   # (T or 1, hidden)
+    if not args.json:
+        print(f"{len(rows)} row(s) of {rows.shape[1]} ({len(ids)} tokens, pooling {args.pooling})", file=sys.stderr)
+        for row in rows:
+            print(" ".join(f"{v:.6g}" for v in row))
+    return {"embeddings": rows.tolist(), "tokens": ids, "pooling": args.pooling, "backend": args.backend,
+            "adapter": device.adapter_name if device else None}
 
 
 async def perplexity(args) -> dict:
@@ -412,8 +450,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     as_json = getattr(args, "json", False)
     try:
-        command = {"generate": generate, "chat": chat, "perplexity": perplexity, "tokenize": tokenize, "info": info,
-                   "plan": plan, "bench": bench, "models": models, "serve": serve}[args.command]
+        command = {"generate": generate, "chat": chat, "embed": embed, "perplexity": perplexity, "tokenize": tokenize,
+                   "info": info, "plan": plan, "bench": bench, "models": models, "serve": serve}[args.command]
         out = command(args)
         if asyncio.iscoroutine(out):
             out = asyncio.run(out)

@@ -2,8 +2,10 @@
 
 A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or browser) or
 `ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits)`
-with the greedy next token and, when asked, logits; the engine owns tokenizing, chat
-templates, sampling, stopping, streaming text, timing and scoring.
+with the greedy next token and, when asked, logits (the last row, every row, or a sampler's
+`TopK` candidates), and `embed(tokens)` with hidden states, computed apart from the sequence
+they hold; the engine owns tokenizing, chat templates, sampling (cera.sampling), stopping,
+streaming text, timing, scoring and pooling.
 
 LoRA adapters (cera.lora) are loaded once (`load_lora`) and picked per request (`adapters=`).
 State made under one set of adapters is never resumed under another: the live sequence and
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import time
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,9 +26,11 @@ from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.lora import LoraAdapter
 from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
+from cera.sampling import Sampler, TopK
 from cera.tokenizer import Tokenizer
 
-LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
+LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"   # or a cera.sampling.TopK
+POOLINGS = ("none", "mean", "last")   # embed(): a row per token, their mean, the last one
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
 DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
 PPL_ROWS = 64               # logit rows per float64 log-softmax block in perplexity
@@ -52,7 +56,12 @@ class ReferenceBackend:
 
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
+        if isinstance(logits, TopK):
+            return int(np.argmax(out[-1])), logits.select(out[-1])
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+
+    async def embed(self, tokens: list[int]) -> np.ndarray:
+        return self.model.embed(tokens)
 
     @property
     def n_past(self) -> int:
@@ -84,37 +93,6 @@ class ReferenceBackend:
         for i in range(n):
             token, _ = await self.forward([token], pos + i)
             yield token
-
-
-@dataclass
-class Sampler:
-    """temperature 0 is greedy (the argmax the GPU already computed); else top-k / top-p."""
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    seed: int | None = None
-    rng: np.random.Generator = field(init=False)
-
-    def __post_init__(self):
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise InvalidArgument("sampling needs temperature >= 0, top_k >= 0 and 0 < top_p <= 1")
-        self.rng = np.random.default_rng(self.seed)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-    def sample(self, logits: np.ndarray) -> int:
-        logits = logits.astype(np.float64) / self.temperature
-        order = np.argsort(-logits)
-        if self.top_k:
-            order = order[: self.top_k]
-        probs = np.exp(logits[order] - logits[order[0]])
-        probs /= probs.sum()
-        # the smallest set reaching top_p (all of them when rounding keeps the sum below top_p = 1)
-        keep = min(int(np.searchsorted(np.cumsum(probs), self.top_p) + 1), len(order))
-        probs = probs[:keep] / probs[:keep].sum()
-        return int(order[self.rng.choice(keep, p=probs)])
 
 
 @dataclass
@@ -242,13 +220,12 @@ class Engine:
             raise InvalidArgument(f"keep {keep}: a context shift needs 0 <= keep <= {self.ctx - 2} (the context "
                                   f"holds {self.ctx})")
         detok = self.tokenizer.detokenizer()
-        want = LOGITS_NONE if sampler.greedy and not keep_logits else LOGITS_LAST
         loras = self.lora_set(adapters)
 
         t0 = time.perf_counter()
         self.backend.use_loras(loras)
         reused = await self._resume(ids, loras)
-        token, logits = await self.backend.forward(ids[reused:], reused, want)
+        token, logits = await self.backend.forward(ids[reused:], reused, self._readback(sampler, keep_logits, ids))
         if self.prefix_cache is not None and reused < len(ids):
             self.prefix_cache.store(await self.backend.snapshot(ids), self._lora_tag(loras))
         self.history, self._history_loras = list(ids), loras
@@ -256,7 +233,7 @@ class Engine:
         budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
         emit = on_text or (lambda piece: None)
-        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, want, keep)) as steps:
+        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, keep_logits, keep)) as steps:
             async for token, logits in steps:
                 if stop_at_eos and self.tokenizer.is_eog(token):
                     stop = "eos"
@@ -271,7 +248,8 @@ class Engine:
         if tail := detok.flush():
             pieces.append(tail)
             emit(tail)
-        return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1, logits, reused)
+        return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1,
+                      logits if keep_logits else None, reused)
 
     def reset(self) -> None:
         """Forget the sequence: the next prompt is prefilled whole (unless the prefix cache has it)."""
@@ -301,13 +279,23 @@ class Engine:
         self.backend.reset()
         return 0
 
-    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, want, keep: int):
+    def _readback(self, sampler: Sampler, keep_logits: bool, history: list[int]):
+        """What a step after `history` reads back: the argmax alone (greedy), the row (asked for,
+        or the sampler needs it), or the sampler's candidates."""
+        if keep_logits:
+            return LOGITS_LAST
+        if sampler.greedy:
+            return LOGITS_NONE
+        return sampler.request(history, self.cfg.vocab_size) or LOGITS_LAST
+
+    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, keep_logits: bool, keep: int):
         """The n tokens that follow the prompt, each with the logits it was picked from (None
-        unless asked for): the first from the prefill, then one forward step each, at positions
-        pos, pos+1, ... Greedy runs without logits go through the backend's own loop (the GPU's
-        is pipelined). When the context is full, the cache shifts (see generate)."""
+        unless a sampler or the caller needs them): the first from the prefill, then one forward
+        step each, at positions pos, pos+1, ... Greedy runs without logits go through the
+        backend's own loop (the GPU's is pipelined). When the context is full, the cache shifts
+        (see generate)."""
         if not sampler.greedy:
-            token = sampler.sample(logits)
+            token = sampler.sample(logits, self.history)
         self.history.append(token)
         yield token, logits
         done = 1
@@ -318,16 +306,17 @@ class Engine:
                 del self.history[keep: keep + discard]
                 pos -= discard
             steps = min(n - done, self.ctx - pos)
-            if want is LOGITS_NONE:
+            if sampler.greedy and not keep_logits:
                 async with aclosing(self.backend.greedy(token, pos, steps)) as run:
                     async for token in run:
                         self.history.append(token)
                         yield token, None
             else:
                 for i in range(steps):
-                    token, logits = await self.backend.forward([token], pos + i, want)
+                    token, logits = await self.backend.forward([token], pos + i,
+                                                               self._readback(sampler, keep_logits, self.history))
                     if not sampler.greedy:
-                        token = sampler.sample(logits)
+                        token = sampler.sample(logits, self.history)
                     self.history.append(token)
                     yield token, logits
             pos, done = pos + steps, done + steps
@@ -343,6 +332,26 @@ class Engine:
         self.backend.reset()
         self.history, self._history_loras = list(tokens), loras
         return (await self.backend.forward(tokens, 0, LOGITS_ALL))[1]
+
+    def embed_tokens(self, text: str) -> list[int]:
+        """Token ids of a text to embed, as llama.cpp's embedding reads it: BOS as the model's
+        flags say, special tokens as plain text."""
+        return self.tokenizer.encode(text, add_special=True, parse_special=False)
+
+    async def embed(self, text: str | list[int], pooling: str = "none") -> np.ndarray:
+        """The hidden states after the final norm (embeddings) of a text or token ids, from
+        position 0: (T, hidden) for pooling "none", else one row (1, hidden), their mean or the
+        last. The sequence the engine holds (`history`, the backend's cache) stays as it was."""
+        if pooling not in POOLINGS:
+            raise InvalidArgument(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
+        ids = self.embed_tokens(text) if isinstance(text, str) else list(text)
+        if not ids:
+            raise InvalidArgument("empty text: nothing to embed")
+        self.cfg.check_tokens(ids)
+        if len(ids) > self.ctx:
+            raise ContextFull(f"{len(ids)} tokens do not fit the context of {self.ctx} (raise --ctx)")
+        rows = await self.backend.embed(ids)                             # (T, hidden)
+        return {"none": rows, "mean": rows.mean(axis=0, keepdims=True), "last": rows[-1:]}[pooling]
 
     async def perplexity(self, tokens: list[int]) -> float:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""

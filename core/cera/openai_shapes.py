@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from cera.engine import Result, Sampler
+from cera.engine import Result
 from cera.runner import Job
+from cera.sampling import Sampler
 
 # OpenAI's defaults for the sampling fields cera honours; top_k is an extension (as in llama.cpp's
 # server) whose 0 keeps the whole vocabulary
@@ -40,12 +41,13 @@ def _text(content: str | list[dict] | None) -> str:
 
 
 def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
-         seed: int | None = None, stop: str | list[str] | None = None, lora: list[str | int] | None = None,
-         **prompt) -> Job:
+         frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
+         stop: str | list[str] | None = None, lora: list[str | int] | None = None, **prompt) -> Job:
     """lora: the adapters to apply, by name or index (None: every one loaded; []: none)."""
     stops = [stop] if isinstance(stop, str) else stop or []
     return Job(**prompt, max_tokens=max_tokens, stop=tuple(stops),
-               sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+               sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty,
+                               presence_penalty=presence_penalty, seed=seed),
                adapters=None if lora is None else tuple(lora))
 
 

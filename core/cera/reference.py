@@ -16,6 +16,8 @@ LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B 
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from . import ops, weights
@@ -27,7 +29,8 @@ from cera.errors import ContextFull, InvalidArgument
 
 class Reference:
     """A model in numpy: `forward(tokens, pos0) -> logits (T, vocab)`, with a persistent KV cache
-    (and LFM2 conv state) that `reset()` clears.
+    (and LFM2 conv state) that `reset()` clears; `embed(tokens)` -> the hidden states after the
+    final norm, on caches of their own.
 
     kv_dtype: the precision K and V are stored in (np.float16 mimics llama.cpp's default F16
     cache); computation is float32 throughout."""
@@ -38,8 +41,13 @@ class Reference:
         self.ctx = cfg.context(ctx)
         self._weights: dict[str, np.ndarray] = {}   # tensor name -> float32, dequantized once
         self.freq_factors = self.w("rope_freqs.weight") if cfg.rope_freq_factors else None   # (n_rot/2,)
-        # caches, allocated once
-        self.key_cache = {il: np.zeros((self.ctx, cfg.n_kv_heads[il], cfg.head_dim), kv_dtype)
+        self.kv_dtype = kv_dtype
+        self._allocate_caches()
+
+    def _allocate_caches(self) -> None:
+        """Empty caches for self.ctx positions, allocated once."""
+        cfg = self.cfg
+        self.key_cache = {il: np.zeros((self.ctx, cfg.n_kv_heads[il], cfg.head_dim), self.kv_dtype)
                           for il in cfg.attention_layers}   # layer -> (ctx, KVH, hd)
         self.value_cache = {il: np.zeros_like(self.key_cache[il]) for il in cfg.attention_layers}
         self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
@@ -97,6 +105,24 @@ class Reference:
 
         Positions 0..pos0-1 must already be in the caches (pos0 <= n_past); a model with
         conv blocks can only continue where it stopped (pos0 == n_past) or restart at 0."""
+        cfg = self.cfg
+        x = self.hidden(tokens, pos0)                               # (T, hidden)
+        logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
+        if cfg.logit_scale != 1.0:
+            logits = logits * np.float32(1.0 / cfg.logit_scale)
+        return logits.astype(np.float32, copy=False)
+
+    def embed(self, tokens) -> np.ndarray:
+        """The hidden states after the final norm (T, hidden) of tokens run from position 0, on
+        caches of their own: the sequence cached here stays as it was."""
+        scratch = copy.copy(self)       # the same dequantized weights
+        scratch.ctx = len(tokens)
+        scratch._allocate_caches()
+        return scratch.hidden(tokens, 0)
+
+    def hidden(self, tokens, pos0: int) -> np.ndarray:
+        """Run tokens at positions pos0, pos0+1, ... (as forward) -> the hidden states after the
+        final norm (T, hidden) float32, what the LM head reads."""
         cfg, T = self.cfg, len(tokens)
         cfg.check_tokens(tokens)
         if T == 0:
@@ -115,13 +141,8 @@ class Reference:
         x = self._embed(tokens) * np.float32(cfg.embedding_scale)   # (T, hidden)
         for il in range(cfg.n_layers):
             x = self._layer(il, x, pos)
-        # final norm and LM head
-        x = ops.rms_norm(x, self.w(cfg.final_norm), cfg.eps)        # (T, hidden)
-        logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
-        if cfg.logit_scale != 1.0:
-            logits = logits * np.float32(1.0 / cfg.logit_scale)
         self.n_past = pos0 + T
-        return logits.astype(np.float32, copy=False)
+        return ops.rms_norm(x, self.w(cfg.final_norm), cfg.eps).astype(np.float32, copy=False)   # (T, hidden)
 
     def _embed(self, tokens) -> np.ndarray:
         """Token embedding rows (T, hidden). An untied embedding is read row by row, never whole."""

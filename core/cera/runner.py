@@ -16,11 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cera import catalogue
-from cera.engine import DEFAULT_CTX, Engine, Result, Sampler
+from cera.engine import DEFAULT_CTX, Engine, Result
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
 from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
+from cera.sampling import Sampler
 
 BACKENDS = ("gpu", "reference")
 

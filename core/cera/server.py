@@ -63,6 +63,8 @@ class Sampling(BaseModel):
     temperature: float = Field(TEMPERATURE, ge=0, le=2)
     top_p: float = Field(TOP_P, gt=0, le=1)
     top_k: int = Field(TOP_K, ge=0, description="an extension (as llama.cpp's server): 0 keeps the whole vocabulary")
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
@@ -73,7 +75,8 @@ class Sampling(BaseModel):
                                                            "(--lora); absent: all of them, []: none")
 
     def sampling(self) -> dict:
-        return self.model_dump(include={"temperature", "top_p", "top_k", "seed", "stop", "lora"})
+        return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
+                                        "seed", "stop", "lora"})
 
 
 class TextPart(BaseModel):

@@ -194,6 +194,18 @@ class Session:
                      "hostCalls": calls}
         return result
 
+    async def embed(self, text, pooling=None):
+        """The embeddings of `text` (cera.js checked that it is a non-empty string and that a model
+        is loaded), as `python -m cera embed --json`: {embeddings, tokens}; pooling None: "none".
+        They run on the engine's scratch state: the conversation it holds stays as it was."""
+        try:
+            async with self._turn:
+                ids = self.engine.embed_tokens(text)
+                rows = await self.engine.embed(ids, "none" if pooling is None else pooling)
+            return _js({"embeddings": rows.tolist(), "tokens": ids})
+        except Exception as err:   # noqa: BLE001
+            return _js({"ok": False, "error": error_dict(err)})
+
     def stats(self):
         """The adapter, the model, the last request's numbers, and calls into GpuHost so far."""
         return _js({"adapter": self.device.adapter_name, "model": self.model,

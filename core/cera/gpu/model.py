@@ -7,7 +7,9 @@ token (the position) lives in the Step uniform, written once per submission, so 
 schedule serves every token. Prefill goes through the batched kernels in chunks of up to
 `chunk` tokens, one submission per chunk; the KV caches and conv states carry across
 chunks. Only the last row of the last chunk is projected to logits, unless all logits are
-asked for (scoring).
+asked for (scoring). A sampler's candidates come from a top-k selection of those logits on the
+GPU, submitted after the step. Embeddings run the layers and the final norm on scratch state
+of their own, so they never disturb the sequence held here.
 
 LoRA adapters (cera.lora) are uploaded once (`add_lora`) and stay loaded; `use_loras` picks the
 set the next submissions apply. Each set gets its own builders and schedules, made on its
@@ -22,15 +24,17 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
-from cera.errors import InvalidArgument
+from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.footprint import footprint
-from cera.gpu.layers import SHIFT_BYTES, pack_shift
-from cera.gpu.plan import Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, prefill_plan, shift_plan
+from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpack_top_k
+from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
+                           prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
 from cera.gpu.state import Activations, State, f32_buffer, pack_step
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
+from cera.sampling import Candidates, TopK
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
@@ -71,6 +75,8 @@ class GpuModel:
         self._logits_all = None                  # (chunk, vocab) for scoring, allocated when first asked for
         self._gpu_token = None                   # the token id tokens[0] holds (argmax wrote it)
         self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
+        self._top_k = None                       # (params, out, schedule) of _select(), made on first use
+        self._embedder = None                    # (builder on scratch state, schedule) of embed(), likewise
         self.n_past = 0                          # positions of the sequence run so far (cached)
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
 
@@ -187,26 +193,79 @@ class GpuModel:
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
-        token after the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
+        token after the last one, and logits: None, "last" (vocab,), "all" (T, vocab), or for a
+        TopK the Candidates it asks for."""
         rows, vocab, scoring = [], self.cfg.vocab_size, logits == "all"
         chunks = [tokens[s: s + self.chunk] for s in range(0, len(tokens), self.chunk)]
         for c, chunk in enumerate(chunks):
             n, last = len(chunk), c == len(chunks) - 1
-            self.device.write(self.state.tokens.buffer, np.asarray(chunk, np.uint32).tobytes())
-            self.device.write(self.state.step.buffer, pack_step(pos0 + c * self.chunk, n))
-            self._token_of(await self.device.run(self._schedule(n, scoring), self.state.tokens))
+            self._token_of(await self._run(self.state, self._schedule(n, scoring), chunk, pos0 + c * self.chunk,
+                                           self.state.tokens))
             if scoring:
                 raw = await self.device.read(self._logits_all.buffer, 0, 4 * n * vocab)
                 rows.append(np.frombuffer(raw, np.float32).reshape(n, vocab))
+            elif last and isinstance(logits, TopK):
+                rows.append(await self._select(logits))
             elif last and logits:
                 raw = await self.device.read(self.state.logits.buffer, 0, 4 * vocab)
-                rows.append(np.frombuffer(raw, np.float32))
+                rows.append(np.frombuffer(raw, np.float32).copy())
         if len(tokens) > 1:
             self.submits_per_prefill = len(chunks)
         self.n_past = pos0 + len(tokens)
         if scoring:
             return self._gpu_token, np.concatenate(rows)
-        return self._gpu_token, rows[-1].copy() if logits else None
+        return self._gpu_token, rows[-1] if logits else None
+
+    def _run(self, state: State, schedule, tokens: list[int], pos: int, read: Binding):
+        """Submit `schedule` for `tokens` at positions pos.. of `state`, reading `read` back."""
+        self.device.write(state.tokens.buffer, np.asarray(tokens, np.uint32).tobytes())
+        self.device.write(state.step.buffer, pack_step(pos, len(tokens)))
+        return self.device.run(schedule, read)
+
+    async def _select(self, request: TopK) -> Candidates:
+        """The candidates `request` asks for, from the logits the last step wrote: the GPU picks
+        the k best (layers.top_k) and 8 k + 4 len(watch) bytes come back."""
+        k, watch = request.k, request.watch
+        if not 0 < k <= min(TOP_K_MAX, self.cfg.vocab_size) or len(watch) > TOP_K_MAX:
+            raise InvalidArgument(f"top-k of {k} (watching {len(watch)}): the GPU selects 1..{TOP_K_MAX}")
+        if self._top_k is None:   # the params, the output and the schedule, made on first use
+            params = Binding(self.device.buffer(4 * (2 + TOP_K_MAX), "top_k.params"))      # (2 + watch,) u32
+            out = Binding(self.device.buffer(4 * 3 * TOP_K_MAX, "top_k.out"))              # (2 k + watch,) u32
+            self._top_k = params, out, self.device.schedule([self.active.decode.top_k(out, params)])
+        params, out, schedule = self._top_k
+        self.device.write(params.buffer, pack_top_k(k, watch))
+        raw = await self.device.run(schedule, Binding(out.buffer, 0, 8 * k + 4 * len(watch)))
+        ids, logits, watched = unpack_top_k(raw, k)
+        return Candidates(np.concatenate([ids, np.asarray(watch, np.int64)]), np.concatenate([logits, watched]))
+
+    async def embed(self, tokens: list[int]) -> np.ndarray:
+        """The hidden states after the final norm (T, hidden) of tokens run from position 0 (the
+        plans' layers, then embed_plan's norm, a chunk per submission), on scratch state: KV
+        caches and conv states of their own, made for the longest text so far. The sequence
+        held here (its caches, n_past) stays as it was."""
+        builder, schedule = self._embedder_for(len(tokens))
+        builder.state.reset(self.device)
+        h, rows = self.cfg.hidden, []
+        for start in range(0, len(tokens), self.chunk):
+            chunk = tokens[start: start + self.chunk]
+            xb = Binding(builder.act.xb.buffer, 0, 4 * len(chunk) * h)
+            raw = await self._run(builder.state, schedule, chunk, start, xb)
+            rows.append(np.frombuffer(raw, np.float32).reshape(len(chunk), h))   # (chunk, hidden)
+        return np.concatenate(rows)
+
+    def _embedder_for(self, n: int) -> tuple[Builder, object]:
+        """The builder and schedule of embed() for n tokens: the prefill builder's kind and
+        activations (a step's scratch) over a State of its own, of the next power of two >= n
+        positions (at least 64, at most ctx), remade only for a longer text. Its layers are the
+        plans' own, so it places no weight that load() did not upload."""
+        prefill = self.active.prefill   # its kind, activations and adapters
+        if self._embedder is None or self._embedder[0].ctx < n or self._embedder[0].adapters is not prefill.adapters:
+            positions = min(self.ctx, max(64, 1 << (n - 1).bit_length()))
+            state = State.allocate(self.device, self.cfg, positions, self.chunk)
+            builder = type(prefill)(self.cfg, positions, self.weights, state, prefill.act, self.kernels,
+                                    prefill.adapters)
+            self._embedder = builder, self.device.schedule(embed_plan(builder).steps)
+        return self._embedder
 
     async def greedy(self, token: int, pos: int, n: int):
         """Yield the n greedy tokens that follow `token` at `pos`, keeping one step in flight:

@@ -1,8 +1,8 @@
 """The plan: every dispatch of a decode step or a prefill chunk, in order, as data.
 
-`decode_plan` and `prefill_plan` return a `Plan`; both walk the model with the same per-layer
-builders (`Builder.layer`: attention or short conv, then the FFN) and differ only in how a
-step runs for their row count, which their `Builder` subclass says:
+`decode_plan`, `prefill_plan` and `embed_plan` return a `Plan`; they walk the model with the
+same per-layer builders (`Builder.layer`: attention or short conv, then the FFN) and differ only
+in how a step runs for their row count, which their `Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
                       one type are one stacked matvec; attention is split-KV (two dispatches)
   prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; attention
@@ -196,9 +196,18 @@ class Builder:
         cfg = self.cfg
         return self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
 
+    def norm(self, x: Binding, norm: str) -> Dispatch:
+        """act.xb = rms_norm(x) * weight `norm`, for the builder's rows."""
+        return layers.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
+                               n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=self.rows, label=norm)
+
     def argmax(self) -> Dispatch:
         """tokens[0] = argmax(logits)."""
         return matmul.argmax(self.kernels, self.device, self.state.tokens, self.state.logits, n=self.cfg.vocab_size)
+
+    def top_k(self, out: Binding, params: Binding) -> Dispatch:
+        """out = the best (id, logit) pairs of logits, and watched ids' logits, as params say."""
+        return layers.top_k(self.kernels, self.device, out, self.state.logits, params, n=self.cfg.vocab_size)
 
 
 class DecodeBuilder(Builder):
@@ -245,11 +254,6 @@ class DecodeBuilder(Builder):
 
 class PrefillBuilder(Builder):
     """A chunk of rows per step: RMSNorm into xb, then tiled matmuls; flash-style attention."""
-
-    def norm(self, x: Binding, norm: str) -> Dispatch:
-        """act.xb = rms_norm(x) * weight `norm`."""
-        return layers.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
-                               n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=self.rows, label=norm)
 
     def normed(self, x, norm):
         return ([self.norm(x, norm)], self.act.xb, None) if norm else ([], x, None)
@@ -299,6 +303,13 @@ def prefill_plan(prefill: PrefillBuilder, decode: DecodeBuilder, n: int, logits_
         tail.append(Copy(logits_all.buffer, 4 * (n - 1) * vocab, state.logits.buffer, 0, 4 * vocab))
     return Plan(f"prefill {n} of {prefill.rows}" + (" scoring" if logits_all else ""), prefill.rows,
                 prefill.body + tuple(tail) + (prefill.argmax(),))
+
+
+def embed_plan(builder: Builder) -> Plan:
+    """Hidden states instead of logits: every layer over the step's rows, then the final norm of
+    each row into act.xb (rows, hidden); no LM head, no argmax."""
+    return Plan(f"embed {builder.rows}", builder.rows,
+                builder.body + (builder.norm(builder.act.x, builder.cfg.final_norm),))
 
 
 def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding, Binding], shift: Binding) -> Plan:
