@@ -467,6 +467,30 @@ def test_user_loads_a_file_and_generates_then_stops(browser, server, models):
     page.close()
 
 
+def test_user_samples_with_the_pages_settings(browser, server, synth):
+    """The sampling settings a user types reach the engine: seeded, the page's tokens equal
+    `python -m cera generate` with the same flags, and differ from greedy."""
+    flags = {"temperature": "0.9", "top_k": "20", "top_p": "0.9", "min_p": "0.02", "repeat_penalty": "1.2",
+             "seed": "7"}
+    native = native_generate(synth["llama_q4_0"], "Once upon a time", 16, False,
+                             *[a for k, v in flags.items() for a in (f"--{k.replace('_', '-')}", v)])
+    greedy = native_generate(synth["llama_q4_0"], "Once upon a time", 16)
+    assert native["tokens"] != greedy["tokens"]
+    page = open_page(browser, server)
+    page.click("#load-catalogue")
+    page.wait_for_function("!document.getElementById('generate').disabled")
+    page.uncheck("#chat")
+    page.fill("#prompt", "Once upon a time")
+    page.fill("#max-tokens", "16")
+    page.click("#sampling summary")
+    for field, value in flags.items():
+        page.fill(f"#{field}", value)
+    page.click("#generate")
+    page.wait_for_function("document.getElementById('speed').textContent.includes('tokens/s')")
+    assert page.evaluate("window.cera.stats()")["lastRequest"]["tokens"] == native["tokens"]
+    page.close()
+
+
 def test_user_picks_a_bundled_model_and_chats(browser, server, synth):
     native = native_generate(synth["llama_q4_0"], "Hi there", 10, chat=True)
     page = open_page(browser, server)

@@ -135,10 +135,18 @@ async function loadLora(source, { scale } = {}) {
   }
 }
 
-// Greedy text after `prompt`, streamed into the page. With `chat`, `prompt` is the user's next
+// The sampling settings as request fields (OpenAI's, and llama.cpp server's min_p, repeat_penalty).
+const SAMPLING = { temperature: Number, top_k: Number, top_p: Number, min_p: Number, repeat_penalty: Number,
+  frequency_penalty: Number, presence_penalty: Number, seed: Number };
+function samplingSettings() {
+  return Object.fromEntries(Object.entries(SAMPLING).filter(([id]) => $(id).value !== "")
+    .map(([id, parse]) => [id, parse($(id).value)]));
+}
+
+// Text after `prompt` (greedy unless `sampling` says otherwise), streamed into the page. With `chat`, `prompt` is the user's next
 // message in the conversation and the reply joins it. Resolves to the text and the request's
 // numbers (engine.runtimeStats().lastRequest: promptTokens, prefilledTokens, reusedTokens, ...).
-async function generate(prompt, { maxTokens, chat = false, lora } = {}) {
+async function generate(prompt, { maxTokens, chat = false, lora, sampling = { temperature: 0 } } = {}) {
   clearError();
   setBusy(true);
   setStatus("generating");
@@ -147,7 +155,7 @@ async function generate(prompt, { maxTokens, chat = false, lora } = {}) {
   const messages = chat ? [...conversation, { role: "user", content: prompt }] : null;
   let reply = null;
   try {
-    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, temperature: 0, stream: true,
+    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, ...sampling, stream: true,
       ...(lora === undefined ? {} : { lora }) };
     const stream = await (chat ? engine.chat.completions.create({ ...request, messages })
       : engine.completions.create({ ...request, prompt }));
@@ -198,7 +206,7 @@ $("load-url").addEventListener("click", () => { if ($("url").value) load($("url"
 $("lora-file").addEventListener("change", (e) => { if (e.target.files[0]) loadLora(e.target.files[0]).catch(() => {}); });
 $("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) load($("catalogue").value).catch(() => {}); });
 $("generate").addEventListener("click", () => generate($("prompt").value, {
-  maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked,
+  maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked, sampling: samplingSettings(),
 }).catch(() => {}));
 $("stop").addEventListener("click", () => engine.interrupt());
 $("new-conversation").addEventListener("click", newConversation);

@@ -127,6 +127,11 @@ export interface Sampling {
   frequency_penalty?: number;
   /** Lowers the logit of each token among the last 64 of prompt and reply by this, once. */
   presence_penalty?: number;
+  /** Extensions, as llama.cpp's server names them: min-p filtering, the repetition penalty and
+   * how many recent tokens the penalties look at (-1: all; default 64). */
+  min_p?: number;
+  repeat_penalty?: number;
+  penalty_last_n?: number;
   seed?: number;
   /** Generation ends before the first of these; the text leaves it out. */
   stop?: string | string[];

@@ -43,6 +43,9 @@ const SAMPLING = {
   top_k: [(v) => Number.isSafeInteger(v) && v >= 0, "a non-negative integer"],
   frequency_penalty: [Number.isFinite, "a number"],
   presence_penalty: [Number.isFinite, "a number"],
+  min_p: [Number.isFinite, "a number"],            // extensions, as llama.cpp's server names them
+  repeat_penalty: [Number.isFinite, "a number"],
+  penalty_last_n: [Number.isSafeInteger, "an integer"],
   seed: [Number.isSafeInteger, "an integer"],
   stop: [(v) => isText(v) || (Array.isArray(v) && v.every(isText)), "a string or an array of strings"],
   stream: [(v) => typeof v === "boolean", "true or false"],

@@ -18,6 +18,7 @@ from cera.sampling import Sampler
 # OpenAI's defaults for the sampling fields cera honours; top_k is an extension (as in llama.cpp's
 # server) whose 0 keeps the whole vocabulary
 TEMPERATURE, TOP_P, TOP_K = 1.0, 1.0, 0
+SAMPLING_EXTENSIONS = ("min_p", "repeat_penalty", "penalty_last_n")   # not OpenAI's: llama.cpp server's names
 COMPLETION_MAX_TOKENS = 16   # a text completion's default; a chat completion runs until the context is full
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
                   "cancelled": "stop"}   # cancelled: interrupted by the caller (cera.js's interrupt())
@@ -42,12 +43,14 @@ def _text(content: str | list[dict] | None) -> str:
 
 def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
          frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
-         stop: str | list[str] | None = None, lora: list[str | int] | None = None, **prompt) -> Job:
-    """lora: the adapters to apply, by name or index (None: every one loaded; []: none)."""
+         stop: str | list[str] | None = None, lora: list[str | int] | None = None, **extensions) -> Job:
+    """lora: the adapters to apply, by name or index (None: every one loaded; []: none).
+    extensions: the prompt or messages, and llama.cpp server's sampling fields (SAMPLING_EXTENSIONS)."""
     stops = [stop] if isinstance(stop, str) else stop or []
-    return Job(**prompt, max_tokens=max_tokens, stop=tuple(stops),
+    sampling = {k: extensions.pop(k) for k in SAMPLING_EXTENSIONS if k in extensions}
+    return Job(**extensions, max_tokens=max_tokens, stop=tuple(stops),
                sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty,
-                               presence_penalty=presence_penalty, seed=seed),
+                               presence_penalty=presence_penalty, seed=seed, **sampling),
                adapters=None if lora is None else tuple(lora))
 
 

@@ -65,6 +65,10 @@ class Sampling(BaseModel):
     top_k: int = Field(TOP_K, ge=0, description="an extension (as llama.cpp's server): 0 keeps the whole vocabulary")
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
+    min_p: float = Field(0.0, ge=0, le=1, description="an extension (llama.cpp's server): drop tokens below min_p "
+                                                        "times the best one's probability")
+    repeat_penalty: float = Field(1.0, gt=0, description="an extension (llama.cpp's server)")
+    penalty_last_n: int = Field(64, ge=-1, description="an extension (llama.cpp's server): -1 all, 0 none")
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
@@ -76,7 +80,7 @@ class Sampling(BaseModel):
 
     def sampling(self) -> dict:
         return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
-                                        "seed", "stop", "lora"})
+                                        "min_p", "repeat_penalty", "penalty_last_n", "seed", "stop", "lora"})
 
 
 class TextPart(BaseModel):
