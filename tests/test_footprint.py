@@ -89,3 +89,63 @@ def test_info_cli_reports_what_the_gpu_model_allocates(device):
     assert memory["weights"] == model.weights.nbytes
     assert memory["total"] == model.footprint.total and memory["fits"]
     assert memory["kv_cache"] == 30 * 2 * 4 * 1024 * 192 and memory["fallbacks"] == []
+
+
+def q3_k_m_types(name: str, shape: tuple[int, ...], layer: int | None, n_layers: int) -> str:
+    """The type llama.cpp's llama-quantize gives tensor `name` in a Q3_K_M file (its
+    llama_tensor_get_type: the tied embedding Q6_K, attn_v Q5_K in the first two layers then
+    Q4_K, attn_output Q4_K, ffn_down Q5_K in the first n/16 layers, Q4_K where it spends more
+    bits, else Q3_K; the rest Q3_K), then its fallback for rows that are not a multiple of 256
+    (Q3_K -> IQ4_NL, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)."""
+    if name == "token_embd.weight":
+        t = "Q6_K"
+    elif name.endswith("attn_v.weight"):
+        t = "Q5_K" if layer < 2 else "Q4_K"
+    elif name.endswith("attn_output.weight"):
+        t = "Q4_K"
+    elif name.endswith("ffn_down.weight"):
+        more_bits = layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+        t = "Q5_K" if layer < n_layers // 16 else "Q4_K" if more_bits else "Q3_K"
+    else:
+        t = "Q3_K"
+    return t if shape[-1] % 256 == 0 else {"Q3_K": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}[t]
+
+
+def test_a_q3_k_m_smollm2_stays_quantized(device, tmp_path):
+    """SmolLM2's header and shapes with the types of a Q3_K_M file (random valid blocks: the
+    test is of placement, not text): no tensor falls back to F16, and the GPU holds no more than
+    the file's bytes plus the KV cache, 10% over at most."""
+    import gguf
+    import numpy as np
+    from gguf import GGMLQuantizationType as T
+    from quantdata import random_rows
+    src = catalogue.fetch("smollm2-135m-instruct")
+    reader, real = gguf.GGUFReader(src), GGUFFile.open(src)
+    cfg = ModelConfig.from_gguf(real)
+    path = tmp_path / "smollm2-q3_k_m.gguf"
+    writer = gguf.GGUFWriter(path, cfg.arch)
+    for field in reader.fields.values():
+        if not field.name.startswith("GGUF.") and field.name != "general.architecture":
+            sub = field.types[1] if len(field.types) > 1 else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], sub)
+    rng, types = np.random.default_rng(0), {}
+    for name, info in real.tensors.items():
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else None
+        if info.type_name == "F32":
+            writer.add_tensor(name, np.ones(info.shape, np.float32))
+            continue
+        types[name] = q3_k_m_types(name, info.shape, layer, cfg.n_layers)
+        raw, _ = random_rows(T[types[name]], info.shape[0], info.shape[-1], rng, std=0.02)
+        writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=T[types[name]])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert {"IQ4_NL", "Q3_K", "Q4_K", "Q5_0", "Q5_1", "Q8_0"} <= set(types.values())
+    g = GGUFFile.open(path)
+    model = GpuModel(ModelConfig.from_gguf(g), g, device, ctx=1024, chunk=512)
+    assert model.weights.fallbacks == []
+    kv = model.footprint.kv_cache
+    file_bytes = path.stat().st_size
+    print(f"Q3_K_M SmolLM2: file {file_bytes:,} B; weights on the GPU {model.weights.nbytes:,} B; KV {kv:,} B")
+    assert model.weights.nbytes + kv <= 1.10 * (file_bytes + kv)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cera.config import ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
-from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type
+from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type, stacked_parts
 from cera.gpu.state import Activations, State
 
 DEFAULT_ALIGNMENT = 256   # WebGPU's default minStorageBufferOffsetAlignment, when no adapter is known
@@ -87,8 +87,8 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
 
 def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
     """Weight buffers, label -> bytes: every tensor the model reads, plus the stacked q/k/v
-    matrices (and biases) decode reads. A prefill chunk reads the projections one by one, so
-    with chunk > 1 they are on the GPU both ways."""
+    matrices (and biases) decode reads. A prefill chunk reads the projections one by one, inside
+    the stacked buffer where their offsets allow (stacked_parts), else from buffers of their own."""
     names = dict.fromkeys([*cfg.all_tensors(), cfg.lm_head])
     stacked = {}
     for i in cfg.attention_layers:
@@ -99,10 +99,11 @@ def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[d
             stacked[f"blk.{i}.attn_{run}.weight"] = sum(t.nbytes for t in parts)
             if cfg.qkv_bias:
                 stacked[f"blk.{i}.attn_{run}.bias"] = 4 * sum(t.shape[0] for t in parts)
-            if chunk == 1:   # no prefill builder: the parts are only read stacked
-                for p in run:
-                    names.pop(f"blk.{i}.attn_{p}.weight")
-                    names.pop(f"blk.{i}.attn_{p}.bias", None)
+            inside = stacked_parts(cfg, tensors, i, align)
+            for p in run:   # a part read in place, or only stacked (no prefill builder): no buffer of its own
+                for name in (f"blk.{i}.attn_{p}.weight", f"blk.{i}.attn_{p}.bias"):
+                    if name in inside or chunk == 1:
+                        names.pop(name, None)
     weights = {name: resident_bytes(tensors[name], is_vector(name)) for name in names} | stacked
     fallbacks = []
     for name in names:

@@ -11,6 +11,7 @@ before anything is allocated.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass
 
@@ -63,6 +64,29 @@ def qkv_runs(cfg: ModelConfig, tensors: dict, i: int, align: int) -> list[str] |
     return runs
 
 
+def stacked_parts(cfg: ModelConfig, tensors: dict, i: int, align: int) -> dict[str, tuple[str, int]]:
+    """blk.i's projection weights and biases that live inside a stacked buffer and are read there
+    one by one too (a prefill chunk's projections): name -> (the stacked tensor's name, byte
+    offset). A weight whose offset is not `align`ed has a buffer of its own besides; a bias's
+    offset always is (qkv_runs asks that of the outputs, which the biases match row for row)."""
+    parts = {}
+    for run in qkv_runs(cfg, tensors, i, align) or []:
+        if len(run) == 1:
+            continue
+        offset, rows = 0, 0
+        for p in run:
+            name = f"blk.{i}.attn_{p}.weight"
+            if offset % align == 0:
+                parts[name] = (f"blk.{i}.attn_{run}.weight", offset)
+            if cfg.qkv_bias:
+                parts[f"blk.{i}.attn_{p}.bias"] = (f"blk.{i}.attn_{run}.bias", 4 * rows)
+            offset, rows = offset + tensors[name].nbytes, rows + tensors[name].shape[0]
+    return parts
+
+
+_QKV = re.compile(r"blk\.(\d+)\.attn_[qkv]\.(weight|bias)")
+
+
 def warn(message: str) -> None:
     print(f"cera: {message}", file=sys.stderr, flush=True)
 
@@ -104,7 +128,13 @@ class Weights:
         return sum(b.size for b in buffers.values())
 
     def matrix(self, name: str) -> Matrix:
-        """Tensor `name` as stored, or as F16 if its type has no kernel."""
+        """Tensor `name` as stored, or as F16 if its type has no kernel; a q/k/v projection that
+        sits in a stacked buffer, read there (stacked_parts)."""
+        if name not in self._matrices and (view := self._view(name)):
+            stacked, offset = view
+            info = self.gguf.tensors[name]
+            self._matrices[name] = Matrix(name, Binding(stacked.binding.buffer, offset, info.nbytes), stacked.wtype,
+                                          info.shape[0], info.shape[-1])
         if name not in self._matrices:
             info = self.gguf.tensors[name]
             rows = self.cfg.vocab_size if name == self.cfg.lm_head else info.shape[0]   # head rows past the vocabulary: unused
@@ -122,13 +152,31 @@ class Weights:
         return self._matrices[name]
 
     def vector(self, name: str) -> Binding:
-        """A small tensor as f32."""
+        """A small tensor as f32 (a q/k/v bias read inside its stacked buffer, stacked_parts)."""
+        if name not in self._vectors and (view := self._view(name)):
+            stacked, offset = view
+            self._vectors[name] = Binding(stacked.buffer, offset, 4 * self.gguf.tensors[name].shape[0])
         if name not in self._vectors:
             if self.gguf.tensors[name].ggml_type == F32:
                 self._vectors[name] = self.matrix(name).binding
             else:
                 self._vectors[name] = self._f32(name, weights.tensor(self.gguf, name))
         return self._vectors[name]
+
+    def _view(self, name: str) -> tuple[Binding | Matrix, int] | None:
+        """(the stacked matrix or bias holding `name`, its byte offset there), if one does."""
+        part = _QKV.fullmatch(name)
+        if part is None:
+            return None
+        i = int(part[1])
+        align = self.device.limits.min_storage_buffer_offset_alignment
+        where = stacked_parts(self.cfg, self.gguf.tensors, i, align).get(name)
+        if where is None:
+            return None
+        holder, offset = where
+        run = holder.split(".")[2].removeprefix("attn_")
+        matrix, bias = self.stacked(i, run)
+        return (bias if name.endswith(".bias") else matrix), offset
 
     def qkv_runs(self, i: int) -> list[str] | None:
         """`qkv_runs` of blk.i on this device."""
