@@ -118,7 +118,7 @@ def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -
           f"{flops / seconds / 1e9:9.2f} GFLOP/s  {note}".rstrip(), flush=True)
 
 
-def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, rng) -> None:
+def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, rng) -> None:
     dev = bench.device
     w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
     w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
@@ -129,11 +129,15 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, rng) ->
     tag = f"{mat.name} {mat.wtype.name} {mat.m}x{mat.k}"
     if "matvec" in only:
         dev.write(step, pack_step(0, 1))
-        dispatches = matmul.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
-                                         wtype=mat.wtype, k=mat.k, m=mat.m,
-                                         w_up=Binding(w_up) if mat.glu else None)
-        seconds = bench.time(dispatches)
-        report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k)
+        for tpr in tprs or [None]:
+            if tpr and tpr > matmul.WORKGROUP:
+                continue
+            args = (bench.kernels, dev, Binding(out), Binding(w), Binding(x))
+            kw = dict(wtype=mat.wtype, k=mat.k, m=mat.m, w_up=Binding(w_up) if mat.glu else None)
+            dispatches = [matmul.matvec(*args, **kw, tpr=tpr)] if tpr else matmul.matvec_tiled(*args, **kw)
+            seconds = bench.time(dispatches)
+            report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k,
+                   f"{tpr or matmul.threads_per_row(mat.wtype, mat.k, mat.m)} threads per row")
     if "matmul" in only:
         dev.write(step, pack_step(0, rows))
         for t in tilings(tiles, dev.limits, rows, mat):
@@ -203,6 +207,7 @@ def main(argv=None) -> None:
                          "candidate that fits); default: the builder's")
     ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
                     "of the model's")
+    ap.add_argument("--tpr", default="", help="matvec threads per row, comma-separated (default: the builder's)")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
 
@@ -212,6 +217,7 @@ def main(argv=None) -> None:
     print(f"adapter: {device.adapter_name}; workgroup storage {lim.max_compute_workgroup_storage_size} B, "
           f"invocations {lim.max_compute_invocations_per_workgroup}, binding {lim.max_storage_buffer_binding_size} B")
     tiles = parse_tiles(args.tiles)
+    tprs = [int(v) for v in args.tpr.split(",") if v]
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))
@@ -222,7 +228,7 @@ def main(argv=None) -> None:
             if args.wtype:
                 mat = replace(mat, wtype=T[args.wtype.upper()])
             if not names or mat.name in names:
-                bench_matrix(bench, mat, args.rows, only, tiles, rng)
+                bench_matrix(bench, mat, args.rows, only, tiles, tprs, rng)
         if "attention" in only:
             at = batched.attention_tiles(lim, model.head_dim)
             print(f"  attention: {at.block_q} query rows x {at.block_kv} keys per tile, "

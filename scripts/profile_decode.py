@@ -1,21 +1,32 @@
-"""Where a decode step's time goes, natively: GPU time per kernel from timestamp queries
-(each dispatch in a pass of its own) and the wall time of a
-step, synchronous and pipelined.
+"""Where a decode step's time goes, natively: host encoding and wall time of a step (synchronous
+and pipelined), and GPU time from timestamp queries, three ways:
+
+  step     the whole step in one compute pass, as it runs (timestamps at the pass's ends)
+  family   each kernel family's marginal cost inside that pass: the step with every dispatch of
+           the family issued twice, minus the step (so barriers and launch are counted as they
+           fall, and the families add up to about the step)
+  alone    each dispatch in a pass of its own (includes a pass's fixed cost, see "floor")
+  floor    a pass of N one-workgroup dispatches that depend on each other: the cost of a
+           dispatch that does nothing
 
     python scripts/profile_decode.py MODEL.gguf [--pos 512] [--top 15]
 """
 import argparse
 import asyncio
 import collections
+import re
 import time
 
 import numpy as np
 import wgpu
 
+from cera.device import Binding
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
+from cera.gpu import matmul
 from cera.gpu.state import pack_step
 from cera.native import NativeDevice
+from cera.native.device import _encode_pass as encode_pass
 
 
 def timed(fn, repeat: int) -> float:
@@ -26,43 +37,83 @@ def timed(fn, repeat: int) -> float:
     return (time.perf_counter() - t) / repeat * 1000
 
 
-def gpu_times(device, steps) -> np.ndarray:
-    """Nanoseconds each dispatch takes on the GPU, from begin/end-of-pass timestamps."""
-    d, n = device._device, len(steps)
-    queries = d.create_query_set(type="timestamp", count=2 * n)
-    resolved = d.create_buffer(size=16 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    encoder = d.create_command_encoder()
-    for i, step in enumerate(steps):
-        compute = encoder.begin_compute_pass(timestamp_writes={
-            "query_set": queries, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
-        compute.set_pipeline(step.kernel)
-        compute.set_bind_group(0, step.bind_group)
-        compute.dispatch_workgroups(*step.groups)
-        compute.end()
-    encoder.resolve_query_set(queries, 0, 2 * n, resolved, 0)
-    d.queue.submit([encoder.finish()])
-    stamps = np.frombuffer(d.queue.read_buffer(resolved), np.uint64).reshape(n, 2).astype(np.int64)
-    return stamps[:, 1] - stamps[:, 0]
+def family(step) -> str:
+    """A dispatch's kernel family: its label without the layer ("blk.3.attention" -> "attention")."""
+    return re.sub(r"^blk\.\d+\.", "", step.label)
+
+
+class Timer:
+    """GPU nanoseconds of compute passes, from timestamps at each pass's beginning and end."""
+
+    def __init__(self, device, most: int):
+        self.d = device._device
+        self.queries = self.d.create_query_set(type="timestamp", count=2 * most)
+        self.resolved = self.d.create_buffer(size=16 * most,
+                                             usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+
+    def passes(self, groups: list[list]) -> np.ndarray:
+        """ns of each group of dispatches, each group encoded as one pass, all in one submission."""
+        encoder = self.d.create_command_encoder()
+        for i, steps in enumerate(groups):
+            compute = encoder.begin_compute_pass(timestamp_writes={
+                "query_set": self.queries, "beginning_of_pass_write_index": 2 * i,
+                "end_of_pass_write_index": 2 * i + 1})
+            for step in steps:
+                compute.set_pipeline(step.kernel)
+                compute.set_bind_group(0, step.bind_group)
+                compute.dispatch_workgroups(*step.groups)
+            compute.end()
+        n = len(groups)
+        encoder.resolve_query_set(self.queries, 0, 2 * n, self.resolved, 0)
+        self.d.queue.submit([encoder.finish()])
+        stamps = np.frombuffer(self.d.queue.read_buffer(self.resolved, 0, 16 * n), np.uint64)
+        stamps = stamps.reshape(n, 2).astype(np.int64)
+        return stamps[:, 1] - stamps[:, 0]
+
+    def one_pass(self, steps: list, repeat: int = 7) -> float:
+        """Median ns of `steps` in one pass."""
+        self.passes([steps])
+        return float(np.median([self.passes([steps])[0] for _ in range(repeat)]))
+
+
+def floor(device, kernels, timer: Timer, n: int = 200) -> float:
+    """ns per dispatch of n one-workgroup dispatches, each reading what the last one wrote
+    (argmaxes of 4 floats, ping-ponging between two buffers)."""
+    a, b = device.buffer(16, "floor a"), device.buffer(16, "floor b")
+    ab = matmul.argmax(kernels, device, Binding(b, 0, 4), Binding(a, 0, 16), n=4)
+    ba = matmul.argmax(kernels, device, Binding(a, 0, 4), Binding(b, 0, 16), n=4)
+    return timer.one_pass([ab, ba] * (n // 2)) / n
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
-    ap.add_argument("--top", type=int, default=15, help="kernel variants to list")
-    ap.add_argument("--pos", type=int, default=512, help="position of the profiled token (KV length)")
+    ap.add_argument("--top", type=int, default=15, help="dispatch labels to list (alone)")
+    ap.add_argument("--pos", type=int, default=512, help="position of the profiled token (KV length - 1)")
     ap.add_argument("--repeat", type=int, default=50, help="timed steps per wall-time figure")
+    ap.add_argument("--ctx", type=int, default=2048, help="context the plan is built for (as `python -m cera bench`)")
     args = ap.parse_args()
     device = NativeDevice()
-    engine = asyncio.run(Engine.load(GGUFFile.open(args.model), device, ctx=max(1024, args.pos + args.repeat + 2)))
-    model, d = engine.backend, device._device
+    engine = asyncio.run(Engine.load(GGUFFile.open(args.model), device,
+                                     ctx=max(args.ctx, args.pos + args.repeat + 2)))
+    model = engine.backend
     device.write(model.state.step.buffer, pack_step(args.pos, 1))
-    steps = model.decode_plan.steps
+    steps = list(model.decode_plan.steps)
     print(f"{device.adapter_name}; {model.dispatches_per_token} dispatches per token, KV length {args.pos + 1}")
 
     def step():
         asyncio.run(device.run(model.decode_schedule, model.state.tokens))
 
+    def encode():   # what a step costs the host before its submit
+        encoder = device._device.create_command_encoder()
+        for segment in model.decode_schedule:
+            compute = encoder.begin_compute_pass()
+            encode_pass(compute, segment[1])
+            compute.end()
+        encoder.finish()
+
     print(f"a step, submitted and read back:  {timed(step, args.repeat):7.3f} ms")
+    print(f"a step's host encoding:           {timed(encode, args.repeat):7.3f} ms")
 
     async def pipelined():
         async for _ in model.greedy(0, args.pos, args.repeat):
@@ -72,22 +123,30 @@ def main() -> None:
     print(f"a step, pipelined greedy decode:  {(time.perf_counter() - t) / args.repeat * 1000:7.3f} ms")
 
     if "timestamp-query" not in device.features:
-        print("(no timestamp-query on this adapter: no per-kernel GPU times)")
+        print("(no timestamp-query on this adapter: no GPU times)")
         return
-    ns = np.median([gpu_times(device, steps) for _ in range(5)], axis=0)
-    per_kernel, count = collections.Counter(), collections.Counter()
-    for step, t in zip(steps, ns):
-        per_kernel[step.kernel.label.split(" ")[0] + " " + step.label] += t / 1e6
-        count[step.kernel.label.split(" ")[0] + " " + step.label] += 1
-    family = collections.Counter()
-    for step, t in zip(steps, ns):
-        family[step.kernel.label.split(" ")[0]] += t / 1e6
-    print(f"GPU time of the dispatches, each in its own pass: {ns.sum() / 1e6:.3f} ms")
-    for name, ms in family.most_common():
-        print(f"  {ms:8.3f} ms  {name}")
-    print("by dispatch label:")
-    for label, ms in per_kernel.most_common(args.top):
-        print(f"  {ms:8.3f} ms {count[label]:4d}x  {label}")
+    device.write(model.state.step.buffer, pack_step(args.pos, 1))
+    timer = Timer(device, max(len(steps), 64))
+    whole = timer.one_pass(steps)
+    print(f"GPU time of the step in one pass: {whole / 1e6:7.3f} ms "
+          f"({whole / len(steps) / 1e3:.1f} us per dispatch)")
+    print(f"floor: a dependent one-workgroup dispatch costs {floor(device, model.kernels, timer) / 1e3:.2f} us")
+
+    # marginal cost of each family: its dispatches issued twice
+    count = collections.Counter(family(s) for s in steps)
+    print("marginal GPU time per family (its dispatches doubled, minus the step):")
+    for name, n in count.most_common():
+        doubled = [d for s in steps for d in ((s, s) if family(s) == name else (s,))]
+        extra = timer.one_pass(doubled) - whole
+        print(f"  {extra / 1e6:8.3f} ms {n:4d}x {extra / n / 1e3:7.1f} us  {name}")
+
+    alone = np.median([timer.passes([[s] for s in steps]) for _ in range(5)], axis=0)
+    per_label = collections.Counter()
+    for s, ns in zip(steps, alone):
+        per_label[family(s)] += ns / 1e6
+    print(f"GPU time of the dispatches, each in its own pass: {alone.sum() / 1e6:.3f} ms")
+    for label, ms in per_label.most_common(args.top):
+        print(f"  {ms:8.3f} ms {count[label]:4d}x {ms * 1e3 / count[label]:7.1f} us  {label}")
 
 
 if __name__ == "__main__":

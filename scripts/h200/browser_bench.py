@@ -1,0 +1,104 @@
+"""Drive cera's static page in headless Chromium over the DevTools protocol (aiohttp only: the
+H200 machine has no Playwright) and time it the way `python -m cera bench` does: a random
+512-token prompt, 128 greedy tokens, EOS ignored, every run from `engine.reset()` (the engine
+would otherwise reuse the cached prompt and prefill one token), best of 3 after a warm-up.
+
+    python3 browser_bench.py CHROMIUM SITE_URL MODEL_URL [flags...]
+Prints one JSON object: adapter info, load result, bench figures, host calls.
+"""
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import aiohttp
+
+BENCH = """
+import json, numpy as np
+from cera_web.app import _sessions
+e = _sessions[-1].engine
+ids = np.random.default_rng(0).integers(0, e.cfg.vocab_size, 512).tolist()
+runs = []
+for i in range(4):
+    e.reset()
+    r = await e.generate(ids, 128, stop_at_eos=False)
+    if i:
+        runs.append(r)
+json.dumps({"prefill_tokens_per_s": max(r.prefill_tokens_per_s for r in runs),
+            "decode_tokens_per_s": max(r.decode_tokens_per_s for r in runs),
+            "decode_runs": [r.decode_tokens_per_s for r in runs],
+            "dispatches_per_token": e.backend.dispatches_per_token,
+            "adapter": e.backend.device.adapter_name})
+"""
+
+
+async def main(chromium, site, model, flags):
+    port = 9333
+    proc = subprocess.Popen([chromium, f"--remote-debugging-port={port}", "--user-data-dir=/tmp/chrprof",
+                             "--no-first-run", "--no-sandbox", *flags, "about:blank"],
+                            stdout=open("/tmp/chr.out", "w"), stderr=subprocess.STDOUT)
+    out = {"flags": flags}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
+                        targets = await r.json()
+                    page = next(t for t in targets if t["type"] == "page")
+                    break
+                except Exception:
+                    await asyncio.sleep(0.2)
+            async with http.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                n = [0]
+
+                async def call(method, **params):
+                    n[0] += 1
+                    await ws.send_json({"id": n[0], "method": method, "params": params})
+                    while True:
+                        msg = await ws.receive_json()
+                        if msg.get("id") == n[0]:
+                            return msg
+
+                async def js(expr, timeout=600):
+                    r = await asyncio.wait_for(call("Runtime.evaluate", expression=expr, awaitPromise=True,
+                                                    returnByValue=True), timeout)
+                    res = r.get("result", {})
+                    if "exceptionDetails" in res:
+                        return {"error": res["exceptionDetails"].get("exception", {}).get("description")
+                                or res["exceptionDetails"].get("text")}
+                    return res.get("result", {}).get("value")
+
+                out["raw_adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
+                    if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
+                    device: i.device, description: i.description, features: [...a.features]}); })()""", 60)
+                await call("Page.navigate", url=site)
+                await asyncio.sleep(3)
+                out["first_adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
+                    return a ? (a.info || {}).vendor : 'no adapter'; })()""", 60)
+                await call("Page.reload")      # the GPU process can fail its first start here (then restarts)
+                await asyncio.sleep(2)
+                t = time.time()
+                if os.environ.get("PROBE"):
+                    await asyncio.sleep(1)
+                    out["adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
+                        if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
+                        device: i.device, description: i.description, features: [...a.features]}); })()""", 60)
+                    return
+                out["ready"] = await js("window.cera ? 1 : new Promise(r => { const i = setInterval(() => { if (window.cera) { clearInterval(i); r(1); } }, 100); })", 120)
+                out["info"] = await js("window.cera.ready.then(i => JSON.stringify(i))", 300)
+                out["startup_s"] = round(time.time() - t, 1)
+                out["load"] = await js(f"window.cera.load({json.dumps(model)}).then(m => JSON.stringify(m))", 600)
+                if os.environ.get("NO_BENCH"):
+                    return
+                out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)
+                out["bench"] = await js(f"window.cera.python({json.dumps(BENCH)})", 900)
+                out["stats"] = await js("window.cera.stats().then(s => JSON.stringify(s))", 60)
+    finally:
+        proc.terminate()
+        print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]))

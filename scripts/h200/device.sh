@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# On the H200 machine, from the project's root, with the prepared .h200/ beside it (README.md):
+#   bash scripts/h200/device.sh chunk                 append the carried .h200/chr? chunk(s) to /opt/chr.tar.xz
+#   bash scripts/h200/device.sh prep                  loaders, wheels, this project; unpack Chromium once
+#                                                     its chunks are all there
+#   bash scripts/h200/device.sh lcpp                  build llama.cpp's llama-bench for CUDA and Vulkan (~6 min;
+#                                                     `setsid ... lcpp &` lets it build while later calls run)
+#   bash scripts/h200/device.sh bench X.hdr [Y.hdr]   shape clones of the headers; then, on each:
+#                                                     cera native bench and decode profile, cera in Chromium
+#                                                     (dist/web), llama.cpp CUDA and Vulkan llama-bench if built
+#   bash scripts/h200/device.sh native X.hdr [...]    only the native bench and profile (another tree: run it
+#                                                     from that tree, with TAG=name to keep its files apart)
+# Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
+set -u
+R=$(pwd)
+H=${H200:-.h200}
+TAG=${TAG:-}
+export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
+ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f $ICD ] && export VK_DRIVER_FILES=$ICD VK_ICD_FILENAMES=$ICD
+HERE=$(cd "$(dirname "$0")" && pwd)
+phase=$1; shift
+
+clones() {   # expand each header into /tmp/clones/NAME.gguf once; print the names
+  mkdir -p /tmp/clones
+  for h in "$@"; do n=$(basename "$h" .hdr)
+    [ -s /tmp/clones/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" /tmp/clones/$n.gguf >/dev/null
+    echo $n
+  done
+}
+
+native() {   # cera native: bench (512-token prompt, 128 tokens) and the decode profile at KV 513
+  local n=$1
+  python3 -m cera bench -m /tmp/clones/$n.gguf --json > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
+  python3 scripts/profile_decode.py /tmp/clones/$n.gguf --pos 512 --top 12 > $OUT/profile$TAG-$n.txt 2>&1
+  python3 -m cera plan -m /tmp/clones/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
+    python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
+    > $OUT/plan$TAG-$n.json
+}
+
+case $phase in
+chunk)
+  mkdir -p /opt && for c in $H/chr?; do [ -f "$c" ] && cat "$c" >> /opt/chr.tar.xz && echo "appended $c"; done
+  ls -la /opt/chr.tar.xz
+  ;;
+prep)
+  for f in $H/gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
+  mkdir -p /opt/vk && for f in $H/vk/*.deb; do [ -e "$f" ] && dpkg -x "$f" /opt/vk; done
+  [ -s $H/lcpp/llama.cpp.tgz ] && mkdir -p /opt/lcpp && cp $H/lcpp/llama.cpp.tgz /opt/lcpp/
+  python3 -m pip install -q --no-index --no-deps $H/whl/*.whl 2>&1 | tail -1
+  python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1
+  python3 -c "from cera.native import NativeDevice; d = NativeDevice(); print(d.adapter_name, sorted(d.features))"
+  if [ -s /opt/chr.tar.xz ] && [ ! -x /opt/chr/chromium/chromium ]; then
+    if [ "$(sha256sum /opt/chr.tar.xz | cut -d' ' -f1)" = "$(cat $H/chr.sha256)" ]; then
+      tar xJf /opt/chr.tar.xz -C /opt && cp -r /opt/chr/root/. / && echo "chromium unpacked"
+    else
+      echo "chromium chunks incomplete: $(stat -c %s /opt/chr.tar.xz) bytes"
+    fi
+  fi
+  ;;
+lcpp)
+  mkdir -p /tmp/lc && cd /tmp/lc && tar xzf /opt/lcpp/llama.cpp.tgz && cd llama.cpp
+  common="-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release"
+  (cmake -B build-cuda -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 $common >/tmp/lc/cuda.log 2>&1 &&
+   cmake --build build-cuda -j11 --target llama-bench >>/tmp/lc/cuda.log 2>&1; echo "cuda rc=$?") &
+  (export PATH=/opt/vk/usr/bin:$PATH LD_LIBRARY_PATH=/opt/vk/usr/lib/x86_64-linux-gnu
+   cmake -B build-vk -DGGML_VULKAN=ON $common -DVulkan_INCLUDE_DIR=/opt/vk/usr/include \
+     -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 -DVulkan_GLSLC_EXECUTABLE=/opt/vk/usr/bin/glslc >/tmp/lc/vk.log 2>&1 &&
+   cmake --build build-vk -j5 --target llama-bench >>/tmp/lc/vk.log 2>&1; echo "vulkan rc=$?") &
+  wait
+  touch /tmp/lc/done
+  ;;
+native)
+  python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
+  for n in $(clones "$@"); do native $n; done
+  python3 "$HERE/table.py" "$OUT" $(clones "$@")
+  ;;
+bench)
+  python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
+  names=$(clones "$@")
+  mkdir -p dist/web && for n in $names; do ln -sf /tmp/clones/$n.gguf dist/web/$n.gguf; done
+  (cd dist/web && exec python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/http.log 2>&1) & SRV=$!
+  C=/opt/chr/chromium/chromium
+  flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr"
+  for i in $(seq 60); do [ -e /tmp/lc/done ] || [ ! -d /tmp/lc ] && break; sleep 10; done   # a background build
+  for n in $names; do
+    native $n
+    [ -f dist/web/index.html ] && [ -x $C ] && LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
+      python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
+      > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
+    for b in cuda vk; do
+      L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
+      [ -x $L ] && $L -m /tmp/clones/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
+    done
+  done
+  kill $SRV
+  python3 "$HERE/table.py" "$OUT" $names
+  ;;
+*)
+  echo "unknown phase $phase"; exit 2
+  ;;
+esac
