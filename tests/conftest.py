@@ -1,6 +1,13 @@
 """Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session, and
-the synthetic models of tests/synth.py, each written once."""
+the synthetic models of tests/synth.py, each written once.
+
+The engine's default backend ("auto") would run the numpy reference on lavapipe; the tests
+ask for the GPU (here and in every `python -m cera` they start) so its kernels are what runs."""
+import os
+
 import pytest
+
+os.environ["CERA_BACKEND"] = "gpu"
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,13 @@ numpy reference, sampling, embeddings, chat templates, and the errors a user can
 import json
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 from cera.chat import render
+from cera.device import Device
 from cera.gguf_file import GGUFFile
 from synth import write_variant
 
@@ -25,6 +27,21 @@ def cera_json(*args):
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return str(write_variant(tmp_path_factory.mktemp("cli") / "qwen3.gguf", "qwen3_q4_0"))
+
+
+@pytest.mark.parametrize("name, cpu", [("llvmpipe (LLVM 15.0.6, 256 bits) via Vulkan", True),
+                                       ("google swiftshader Subzero", True), ("NVIDIA H200 via Vulkan", False)])
+def test_cpu_emulated_adapters_are_told_by_name(name, cpu):
+    assert Device.cpu_emulated.fget(types.SimpleNamespace(adapter_name=name)) == cpu
+
+
+def test_auto_backend_runs_the_reference_on_a_cpu_emulated_adapter(model, device):
+    """The default backend: the GPU, unless the adapter emulates one on the CPU (lavapipe here),
+    where the faster numpy reference runs and one line says so."""
+    proc = cera("generate", "-m", model, "-p", "hello", "-n", "2", "--ctx", "64", "--json", "--backend", "auto")
+    out = json.loads(proc.stdout)
+    assert out["backend"] == ("reference" if device.cpu_emulated else "gpu")
+    assert ("a CPU emulation" in proc.stderr) == device.cpu_emulated
 
 
 def test_generate_json_gpu_equals_reference(model):

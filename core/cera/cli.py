@@ -21,7 +21,7 @@ from cera.errors import CeraError, ContextFull, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
-from cera.runner import BACKENDS, load_loras, open_device, open_lora
+from cera.runner import BACKENDS, DEFAULT_BACKEND, load_loras, open_device, open_lora
 from cera.sampling import Sampler
 from cera.errors import ContextFull
 
@@ -39,8 +39,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     _model_arg(p)
-    p.add_argument("--backend", choices=BACKENDS, default="gpu",
-                   help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass")
+    p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
+                   help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass; auto: the GPU "
+                        "unless its adapter emulates one on the CPU (lavapipe, SwiftShader), where the "
+                        "reference is faster (default: $CERA_BACKEND, else auto)")
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX,
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
@@ -203,6 +205,7 @@ def _progress(done: int, total: int) -> None:
 async def _engine(args):
     from cera.engine import Engine
     device, path = open_device(args.backend), catalogue.resolve(args.model)
+    args.backend = "gpu" if device else "reference"   # what "auto" chose, for the outputs
     cache = None
     if getattr(args, "prefix_cache_mb", 0):
         cache = PrefixCache.for_model(path, args.backend, args.prefix_cache_mb, args.prefix_cache_dir)
@@ -333,6 +336,7 @@ def info(args) -> dict:
         try:
             device = open_device("gpu")
             out["adapter"] = device.adapter_name
+            out["adapter_cpu_emulated"] = device.cpu_emulated
             out["adapter_features"] = sorted(device.features)
             out["adapter_limits"] = vars(device.limits)
         except Exception as err:   # no GPU is not an error for `info`

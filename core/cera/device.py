@@ -27,6 +27,7 @@ DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU dev
 def buffer_size(size: int) -> int:
     """The bytes `Device.buffer` allocates for `size`: whole words, at least one."""
     return max(4, (size + 3) // 4 * 4)
+CPU_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader")   # WebGPU adapters that emulate a GPU on the CPU
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,13 @@ class Device(ABC):
     limits: Limits
     features: frozenset[str]              # WebGPU feature names granted, e.g. "shader-f16", "subgroups"
     _staging: dict = field(default_factory=lambda: defaultdict(list), init=False, repr=False)
+
+    @property
+    def cpu_emulated(self) -> bool:
+        """Whether the adapter is a CPU emulation of a GPU (Mesa's llvmpipe/lavapipe, SwiftShader):
+        the kernels run, at a few GB/s."""
+        name = self.adapter_name.lower()
+        return any(cpu in name for cpu in CPU_ADAPTERS)
 
     # --- what the core calls -------------------------------------------------------------
     def buffer(self, size: int, label: str, uniform: bool = False) -> Any:
