@@ -8,7 +8,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's
 import wgpu  # noqa: E402
 
 from cera.device import WANTED_FEATURES, Binding, Copy, Device, Limits, Pass  # noqa: E402
-from cera.errors import NoGpu  # noqa: E402
+from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
           "uniform": wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
@@ -21,12 +21,21 @@ def _kebab(camel: str) -> str:
     return "".join("-" + c.lower() if c.isupper() else c for c in camel)
 
 
-def _raw_encoder():
-    """A function that encodes a Pass's dispatches into a compute pass through wgpu-native's C
-    API directly. wgpu-py's per-call wrappers (error scopes, offset arrays) cost more than the
-    call itself and a token is a few hundred dispatches. This is the one place cera reaches into
-    wgpu-py's internals (`_ffi`, `_lib`, `._internal`, as of wgpu-py 0.32); errors still surface
-    at the encoder's finish()."""
+def _raw_calls():
+    """Functions over wgpu-native's C API directly, for the hot paths; this is the one place
+    cera reaches into wgpu-py's internals (`_ffi`, `_api.libf`, `._internal`, as of wgpu-py 0.32).
+
+    encode: a Pass's dispatches into a compute pass. wgpu-py's per-call wrappers (error scopes,
+    offset arrays) cost more than the call itself and a token is a few hundred dispatches;
+    errors still surface at the encoder's finish().
+    submit, read: a command buffer submitted for its submission index, then a staging buffer
+    mapped once exactly that submission is done. wgpu-py's map waits for the device to go
+    idle (a blocking poll of every submission), so a decode step submitted ahead of the one
+    being read back would be waited for too, and the pipelined loop would lose its overlap.
+    shader: a WGSL module compiled with the runtime checks asked for. wgpu-py compiles with
+    naga's defaults, which bound every loop with a counter (a guard against untrusted shaders
+    that never end) and clamp every array index."""
+    from wgpu.backends.wgpu_native._api import GPUShaderModule, libf
     from wgpu.backends.wgpu_native._ffi import ffi, lib
 
     set_pipeline, set_bind_group = lib.wgpuComputePassEncoderSetPipeline, lib.wgpuComputePassEncoderSetBindGroup
@@ -42,16 +51,50 @@ def _raw_encoder():
             set_bind_group(compute, 0, bind_group, 0, no_offsets)
             dispatch(compute, x, y, z)
 
-    return handles, encode
+    def submit(queue, command_buffer) -> int:
+        return libf.wgpuQueueSubmitForIndex(queue._internal, 1, ffi.new("WGPUCommandBuffer[1]", [command_buffer._internal]))
+
+    @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+    def on_mapped(status, _message, status_out, _unused):
+        ffi.cast("int *", status_out)[0] = status
+
+    def read(device, staging, size: int, index: int) -> bytes:
+        status = ffi.new("int *", -1)
+        info = ffi.new("WGPUBufferMapCallbackInfo *", {"mode": lib.WGPUCallbackMode_AllowProcessEvents,
+                                                       "callback": on_mapped, "userdata1": status})
+        libf.wgpuBufferMapAsync(staging._internal, lib.WGPUMapMode_Read, 0, size, info[0])
+        libf.wgpuDevicePoll(device._internal, True, ffi.new("WGPUSubmissionIndex *", index))
+        if status[0] != lib.WGPUMapAsyncStatus_Success:
+            raise GpuError(f"reading back {staging.label} failed (map status {status[0]})")
+        data = bytes(ffi.buffer(lib.wgpuBufferGetConstMappedRange(staging._internal, 0, size), size))
+        lib.wgpuBufferUnmap(staging._internal)
+        return data
+
+    def shader(device, code: str, label: str, bounds_checks: bool):
+        text, name = ffi.new("char[]", code.encode()), ffi.new("char[]", label.encode())   # alive until compiled
+        source = ffi.new("WGPUShaderSourceWGSL *", {"code": {"data": text, "length": len(text) - 1}})
+        source.chain.sType = lib.WGPUSType_ShaderSourceWGSL
+        descriptor = ffi.new("WGPUShaderModuleDescriptor *", {"nextInChain": ffi.cast("WGPUChainedStruct *", source),
+                                                              "label": {"data": name, "length": len(name) - 1}})
+        checks = lib.WGPUShaderRuntimeChecks_BoundsChecks if bounds_checks else lib.WGPUShaderRuntimeChecks_None
+        module = libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, descriptor, checks)
+        if module == ffi.NULL:
+            raise RuntimeError("shader module creation failed")
+        return GPUShaderModule(label, module, device)
+
+    return handles, encode, submit, read, shader
 
 
-_handles, _encode_pass = _raw_encoder()
+_handles, _encode_pass, _submit_for_index, _read_after, _shader = _raw_calls()
 
 
 class NativeDevice(Device):
-    """A wgpu-py device with every adapter limit requested at its maximum."""
+    """A wgpu-py device with every adapter limit requested at its maximum. Kernels compile
+    without naga's loop counters (cera's loops are bounded by construction); `bounds_checks`
+    keeps its clamped array indices (off: what the WGSL says, unchecked)."""
 
-    def __init__(self, power_preference: str = "high-performance"):
+    def __init__(self, power_preference: str = "high-performance", bounds_checks: bool = True):
+        self.bounds_checks = bounds_checks
         adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         if adapter is None:
             raise NoGpu("no WebGPU adapter found (natively: install a Vulkan driver, e.g. Debian's "
@@ -78,7 +121,7 @@ class NativeDevice(Device):
 
     def _kernel(self, name, code):
         try:
-            module = self._device.create_shader_module(code=code, label=name)
+            module = _shader(self._device, code, name, self.bounds_checks)
             return self._device.create_compute_pipeline(
                 layout="auto", compute={"module": module, "entry_point": "main"}, label=name)
         except Exception as err:   # wgpu raises GPUValidationError et al. with the compiler's message
@@ -105,14 +148,10 @@ class NativeDevice(Device):
             compute.end()
         if read is not None:
             encoder.copy_buffer_to_buffer(read.buffer, read.offset, staging, 0, read.size)
-        self._device.queue.submit([encoder.finish()])
-        return self._map(staging, None if read is None else read.size)
+        index = _submit_for_index(self._device.queue, encoder.finish())
+        return self._map(staging, None if read is None else read.size, index)
 
-    @staticmethod
-    async def _map(staging, size):
+    async def _map(self, staging, size, index):
         if staging is None:
             return None
-        staging.map_sync(wgpu.MapMode.READ, 0, size)
-        data = bytes(staging.read_mapped(0, size))
-        staging.unmap()
-        return data
+        return _read_after(self._device, staging, size, index)
