@@ -128,16 +128,20 @@ class GpuModel:
         return Schedules(decode, prefill, plan, self.device.schedule(plan.steps))
 
     # --- plans ---------------------------------------------------------------------------
+    def _runs_decode(self, n: int, scoring: bool) -> bool:
+        """Whether a submission of n tokens is the decode plan (one row, or no prefill chunks)."""
+        return not scoring and (n == 1 or self.chunk == 1)
+
     def plan(self, n: int, scoring: bool = False) -> Plan:
         """The plan of a submission of n tokens (n == 1 and not scoring: the decode plan)."""
-        if not scoring and (n == 1 or self.chunk == 1):
+        if self._runs_decode(n, scoring):
             return self.decode_plan
         if scoring and self._logits_all is None:
             self._logits_all = f32_buffer(self.device, "logits_all", self.chunk, self.cfg.vocab_size)
         return prefill_plan(self.active.prefill, self.active.decode, n, self._logits_all if scoring else None)
 
     def _schedule(self, n: int, scoring: bool):
-        if not scoring and (n == 1 or self.chunk == 1):
+        if self._runs_decode(n, scoring):
             return self.decode_schedule
         key, made = (n, scoring), self.active.prefill_schedules
         if key not in made:
