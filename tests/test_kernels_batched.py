@@ -302,8 +302,8 @@ def test_rope_then_prefill_attention(gpu):
     q_rot, out = zeros(max_rows, n_heads, head_dim), zeros(max_rows, n_heads, head_dim)
     step = d.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads)
-    rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, theta=theta, neox=True,
-                          q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps, max_tokens=max_rows, **shape)
+    rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, max_tokens=max_rows, **shape,
+                          rope=layers.Rope(theta, True, q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps))
     prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
                                                           max_rows=max_rows, **shape)])
     decode = d.schedule([rope, *layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,

@@ -65,11 +65,11 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     qo = zeros(gpu, q.shape)
     kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatch = layers.rope_kv(
-        kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads,
-        theta=theta, neox=neox, n_rot=n_rot, eps=eps if qk_norm else None, max_tokens=max_tokens,
-        freq_factors=upload(gpu, ff) if with_ff else None, freq_scale=freq_scale,
-        q_norm=upload(gpu, qn) if qk_norm else None, k_norm=upload(gpu, kn) if qk_norm else None)
+    rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
+                       upload(gpu, qn) if qk_norm else None, upload(gpu, kn) if qk_norm else None,
+                       eps if qk_norm else None)
+    dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
+                              n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
         device.write(qo, bytes(q.nbytes))
         device.write(step, pack_step(pos, n_tokens))
@@ -148,6 +148,46 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale", ROPE_CASES)
+def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale):
+    """Decode attention with RoPE fused (layers.attention's rope): one row's raw q | k | v in one
+    buffer; the key and value of slot pos land in the cache, and the output equals rope + attention
+    by numpy, at positions around the split edges (the slot's split reads what it just wrote)."""
+    device, kernels = gpu.device, gpu.kernels
+    max_ctx, theta, eps, split = 300, 10000.0, 1e-6, 64
+    rot = head_dim if n_rot is None else n_rot
+    ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
+    qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
+    rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
+                       upload(gpu, qn) if qk_norm else None, upload(gpu, kn) if qk_norm else None,
+                       eps if qk_norm else None)
+    q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
+    k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
+    qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload(gpu, k_cache), upload(gpu, v_cache)
+    out, step = zeros(gpu, q_dim), device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatches = layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+                                  n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split, rope=rope,
+                                  kv_offsets=(q_dim, q_dim + kv_dim))
+    for pos in (0, split - 1, split, 299):
+        q, k, v = randn(n_heads, head_dim), randn(n_kv_heads, head_dim), randn(n_kv_heads, head_dim)
+        device.write(qkv, np.concatenate([q.ravel(), k.ravel(), v.ravel()]).tobytes())
+        device.write(step, pack_step(pos, 1))
+        submit(gpu, dispatches)
+        positions = np.array([pos])
+        q_ref, k_ref = (ops.rms_norm(q, qn, eps), ops.rms_norm(k, kn, eps)) if qk_norm else (q, k)
+        q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff)
+        k_cache[pos] = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff)[0]
+        v_cache[pos] = v
+        got_k, got_v = read(gpu, kc, k_cache.shape), read(gpu, vc, v_cache.shape)
+        assert_close(got_k[pos], k_cache[pos], 1e-4, 1e-4, f"k_cache pos {pos}")
+        assert_close(got_v[pos], v, 0, 0, f"v_cache pos {pos}")
+        ref = ops.attention(q_ref, k_cache[:pos + 1], v_cache[:pos + 1], positions, 1.0 / np.sqrt(head_dim))
+        assert_close(read(gpu, out, (1, n_heads, head_dim)), ref, 1e-4, 1e-4, f"attention pos {pos}")
+    with pytest.raises(InvalidArgument, match="fused for one row"):
+        layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+                         n_kv_heads=n_kv_heads, max_ctx=max_ctx, rope=rope, max_tokens=2)
+
+
 def test_attention_errors(gpu):
     device, kernels = gpu.device, gpu.kernels
     buf = device.buffer(4096, "x")
@@ -175,9 +215,9 @@ def test_rope_then_attention_over_steps(gpu):
     kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
     out, step = zeros(gpu, (max_tokens, n_heads, head_dim)), device.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens)
+    rope = layers.Rope(theta, True, q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps)
     schedule = device.schedule([
-        layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, theta=theta, neox=True,
-                       q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps, **shape),
+        layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, rope=rope, **shape),
         *layers.attention(kernels, device, out, qo, kc, vc, step, max_ctx=max_ctx, **shape)])
     k_all, v_all = np.zeros((0, n_kv_heads, head_dim), np.float32), np.zeros((0, n_kv_heads, head_dim), np.float32)
     pos = 0

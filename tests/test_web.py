@@ -231,8 +231,8 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
 
 def test_layer_kernels_on_the_pyodide_device(page):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
-    attention for an 8th, the context shift's key re-rotation, and LFM2's short conv, through the
-    browser host, against cera.ops computed here."""
+    attention with RoPE fused for an 8th (its raw q | k | v in one buffer), the context shift's key
+    re-rotation, and LFM2's short conv, through the browser host, against cera.ops computed here."""
     from cera import ops
     rng = np.random.default_rng(5)
     hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
@@ -243,7 +243,6 @@ def test_layer_kernels_on_the_pyodide_device(page):
     got = python_in_worker(page, f"""
 import base64, json
 import numpy as np
-from cera.device import Binding
 from cera.gpu import batched, layers
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
@@ -258,26 +257,25 @@ def upload(text):
 zeros = lambda n: dev.buffer(4 * n, "out")
 q, k, v = upload({b64(q)!r}), upload({b64(k)!r}), upload({b64(v)!r})
 qn, kn, bcx, conv_w = upload({b64(qn)!r}), upload({b64(kn)!r}), upload({b64(bcx)!r}), upload({b64(conv_w)!r})
+qkv7 = upload({b64(np.concatenate([q[7].ravel(), k[7].ravel(), v[7].ravel()]))!r})
 q_rot, kc, vc, att = zeros(8 * {heads * hd}), zeros({ctx * kv_heads * hd}), zeros({ctx * kv_heads * hd}), zeros(8 * {heads * hd})
 step = dev.buffer(16, "step", uniform=True)
 shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads})
-def rope(row0, rows):   # rows row0.. of q, k, v (bytes per row: 4 * heads * head_dim)
-    part = lambda buf, n: Binding(buf, 4 * row0 * n * {hd}, 4 * rows * n * {hd})
-    return layers.rope_kv(kernels, dev, q_rot, kc, vc, part(q, {heads}), part(k, {kv_heads}), part(v, {kv_heads}),
-                          step, theta={theta}, neox=True, q_norm=qn, k_norm=kn, eps={eps}, max_tokens=rows, **shape)
+rope = layers.Rope({theta}, True, q_norm=qn, k_norm=kn, eps={eps})
 out = {{}}
 dev.write(step, pack_step(0, 7))
-await dev.run(dev.schedule([rope(0, 7), batched.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
+await dev.run(dev.schedule([layers.rope_kv(kernels, dev, q_rot, kc, vc, q, k, v, step, rope=rope, max_tokens=7, **shape),
+                            batched.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
 out["prefill"] = await dev.read(att, 0, 4 * 7 * {heads * hd})
 dev.write(step, pack_step(7, 1))
-await dev.run(dev.schedule([rope(7, 1), *layers.attention(kernels, dev, att, q_rot, kc, vc, step, max_ctx={ctx},
-                                                           split=4, **shape)]))
+await dev.run(dev.schedule(layers.attention(kernels, dev, att, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
+                                            kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)))
 out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
 out["cache"] = await dev.read(kc, 0, 4 * 8 * {kv_heads * hd})
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
 dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
 await dev.run(dev.schedule([layers.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
-                                            n_kv_heads={kv_heads}, theta={theta}, neox=True, n_rot={hd}, max_rows=4)]))
+                                            n_kv_heads={kv_heads}, rope=layers.Rope({theta}, True), max_rows=4)]))
 out["shifted"] = await dev.read(k_out, 0, 4 * 4 * {kv_heads * hd})
 state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
 dev.write(step, pack_step(0, 3))

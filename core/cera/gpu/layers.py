@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,43 +47,59 @@ def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
                             N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg, **flags(ACCUMULATE=accumulate))
 
 
+@dataclass(frozen=True)
+class Rope:
+    """One layer's RoPE (rope_rotate.wgsl) and the per-head QK-norm before it, as rope.wgsl and
+    the fused decode attention take them.
+
+    neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
+    n_rot: rotated dims (None: head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
+    freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
+    q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2, gemma3), with eps."""
+    theta: float
+    neox: bool
+    n_rot: int | None = None
+    freq_scale: float = 1.0
+    freq_factors: object = None
+    q_norm: object = None
+    k_norm: object = None
+    eps: float | None = None
+
+    def defines(self, head_dim: int) -> dict:
+        n_rot = head_dim if self.n_rot is None else self.n_rot
+        if n_rot % 2 or not 0 < n_rot <= head_dim:
+            raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+        if (self.q_norm is None) != (self.k_norm is None):
+            raise InvalidArgument("QK-norm needs both q_norm and k_norm")
+        if self.q_norm is not None and self.eps is None:
+            raise InvalidArgument("QK-norm needs eps")
+        defines = dict(N_ROT=n_rot, THETA=float(self.theta), **_freq_scale(self.freq_scale),
+                       **flags(NEOX=self.neox, FREQ_FACTORS=self.freq_factors is not None,
+                               QK_NORM=self.q_norm is not None))
+        if self.q_norm is not None:
+            defines["EPS"] = float(self.eps)
+        return defines
+
+    def bindings(self) -> list:
+        """[freq_factors] then [q_norm, k_norm]: what the shader binds after its own buffers."""
+        return ([self.freq_factors] if self.freq_factors is not None else []) + \
+            ([self.q_norm, self.k_norm] if self.q_norm is not None else [])
+
+
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
-            n_kv_heads: int, theta: float, neox: bool, n_rot: int | None = None, freq_factors=None,
-            freq_scale: float = 1.0,
-            q_norm=None, k_norm=None, eps: float | None = None, max_tokens: int = 1,
-            label: str = "rope_kv") -> Dispatch:
+            n_kv_heads: int, rope: Rope, max_tokens: int = 1, label: str = "rope_kv") -> Dispatch:
     """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
 
     q, q_out (tokens, n_heads*head_dim); k, v (tokens, n_kv_heads*head_dim): q, k, v are only
     read, so they may be ranges of one buffer (WebGPU forbids a buffer bound both read-write
     and read-only in one dispatch, so q cannot be rotated in place when they share one);
-    k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t.
-    neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
-    n_rot: rotated dims (default head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
-    freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
-    q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2), with eps."""
-    n_rot = head_dim if n_rot is None else n_rot
-    if n_rot % 2 or not 0 < n_rot <= head_dim:
-        raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+    k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t."""
     _check_heads(n_heads, n_kv_heads)
-    defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
-                   **_freq_scale(freq_scale))
-    bindings = [q, k, v, q_out, k_cache, v_cache, step]
-    if neox:
-        defines["NEOX"] = True
-    if freq_factors is not None:
-        defines["FREQ_FACTORS"] = True
-        bindings.append(freq_factors)
-    if (q_norm is None) != (k_norm is None):
-        raise InvalidArgument("QK-norm needs both q_norm and k_norm")
-    if q_norm is not None:
-        if eps is None:
-            raise InvalidArgument("QK-norm needs eps")
-        defines.update(QK_NORM=True, EPS=float(eps))
-        bindings += [q_norm, k_norm]
     q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim * max_tokens
-    return kernels.dispatch("rope.wgsl", bindings, (n_heads + n_kv_heads, max_tokens, 1), label,
-                            reads=q_bytes + 2 * kv_bytes, writes=q_bytes + 2 * kv_bytes, **defines)
+    return kernels.dispatch("rope.wgsl", [q, k, v, q_out, k_cache, v_cache, step, *rope.bindings()],
+                            (n_heads + n_kv_heads, max_tokens, 1), label, reads=q_bytes + 2 * kv_bytes,
+                            writes=q_bytes + 2 * kv_bytes, HEAD_DIM=head_dim, N_HEADS=n_heads,
+                            N_KV_HEADS=n_kv_heads, **rope.defines(head_dim))
 
 
 SHIFT_BYTES = 16   # struct Shift (shaders/kv_shift.wgsl)
@@ -94,18 +111,17 @@ def pack_shift(keep: int, discard: int, n: int) -> bytes:
 
 
 def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim: int, n_kv_heads: int,
-             theta: float, neox: bool, n_rot: int, max_rows: int, freq_factors=None,
-             freq_scale: float = 1.0, label: str = "kv_shift") -> Dispatch:
+             rope: Rope, max_rows: int, label: str = "kv_shift") -> Dispatch:
     """Context shift, pass 1: cache rows keep+discard+j -> scratch rows j (j < shift.n), keys
-    re-rotated by -discard positions (times freq_scale, as rope_kv turned them). k_out, v_out
-    (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
+    re-rotated by -discard positions (`rope` without QK-norm: the cached keys are normed). k_out,
+    v_out (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
     Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
-    defines = dict(HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, N_ROT=n_rot, THETA=float(theta),
-                   **_freq_scale(freq_scale), **flags(NEOX=neox, FREQ_FACTORS=freq_factors is not None))
-    bindings = [k_cache, v_cache, k_out, v_out, shift] + ([freq_factors] if freq_factors is not None else [])
+    if rope.q_norm is not None:
+        raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
     rows = 4 * max_rows * n_kv_heads * head_dim
-    return kernels.dispatch("kv_shift.wgsl", bindings, (n_kv_heads, max_rows, 1), label, reads=2 * rows,
-                            writes=2 * rows, **defines)
+    return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],
+                            (n_kv_heads, max_rows, 1), label, reads=2 * rows, writes=2 * rows,
+                            HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim))
 
 
 def _freq_scale(freq_scale: float) -> dict:
@@ -125,15 +141,16 @@ def attention_scratch_bytes(*, head_dim: int, n_heads: int, max_ctx: int, max_to
     return 16 * max_tokens * attention_splits(max_ctx, split) * n_heads * (1 + -(-head_dim // 4))
 
 
-def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int:
+def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = False) -> int:
     """The most query heads of a GQA group that one pass-1 workgroup of attention.wgsl can take
     while its workgroup memory fits ATTENTION_STORAGE and no invocation walks more than
     ATTENTION_SERIAL_KEYS keys of the value pass (more heads share more K/V loads; fewer leave
-    more invocations per output column, a shorter serial chain)."""
+    more invocations per output column, a shorter serial chain). rope: the fused RoPE's rows too."""
     d4 = -(-head_dim // 4)
     for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
         parts = max(1, WORKGROUP // (hpw * d4))
         storage = 16 * hpw * d4 + 8 * hpw * split + (20 * WORKGROUP if parts > 1 else 20)
+        storage += 4 * (hpw + 1) * (head_dim + 1) if rope else 0
         if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
             return hpw
     raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
@@ -142,13 +159,16 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int) -> int
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
               n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
               split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
-              window: int = 0) -> list[Dispatch]:
+              window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0)) -> list[Dispatch]:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
     with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
     (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
     written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
+    With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
+    `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
+    RoPE of q and of the key, the key and value written to slot step.pos.
 
     Two dispatches: attention.wgsl scores and sums each split of `split` keys (a power of two)
     in its own workgroups, ceil(max_ctx / split) splits x (n_heads / heads per workgroup) x
@@ -161,9 +181,11 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
     if split < 1 or split & (split - 1) or split > WORKGROUP:
         raise InvalidArgument(f"attention: split {split} must be a power of two up to {WORKGROUP}")
     _check_heads(n_heads, n_kv_heads)
+    if rope is not None and max_tokens != 1:
+        raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
-    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split)
+    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None)
     scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
                                             max_tokens=max_tokens, split=split)
     if scratch is None:
@@ -174,11 +196,16 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
                  **window_define(window))
     if head_dim % 4 == 0:
         shape["VEC4"] = True
-    q_bytes = 4 * n_heads * head_dim * max_tokens
-    return [kernels.dispatch("attention.wgsl", [q, k_cache, v_cache, scratch, step],
-                             (n_heads // hpw, n_splits, max_tokens), label, reads=q_bytes,
-                             reads_per_position=8 * n_kv_heads * head_dim * max_tokens, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
-                             HPW=hpw, **shape),
+    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim
+    bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
+    if rope is not None:
+        bindings += rope.bindings()
+        fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
+        reads, writes = q_bytes + 2 * kv_bytes, 2 * kv_bytes
+    return [kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
+                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
+                             reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
+                             SCALE=float(scale), HPW=hpw, **shape, **fused),
             kernels.dispatch("attention_combine.wgsl", [scratch, out, step], (n_heads, max_tokens, 1),
                              f"{label}.combine", writes=q_bytes, **shape)]
 

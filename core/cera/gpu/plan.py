@@ -4,9 +4,10 @@
 same per-layer builders (`Builder.layer`: attention or short conv, then the FFN) and differ only
 in how a step runs for their row count, which their `Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
-                      one type are one stacked matvec; attention is split-KV (two dispatches)
-  prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; attention
-                      is one flash-style dispatch over the chunk's rows
+                      one type are one stacked matvec; attention is split-KV (two dispatches),
+                      its first turning q and k (RoPE, QK-norm) and writing the cache itself
+  prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; RoPE and
+                      the cache write, then one flash-style attention dispatch over the chunk's rows
 With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
 gains two steps per adapter, t = A x' and out += s * B t (x' the input the projection read,
 normed), and an FFN with an adapted gate or up runs its GLU apart (`Builder.glu_apart`).
@@ -92,8 +93,9 @@ class Builder:
         """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
         raise NotImplementedError
 
-    def attend(self, i: int) -> list[Step]:
-        """act.att = causal attention of act.q_rot over layer i's cache."""
+    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> list[Step]:
+        """act.att = causal attention of rope(q) over layer i's cache, after rope(k) and v are
+        written to it at the step's positions."""
         raise NotImplementedError
 
     # --- shared --------------------------------------------------------------------------
@@ -134,19 +136,27 @@ class Builder:
     def attention(self, i: int) -> list[Step]:
         """x += residual_scale * [post_norm] Wo attention(rope(q), rope(k), v), writing k and v to
         the cache; rope with the layer's base and scale, attention within its window."""
-        cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
+        b = f"blk.{i}."
         steps, q, k, v = self.qkv(i)
-        qk_norm = dict(q_norm=w.vector(b + "attn_q_norm.weight"), k_norm=w.vector(b + "attn_k_norm.weight"),
-                       eps=cfg.eps) if cfg.qk_norm else {}
-        freq = w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None
-        steps.append(layers.rope_kv(self.kernels, self.device, a.q_rot, self.state.key_cache[i],
-                                    self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
-                                    n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
-                                    theta=cfg.layer_rope_theta[i], freq_scale=cfg.layer_rope_freq_scale[i],
-                                    neox=cfg.rope_neox, n_rot=cfg.n_rot, freq_factors=freq, max_tokens=self.rows,
-                                    label=f"{b}rope", **qk_norm))
-        steps += self.attend(i)
-        return steps + self.residual(w.matrix(b + "attn_output.weight"), a.att, b + "post_attention_norm.weight")
+        steps += self.attend(i, q, k, v)
+        return steps + self.residual(self.weights.matrix(b + "attn_output.weight"), self.act.att,
+                                     b + "post_attention_norm.weight")
+
+    def rope(self, i: int, qk_norm: bool = True) -> layers.Rope:
+        """Layer i's RoPE, with the QK-norm before it where the model has one (unless not qk_norm)."""
+        cfg, b, w = self.cfg, f"blk.{i}.", self.weights
+        norms = dict(q_norm=w.vector(b + "attn_q_norm.weight"), k_norm=w.vector(b + "attn_k_norm.weight"),
+                     eps=cfg.eps) if cfg.qk_norm and qk_norm else {}
+        return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
+                           w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None, **norms)
+
+    def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding) -> Dispatch:
+        """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions."""
+        cfg = self.cfg
+        return layers.rope_kv(self.kernels, self.device, self.act.q_rot, self.state.key_cache[i],
+                              self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
+                              n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], rope=self.rope(i),
+                              max_tokens=self.rows, label=f"blk.{i}.rope")
 
     def shortconv(self, i: int) -> list[Step]:
         """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
@@ -211,7 +221,7 @@ class Builder:
 
 
 class DecodeBuilder(Builder):
-    """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention."""
+    """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention with RoPE fused."""
 
     def normed(self, x, norm):
         return [], x, norm   # each matvec fuses the norm
@@ -243,13 +253,21 @@ class DecodeBuilder(Builder):
                     steps += self.adapt(out[p], f"{b}attn_{p}.weight", a.x, norm=norm)
         return (steps, *(out[p] for p in "qkv"))
 
-    def attend(self, i):
+    def attend(self, i, q, k, v):
+        """Where q, k, v are ranges of one buffer (the stacked matvec's), the attention dispatch
+        turns q and k itself and writes the cache (layers.attention's rope); else rope_kv first."""
         cfg = self.cfg
-        return layers.attention(self.kernels, self.device, self.act.att, self.act.q_rot, self.state.key_cache[i],
-                                self.state.value_cache[i], self.state.step, head_dim=cfg.head_dim,
-                                n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
-                                scratch=self.state.attention_scratch, scale=cfg.attention_scale,
-                                window=cfg.layer_window[i], label=f"blk.{i}.attention")
+        shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
+                     scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
+                     label=f"blk.{i}.attention")
+        caches = self.state.key_cache[i], self.state.value_cache[i], self.state.step
+        if q.buffer is k.buffer is v.buffer:
+            qkv = Binding(q.buffer, q.offset, v.offset + v.size - q.offset)
+            offsets = ((k.offset - q.offset) // 4, (v.offset - q.offset) // 4)
+            return layers.attention(self.kernels, self.device, self.act.att, qkv, *caches, rope=self.rope(i),
+                                    kv_offsets=offsets, **shape)
+        return [self.rope_kv(i, q, k, v),
+                *layers.attention(self.kernels, self.device, self.act.att, self.act.q_rot, *caches, **shape)]
 
 
 class PrefillBuilder(Builder):
@@ -275,9 +293,9 @@ class PrefillBuilder(Builder):
             steps += self.proj(out, w.matrix(f"{b}attn_{p}.weight"), a.xb, bias=bias)
         return steps, q, k, v
 
-    def attend(self, i):
+    def attend(self, i, q, k, v):
         cfg = self.cfg
-        return [batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
+        return [self.rope_kv(i, q, k, v), batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows,
@@ -316,15 +334,12 @@ def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding,
     """Context shift: in every attention layer, cache rows keep+discard.. move to rows keep..
     (n of them), keys re-rotated (layers.kv_shift into the scratch, then a copy back each)."""
     cfg, state, (k_out, v_out), steps = decode.cfg, decode.state, scratch, []
-    freq = decode.weights.vector("rope_freqs.weight") if cfg.rope_freq_factors else None
     for i in cfg.attention_layers:
         row = 4 * cfg.kv_dim(i)
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
-                                     theta=cfg.layer_rope_theta[i], freq_scale=cfg.layer_rope_freq_scale[i],
-                                     neox=cfg.rope_neox, n_rot=cfg.n_rot, max_rows=n, freq_factors=freq,
-                                     label=f"blk.{i}.kv_shift"))
+                                     rope=decode.rope(i, qk_norm=False), max_rows=n, label=f"blk.{i}.kv_shift"))
         steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * row, n * row),
                   Copy(v_out.buffer, 0, v_cache.buffer, keep * row, n * row)]
     return Plan(f"shift {n} rows to {keep}", n, tuple(steps))
