@@ -180,7 +180,7 @@ def print_table(title: str, table: dict, halves: list) -> None:
     print(f"    {'tiling (TILE_MxTILE_TxBKxRMxRT)':<34}" + "".join(f"{v:>10}" for v in variants))
     for name in names:
         cells = [table.get((name, h)) for h in halves]
-        print(f"    {name:<34}" + "".join(f"{c:10.1f}" if c else f"{'-':>10}" for c in cells))
+        print(f"    {name:<34}" + "".join(f"{c:10.1f}" if c is not None else f"{'-':>10}" for c in cells))
     best = {h: max(((g, n) for (n, hh), g in table.items() if hh == h), default=None) for h in halves}
     print("    best: " + ", ".join(f"{v} {b[0]:.1f} ({b[1]})" for v, b in zip(variants, best.values()) if b)
           + (f"; f16/f32 {best[True][0] / best[False][0]:.2f}x" if all(best.get(h) for h in (False, True)) else ""),
