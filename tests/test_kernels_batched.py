@@ -189,7 +189,7 @@ def test_matmul_half_choice(gpu):
     dev = gpu.device
     plain = types.SimpleNamespace(bind=dev.bind, limits=dev.limits, features=frozenset())
     f16 = types.SimpleNamespace(features=frozenset({"shader-f16"}))
-    assert batched.half_tiles(f16, T.Q4_K) == batched.PREFILL_F16 and batched.half_tiles(f16, T.F16) == batched.PREFILL_F16
+    assert batched.half_tiles(f16, T.Q4_K) == batched.half_tiles(f16, T.F16) == batched.PREFILL_F16
     assert not batched.half_tiles(f16, T.F32) and not batched.half_tiles(f16, T.BF16)
     assert not batched.half_tiles(plain, T.Q4_K)
     buf, step = dev.buffer(4096, "x"), step_buffer(gpu, 0, 4)
