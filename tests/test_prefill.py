@@ -34,11 +34,11 @@ def runs(device, tmp_path_factory):
     def get(name, chunk, half=False):
         if (name, chunk, half) not in cache:
             g = GGUFFile.open(write_variant(tmp_path_factory.mktemp(name) / f"{name}.gguf", name))
-            with pytest.MonkeyPatch.context() as mp:
+            with pytest.MonkeyPatch.context() as mp:   # plans are built as they are first needed
                 mp.setattr(batched, "PREFILL_F16", half)
                 engine = asyncio.run(Engine.load(g, device, ctx=256, prefill_chunk=chunk))
-            logits = asyncio.run(engine.logits(PROMPT))
-            tokens = asyncio.run(engine.generate(PROMPT, NEW_TOKENS, stop_at_eos=False)).tokens
+                logits = asyncio.run(engine.logits(PROMPT))
+                tokens = asyncio.run(engine.generate(PROMPT, NEW_TOKENS, stop_at_eos=False)).tokens
             cache[name, chunk, half] = logits, tokens, engine.backend.submits_per_prefill
         return cache[name, chunk, half]
     return get
