@@ -13,11 +13,16 @@ Weights are random valid blocks (tests/quantdata.py): timing does not depend on 
 Each kernel runs back to back in one submission, repeated until --min-time seconds pass; the
 time per run is the wall time divided by the repeats (one 4-byte readback closes each
 submission). Prints ms, GB/s (weights + activations read and written once) and GFLOP/s.
+The prefill matmul runs as each of --variants (f32; f16: f16 tiles, where the adapter has
+shader-f16); with --tiles sweep, over a grid of tile shapes and K slices per variant, then a
+table per matrix (weight type and shape) of GFLOP/s, tiling by variant, to choose the
+defaults in cera.gpu.batched from.
 
     python scripts/bench_kernels.py                        # both models, 512-row prefill
     python scripts/bench_kernels.py --model smollm2 --rows 128 --min-time 0.5
     python scripts/bench_kernels.py --only matmul --tiles 64x64x32x4x4
-    python scripts/bench_kernels.py --only matmul --tiles sweep     # choose the tile table
+    python scripts/bench_kernels.py --only matmul --tiles sweep     # choose the tile tables, f32 and f16
+    python scripts/bench_kernels.py --only matmul --variants f16    # the f16 variant only
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
 """
 from __future__ import annotations
@@ -118,7 +123,7 @@ def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -
           f"{flops / seconds / 1e9:9.2f} GFLOP/s  {note}".rstrip(), flush=True)
 
 
-def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, rng) -> None:
+def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, halves, rng) -> None:
     dev = bench.device
     w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
     w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
@@ -140,30 +145,68 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, r
                    f"{tpr or matmul.threads_per_row(mat.wtype, mat.k, mat.m)} threads per row")
     if "matmul" in only:
         dev.write(step, pack_step(0, rows))
-        for t in tilings(tiles, dev.limits, rows, mat):
-            if t is None:
-                dispatches = batched.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
-                                                  m=mat.m, max_rows=rows, w_up=w_up)
-                t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m)
-            else:
-                dispatches = [batched.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
-                                             m=mat.m, max_rows=rows, w_up=w_up, tiles=t)]
-            seconds = bench.time(dispatches)
-            report(f"matmul {rows} rows {tag}", seconds, n_mats * wbytes + 4 * rows * (mat.k + mat.m),
-                   2 * n_mats * rows * mat.m * mat.k,
-                   f"tiles {t.tile_m}x{t.tile_t}x{t.bk} regs {t.rm}x{t.rt}, {t.storage(mat.glu)} B"
-                   + (f", {len(dispatches)} dispatches" if len(dispatches) > 1 else ""))
+        flops = 2 * n_mats * rows * mat.m * mat.k
+        table = {}   # (tiling name, half) -> GFLOP/s
+        for half in halves:
+            variant = "f16" if half else "f32"
+            for t in tilings(tiles, dev.limits, rows, mat, half):
+                if t is None:
+                    dispatches = batched.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                                                      m=mat.m, max_rows=rows, w_up=w_up, half=half)
+                    t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half)
+                    name = "builder: " + tiles_name(t)
+                else:
+                    dispatches = [batched.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                                                 m=mat.m, max_rows=rows, w_up=w_up, tiles=t, half=half)]
+                    name = tiles_name(t)
+                seconds = bench.time(dispatches)
+                table[name, half] = flops / seconds / 1e9
+                report(f"matmul {rows} rows {tag} {variant}", seconds, n_mats * wbytes + 4 * rows * (mat.k + mat.m),
+                       flops, f"tiles {tiles_name(t)}, {t.storage(mat.glu, half)} B"
+                       + (f", {len(dispatches)} dispatches" if len(dispatches) > 1 else ""))
+        if tiles == "sweep":
+            print_table(f"{tag}{' glu' if mat.glu else ''}, {rows} rows", table, halves)
 
 
-def tilings(tiles, limits, rows: int, mat: Matrix) -> list:
-    """The matmul tilings to time: the builder's (None), a given one, or ("sweep") every
-    candidate that fits this device."""
+def tiles_name(t) -> str:
+    return f"{t.tile_m}x{t.tile_t}x{t.bk}x{t.rm}x{t.rt}"   # the --tiles syntax
+
+
+def print_table(title: str, table: dict, halves: list) -> None:
+    """GFLOP/s per tiling (rows) and variant (columns), and the best of each variant."""
+    names = sorted({name for name, _ in table}, key=lambda n: (not n.startswith("builder"), n))
+    variants = ["f16" if h else "f32" for h in halves]
+    print(f"  == {title}: GFLOP/s")
+    print(f"    {'tiling (TILE_MxTILE_TxBKxRMxRT)':<34}" + "".join(f"{v:>10}" for v in variants))
+    for name in names:
+        cells = [table.get((name, h)) for h in halves]
+        print(f"    {name:<34}" + "".join(f"{c:10.1f}" if c is not None else f"{'-':>10}" for c in cells))
+    best = {h: max(((g, n) for (n, hh), g in table.items() if hh == h), default=None) for h in halves}
+    print("    best: " + ", ".join(f"{v} {b[0]:.1f} ({b[1]})" for v, b in zip(variants, best.values()) if b)
+          + (f"; f16/f32 {best[True][0] / best[False][0]:.2f}x" if all(best.get(h) for h in (False, True)) else ""),
+          flush=True)
+
+
+SWEEP_BK = (16, 32, 64, 128)
+SWEEP_SHAPES = {   # (tile_m, tile_t, rm, rt) beyond the builder's tables
+    False: [(128, 64, 8, 8), (64, 128, 4, 8)],
+    True: [(64, 64, 4, 8), (128, 64, 8, 8)],
+}
+
+
+def tilings(tiles, limits, rows: int, mat: Matrix, half: bool) -> list:
+    """The matmul tilings to time: the builder's (None), a given one, or ("sweep") the
+    builder's, then every tile shape of its tables (and SWEEP_SHAPES) with every bk of
+    SWEEP_BK that fits this device's workgroup memory (f16 tiles: half the bytes)."""
     if tiles != "sweep":
         return [tiles]
-    budget = limits.max_compute_workgroup_storage_size
     pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if mat.glu
             else batched._MATMUL_TILES + batched._SMALL_TILES)
-    return [None] + [t for t in pool if t.storage(mat.glu) <= budget]
+    shapes = sorted({(t.tile_m, t.tile_t, t.rm, t.rt) for t in pool} | set(SWEEP_SHAPES[mat.glu]), reverse=True)
+    grid = [batched.MatmulTiles(tile_m=tm, tile_t=tt, bk=bk, rm=rm, rt=rt) for tm, tt, rm, rt in shapes
+            for bk in SWEEP_BK]
+    return [None] + [t for t in grid if t.storage(mat.glu, half) <= limits.max_compute_workgroup_storage_size
+                     and t.invocations <= limits.max_compute_invocations_per_workgroup]
 
 
 def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> None:
@@ -205,6 +248,8 @@ def main(argv=None) -> None:
     ap.add_argument("--matrices", default="", help="comma-separated matrix names (default: all)")
     ap.add_argument("--tiles", default="", help="matmul tiling TILE_MxTILE_TxBKxRMxRT, or 'sweep' (the builder's pick, then every "
                          "candidate that fits); default: the builder's")
+    ap.add_argument("--variants", default="f32,f16",
+                    help="prefill matmul variants, comma-separated: f32, f16 (f16 tiles; skipped without shader-f16)")
     ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
                     "of the model's")
     ap.add_argument("--tpr", default="", help="matvec threads per row, comma-separated (default: the builder's)")
@@ -217,6 +262,12 @@ def main(argv=None) -> None:
     print(f"adapter: {device.adapter_name}; workgroup storage {lim.max_compute_workgroup_storage_size} B, "
           f"invocations {lim.max_compute_invocations_per_workgroup}, binding {lim.max_storage_buffer_binding_size} B")
     tiles = parse_tiles(args.tiles)
+    variants = args.variants.split(",")
+    if not set(variants) <= {"f32", "f16"}:
+        ap.error(f"--variants: f32 and/or f16, not {args.variants!r}")
+    halves = [v == "f16" for v in variants if v == "f32" or "shader-f16" in device.features]
+    if "f16" in args.variants and "shader-f16" not in device.features:
+        print("no shader-f16 on this adapter: the f16 variant is skipped")
     tprs = [int(v) for v in args.tpr.split(",") if v]
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
@@ -228,7 +279,7 @@ def main(argv=None) -> None:
             if args.wtype:
                 mat = replace(mat, wtype=T[args.wtype.upper()])
             if not names or mat.name in names:
-                bench_matrix(bench, mat, args.rows, only, tiles, tprs, rng)
+                bench_matrix(bench, mat, args.rows, only, tiles, tprs, halves, rng)
         if "attention" in only:
             at = batched.attention_tiles(lim, model.head_dim)
             print(f"  attention: {at.block_q} query rows x {at.block_kv} keys per tile, "

@@ -27,9 +27,18 @@
 //   GELU        with GLU: gelu_tanh instead of silu (GeGLU; glu.wgsl)
 //   X_VEC4      K % 4 == 0: x is read as vec4
 //   OUT_VEC4    M % 4 == 0 and OUT_STRIDE % 4 == 0: out (and bias) are accessed as vec4
+//   HALF        (device feature shader-f16) the staged tiles hold f16 (half the workgroup
+//               memory per element: twice the BK in the same bytes), and each K slice's
+//               partial dots are f16 FMAs (packed 2-wide on NVIDIA) added into the f32
+//               accumulators once per slice. Rounding: 2^-11 per weight, per x and per step
+//               of a slice's sum (BK steps); x and each slice's partial dot must stay within
+//               f16 range (65504).
 // Bindings: w, [w_up], x, out, [bias], step.
 // Dispatch: (ceil(max_rows / TILE_T), m tiles split over y and z); the M tile index is
 // wid.y + wid.z * num_workgroups.y. Token tiles at or past step.n_tokens exit at once.
+#ifdef HALF
+enable f16;
+#endif
 #include "common.wgsl"
 #include "quant.wgsl"
 #ifdef GLU
@@ -96,9 +105,15 @@ const N_MATS = 1u;
 #endif
 #endif
 
+#ifdef HALF
+alias tile_t = f16;   // the staged tiles and a slice's partial dots
+#else
+alias tile_t = f32;
+#endif
+
 // k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]
-var<workgroup> ws: array<vec4<f32>, N_MATS * BK * M4>;
-var<workgroup> xs: array<vec4<f32>, BK * T4>;
+var<workgroup> ws: array<vec4<tile_t>, N_MATS * BK * M4>;
+var<workgroup> xs: array<vec4<tile_t>, BK * T4>;
 
 #include "weights.wgsl"
 
@@ -115,7 +130,7 @@ fn mask_tail(v: vec4<f32>, e: u32) -> vec4<f32> {
 // Group g of a staged unit: 4 k positions of one weight row (component `lane` of its vec4).
 fn store_w(base: u32, lane: u32, g: u32, v: vec4<f32>) {
     for (var c = 0u; c < 4u; c++) {
-        ws[base + (g * 4u + c) * M4][lane] = v[c];
+        ws[base + (g * 4u + c) * M4][lane] = tile_t(v[c]);
     }
 }
 
@@ -166,7 +181,7 @@ fn stage_x(lid: u32, t0: u32, n_tokens: u32, slice: u32) {
         }
         let base = gi * 4u * T4 + tl / 4u;
         for (var c = 0u; c < 4u; c++) {
-            xs[base + c * T4][tl % 4u] = v[c];
+            xs[base + c * T4][tl % 4u] = tile_t(v[c]);
         }
     }
 }
@@ -174,9 +189,9 @@ fn stage_x(lid: u32, t0: u32, n_tokens: u32, slice: u32) {
 // ---- the register block -------------------------------------------------------------------
 
 // acc + (w outer x): column c gains w * x[c] (4 rows of token c).
-fn outer_fma(acc: mat4x4<f32>, w: vec4<f32>, x: vec4<f32>) -> mat4x4<f32> {
-    return mat4x4<f32>(fma(w, vec4<f32>(x.x), acc[0]), fma(w, vec4<f32>(x.y), acc[1]),
-                       fma(w, vec4<f32>(x.z), acc[2]), fma(w, vec4<f32>(x.w), acc[3]));
+fn outer_fma(acc: mat4x4<tile_t>, w: vec4<tile_t>, x: vec4<tile_t>) -> mat4x4<tile_t> {
+    return mat4x4<tile_t>(fma(w, vec4<tile_t>(x.x), acc[0]), fma(w, vec4<tile_t>(x.y), acc[1]),
+                          fma(w, vec4<tile_t>(x.z), acc[2]), fma(w, vec4<tile_t>(x.w), acc[3]));
 }
 
 // Outputs m..m+3 of token t from the accumulated dot products (gate and up for GLU).
@@ -240,6 +255,18 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let tt = lid / NM;
 
     // a_ij: tokens 4 * (tt + i * NT) + 0..3 x rows 4 * (tm + j * NM) + 0..3; i < RT / 4, j < RM / 4
+    // (u_ij: the same for w_up). HALF: a_ij, u_ij are one slice's f16 partial dots, summed
+    // into the f32 s_ij, r_ij.
+#ifdef HALF
+    var s00: mat4x4<f32>;
+    var s01: mat4x4<f32>;
+    var s10: mat4x4<f32>;
+    var s11: mat4x4<f32>;
+    var r00: mat4x4<f32>;
+    var r01: mat4x4<f32>;
+    var r10: mat4x4<f32>;
+    var r11: mat4x4<f32>;
+#else
     var a00: mat4x4<f32>;
     var a01: mat4x4<f32>;
     var a10: mat4x4<f32>;
@@ -250,12 +277,25 @@ fn main(@builtin(local_invocation_index) lid: u32,
     var u10: mat4x4<f32>;
     var u11: mat4x4<f32>;
 #endif
+#endif
 
     for (var slice = 0u; slice < N_SLICES; slice++) {
         workgroupBarrier();   // the previous slice's reads are done
         stage_weights(lid, m0, slice);
         stage_x(lid, t0, n_tokens, slice);
         workgroupBarrier();
+#ifdef HALF
+        var a00 = mat4x4<f16>();   // zero at every slice (explicitly: naga may hoist a bare var)
+        var a01 = mat4x4<f16>();
+        var a10 = mat4x4<f16>();
+        var a11 = mat4x4<f16>();
+#ifdef GLU
+        var u00 = mat4x4<f16>();
+        var u01 = mat4x4<f16>();
+        var u10 = mat4x4<f16>();
+        var u11 = mat4x4<f16>();
+#endif
+#endif
         for (var kk = 0u; kk < BK; kk++) {
             let x0 = xs[kk * T4 + tt];
             let x1 = xs[kk * T4 + tt + (RT / 4u - 1u) * NT];   // = x0 when RT == 4 (unused)
@@ -286,13 +326,48 @@ fn main(@builtin(local_invocation_index) lid: u32,
             }
 #endif
         }
+#ifdef HALF
+        s00 += mat4x4<f32>(a00);
+        if (RM == 8u) {
+            s01 += mat4x4<f32>(a01);
+        }
+        if (RT == 8u) {
+            s10 += mat4x4<f32>(a10);
+        }
+        if (RM == 8u && RT == 8u) {
+            s11 += mat4x4<f32>(a11);
+        }
+#ifdef GLU
+        r00 += mat4x4<f32>(u00);
+        if (RM == 8u) {
+            r01 += mat4x4<f32>(u01);
+        }
+        if (RT == 8u) {
+            r10 += mat4x4<f32>(u10);
+        }
+        if (RM == 8u && RT == 8u) {
+            r11 += mat4x4<f32>(u11);
+        }
+#endif
+#endif
     }
 
+#ifdef HALF
+    let a00 = s00;
+    let a01 = s01;
+    let a10 = s10;
+    let a11 = s11;
+    let u00 = r00;   // unused without GLU
+    let u01 = r01;
+    let u10 = r10;
+    let u11 = r11;
+#else
 #ifndef GLU
     let u00 = a00;   // unused
     let u01 = a01;
     let u10 = a10;
     let u11 = a11;
+#endif
 #endif
     let t_0 = t0 + 4u * tt;
     let t_1 = t0 + 4u * (tt + NT);

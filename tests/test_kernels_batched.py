@@ -4,7 +4,8 @@ matmul: every weight type against gguf.quants.dequantize of the same raw bytes, 
 1, 7, 33 and 128 rows (fewer than the rows the dispatch is sized for), weight row counts and
 row lengths that are not multiples of the tiles (one block, several, float rows of odd
 length), the GLU / BIAS / ACCUMULATE / SCALE variants, every tiling the builder may pick,
-and row tiles of a matrix bigger than a binding. prefill attention: cera.ops.attention for a
+and row tiles of a matrix bigger than a binding; each both as f32 and with f16 tiles (HALF).
+prefill attention: cera.ops.attention for a
 first chunk at position 0 and a second chunk attending to the first one's cached keys."""
 from __future__ import annotations
 
@@ -43,14 +44,15 @@ CHUNKS = [(67, 0, 7, 9), (300, 1, 33, 40), (67, 2, 128, 128), (5, 1, 1, 4)]
 
 
 def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
-                glu=False, tiles=None, device=None, act=FFN_SILU):
-    """Run one batched matmul; return (got (n_tokens, m), want, the bound on its error, out).
-    act: the GLU's gate activation."""
+                glu=False, tiles=None, device=None, act=FFN_SILU, half=False):
+    """Run one batched matmul; return (got (n_tokens, m), want, sum |x w| (scaled like want),
+    the K slice of f16 tiles (0: f32)). act: the GLU's gate activation."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act,
+              half=half)
     xs = x[:n_tokens].astype(np.float64)
     want = xs @ w.T.astype(np.float64)                          # (n_tokens, m)
     mag = np.abs(xs) @ np.abs(w.T)                              # sum |x w|: bounds the f32 error
@@ -73,20 +75,43 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
                               step, **kw)
     got = run(gpu, [dispatch], out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
-    return got[:n_tokens], want, mag
+    assert dispatch.label.endswith(" f16") == half
+    bk = (tiles or batched.matmul_tiles(gpu.device.limits, max_rows, glu, m, half)).bk
+    return got[:n_tokens], want, mag, bk if half else 0
 
 
-def check_matmul(got, want, mag, what):
-    assert_close(got, want, atol=2e-6 * mag + 1e-6, rtol=1e-5, what=what)
+U16 = 2.0 ** -11   # f16 unit roundoff
 
 
+def check_matmul(got, want, mag, what, half_bk=0):
+    """f32: a few f32 roundings of sum |x w|. f16 tiles (K slices of half_bk): each weight and
+    x element rounds to f16 (|err| <= 2u |x w|), and a slice's sum of half_bk f16 FMAs errs by
+    at most gamma(half_bk) = half_bk u / (1 - half_bk u) of its sum |x w| (Higham, recursive
+    summation), so |err| <= (2u + gamma) sum |x w|, u = 2^-11; plus f16 subnormals (spacing
+    2^-24) in the products. That worst case is loose (3% of sum |x w| at bk 64), so the RMS
+    error must also stay near the typical rounding, 8u of the RMS output: a lost slice, row
+    or lane is far above both."""
+    if not half_bk:
+        assert_close(got, want, atol=2e-6 * mag + 1e-6, rtol=1e-5, what=what)
+        return
+    gamma = half_bk * U16 / (1 - half_bk * U16)
+    assert_close(got, want, atol=(2 * U16 + gamma + 1e-5) * mag + 1e-5, rtol=1e-5, what=what + " f16")
+    rms_err, rms = np.sqrt(np.mean((got - want) ** 2)), np.sqrt(np.mean(want ** 2))
+    assert rms_err <= 8 * U16 * rms, f"{what} f16: RMS error {rms_err:.3g} is {rms_err / rms:.2e} of the RMS output"
+
+
+HALF = [False, True]
+HALF_IDS = ["f32", "f16"]
+
+
+@pytest.mark.parametrize("half", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("t", TYPES, ids=IDS)
-def test_matmul_types(gpu, t):
+def test_matmul_types(gpu, t, half):
     rng = np.random.default_rng(int(t))
     for m, ki, n_tokens, max_rows in CHUNKS:
         k = lengths(t)[ki]
-        got, want, mag = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng)
-        check_matmul(got, want, mag, f"{t.name} m={m} k={k} rows={n_tokens}/{max_rows}")
+        got, want, mag, bk = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, half=half)
+        check_matmul(got, want, mag, f"{t.name} m={m} k={k} rows={n_tokens}/{max_rows}", bk)
 
 
 VARIANTS = [  # type, flags
@@ -104,33 +129,38 @@ VARIANTS = [  # type, flags
 ]
 
 
+@pytest.mark.parametrize("half", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("t,flags", VARIANTS, ids=[f"{t.name}-{'+'.join(f)}" for t, f in VARIANTS])
-def test_matmul_variants(gpu, t, flags):
+def test_matmul_variants(gpu, t, flags, half):
     rng = np.random.default_rng(50 + int(t))
     k = lengths(t)[1]
     for m, n_tokens, max_rows in [(67, 33, 40), (300, 7, 8)]:   # 33 rows: the large tiles
-        got, want, mag = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, **flags)
-        check_matmul(got, want, mag, f"{t.name} {flags} m={m} rows={n_tokens}")
+        got, want, mag, bk = matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, half=half, **flags)
+        check_matmul(got, want, mag, f"{t.name} {flags} m={m} rows={n_tokens}", bk)
 
 
-ALL_TILES = sorted({(tiles, glu) for glu in (False, True)
-                    for tiles in (batched._GLU_TILES + batched._SMALL_GLU_TILES if glu
-                                  else batched._MATMUL_TILES + batched._SMALL_TILES)},
-                   key=lambda tg: (tg[1], tg[0].storage(tg[1])))
+def _pool(glu, half):
+    pool = batched._GLU_TILES + batched._SMALL_GLU_TILES if glu else batched._MATMUL_TILES + batched._SMALL_TILES
+    return batched._halved(pool) if half else pool
 
 
-@pytest.mark.parametrize("tiles,glu", ALL_TILES,
-                         ids=[f"{'glu-' if g else ''}{t.tile_m}x{t.tile_t}x{t.bk}-{t.rm}x{t.rt}" for t, g in ALL_TILES])
-def test_matmul_tilings(gpu, tiles, glu):
+ALL_TILES = sorted({(tiles, glu, half) for glu in (False, True) for half in HALF for tiles in _pool(glu, half)},
+                   key=lambda tgh: (tgh[2], tgh[1], tgh[0].storage(tgh[1], tgh[2]), tgh[0].bk))
+
+
+@pytest.mark.parametrize("tiles,glu,half", ALL_TILES,
+                         ids=[f"{'f16' if h else 'f32'}-{'glu-' if g else ''}{t.tile_m}x{t.tile_t}x{t.bk}-{t.rm}x{t.rt}"
+                              for t, g, h in ALL_TILES])
+def test_matmul_tilings(gpu, tiles, glu, half):
     """Every tiling the builder may pick, whatever this device grants."""
     assert tiles.invocations <= batched.MAX_INVOCATIONS
-    assert tiles.storage(glu) <= 32768
-    if tiles.storage(glu) > gpu.device.limits.max_compute_workgroup_storage_size:
+    assert tiles.storage(glu, half) <= 32768
+    if tiles.storage(glu, half) > gpu.device.limits.max_compute_workgroup_storage_size:
         pytest.skip("more workgroup memory than this device has")
     rng = np.random.default_rng(tiles.tile_m + tiles.bk)
     for t, m, k in [(T.Q5_K, 150, 512), (T.Q5_0, 131, 160)]:
-        got, want, mag = matmul_case(gpu, t, m, k, 130, 140, rng, glu=glu, tiles=tiles)
-        check_matmul(got, want, mag, f"{t.name} {tiles}")
+        got, want, mag, bk = matmul_case(gpu, t, m, k, 130, 140, rng, glu=glu, tiles=tiles, half=half)
+        check_matmul(got, want, mag, f"{t.name} {tiles}", bk)
 
 
 def test_matmul_tile_choice(gpu):
@@ -148,22 +178,42 @@ def test_matmul_tile_choice(gpu):
     assert batched.matmul_tiles(big, 512, m=49152).tile_m == 128          # an LM head: big tiles
     assert batched.matmul_tiles(big, 512, m=576).tile_m == 64             # 20 big tiles: too few
     assert batched.matmul_tiles(big, 512, m=192) == batched.matmul_tiles(big, 512, m=64)   # the most
+    for glu in (False, True):   # f16 tiles: the same tilings and bytes, twice the bk
+        f32, f16 = batched.matmul_tiles(big, 512, glu, 8960), batched.matmul_tiles(big, 512, glu, 8960, half=True)
+        assert f16 == dataclasses.replace(f32, bk=2 * f32.bk) and f16.storage(glu, True) == f32.storage(glu)
+
+
+def test_matmul_half_choice(gpu):
+    """f16 tiles by default where the device has shader-f16, not for F32 or BF16 weights; a
+    device without it gets f32, and refuses f16 when asked."""
+    dev = gpu.device
+    plain = types.SimpleNamespace(bind=dev.bind, limits=dev.limits, features=frozenset())
+    f16 = types.SimpleNamespace(features=frozenset({"shader-f16"}))
+    assert batched.half_tiles(f16, T.Q4_K) == batched.half_tiles(f16, T.F16) == batched.PREFILL_F16
+    assert not batched.half_tiles(f16, T.F32) and not batched.half_tiles(f16, T.BF16)
+    assert not batched.half_tiles(plain, T.Q4_K)
+    buf, step = dev.buffer(4096, "x"), step_buffer(gpu, 0, 4)
+    d = batched.matmul(gpu.kernels, plain, buf, buf, buf, step, wtype=T.Q8_0, k=32, m=4, max_rows=4)
+    assert "f16" not in d.label
+    with pytest.raises(ValueError, match="shader-f16"):
+        batched.matmul(gpu.kernels, plain, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4, half=True)
 
 
 def test_matmul_2d_dispatch(gpu):
     """More M tiles than one dimension allows: they spread over (y, z), flattened in the kernel."""
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroups_per_dimension=2)
-    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits)
+    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits, features=gpu.device.features)
     tiles = batched.MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4)
     rng = np.random.default_rng(9)
-    got, want, mag = matmul_case(gpu, T.Q8_0, 300, 64, 7, 8, rng, tiles=tiles, device=small)   # 5 M tiles
-    check_matmul(got, want, mag, "2-D")
+    got, want, mag, bk = matmul_case(gpu, T.Q8_0, 300, 64, 7, 8, rng, tiles=tiles, device=small)   # 5 M tiles
+    check_matmul(got, want, mag, "2-D", bk)
     assert batched._groups_2d(5, limits) == (2, 3)
 
 
+@pytest.mark.parametrize("half", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("glu,act", [(False, FFN_SILU), (True, FFN_SILU), (True, FFN_GELU)],
                          ids=["bias", "glu", "geglu"])
-def test_matmul_tiled(gpu, glu, act):
+def test_matmul_tiled(gpu, glu, act, half):
     """An LM head over a chunk, bigger than a (forced small) binding: W row tiles write column
     blocks of out, and token rows go in blocks whose x and out fit a binding."""
     t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
@@ -189,10 +239,11 @@ def test_matmul_tiled(gpu, glu, act):
     out = upload(gpu, np.zeros((max_rows, m), np.float32))
     dispatches = batched.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
                                       step_buffer(gpu, 0, n_tokens), wtype=t, k=k, m=m, max_rows=max_rows,
-                                      limits=limits, **kw)
+                                      limits=limits, half=half, **kw)
     assert len(dispatches) == 3 * 5
     got = run(gpu, dispatches, out, (max_rows, m))
-    check_matmul(got[:n_tokens], want, mag, "tiled")
+    bk = batched.matmul_tiles(limits, 3, glu, 64, half).bk    # every block: at most 3 rows, 64 columns
+    check_matmul(got[:n_tokens], want, mag, "tiled", bk if half else 0)
     assert not got[n_tokens:].any()
 
 

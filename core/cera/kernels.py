@@ -4,6 +4,8 @@ Shader files use `#include "file.wgsl"`, `#ifdef NAME` / `#ifndef NAME` /
 `#else` / `#endif`. Every define with a value is also emitted as a WGSL
 `const NAME = value;` at the top, so sizes can be used in `@workgroup_size`
 and array lengths; a define whose value is True is a flag for `#ifdef` only.
+`enable ...;` lines (e.g. `enable f16;` under a flag) move above those consts:
+WGSL wants its directives before any declaration.
 """
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ def wgsl_value(value) -> str:
 def preprocess(name: str, defines: dict) -> str:
     """Expand includes and conditionals of shaders/{name} for `defines`."""
     consts = [f"const {k} = {wgsl_value(v)};" for k, v in sorted(defines.items()) if v is not True]
-    return "\n".join(consts + _expand(name, defines, set())) + "\n"
+    lines = _expand(name, defines, set())
+    enables = [line for line in lines if line.startswith("enable ")]
+    return "\n".join(enables + consts + [line for line in lines if not line.startswith("enable ")]) + "\n"
 
 
 def _expand(name: str, defines: dict, seen: set) -> list[str]:

@@ -18,6 +18,10 @@ allows; workgroups stay at 256 invocations.
     per invocation. When that leaves fewer than MIN_WORKGROUPS workgroups (SmolLM2's 576-wide
     projections: 20), 64x64 tiles with 4x4 per invocation (16 KiB); chunks of at most 32 rows
     use 32-token tiles.
+  f16 (`half_tiles`): where the device has shader-f16, the staged tiles are f16 and each K
+    slice's partial dots f16 FMAs, summed in f32 (shaders/matmul.wgsl HALF): the same
+    tilings in the same bytes with twice the bk. Not for F32 or BF16 weights (they would
+    lose their precision or range); $CERA_PREFILL_F16=0 turns it off.
   attention: block_q query rows ((token, head) pairs of one KV head, so a GQA group shares
     every K/V tile) x block_kv keys, 256 invocations, the largest block_q that fits (and
     leaves each invocation at most 16 output columns): head_dim 64 -> 64 x 16 in 32 KiB,
@@ -26,7 +30,8 @@ allows; workgroups stay at 256 invocations.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from math import gcd
 
 from gguf.constants import GGMLQuantizationType as T
@@ -66,9 +71,9 @@ class MatmulTiles:
     def invocations(self) -> int:
         return (self.tile_m // self.rm) * (self.tile_t // self.rt)
 
-    def storage(self, glu: bool) -> int:
-        """Workgroup memory in bytes: the f32 weight slice(s) and the x slice."""
-        return 4 * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
+    def storage(self, glu: bool, half: bool = False) -> int:
+        """Workgroup memory in bytes: the weight slice(s) and the x slice, f32 or f16 (half)."""
+        return (2 if half else 4) * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
 
     def defines(self) -> dict:
         return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
@@ -99,22 +104,39 @@ _SMALL_GLU_TILES = [
 
 MIN_WORKGROUPS = 64   # fewer leaves most of a big GPU idle: take a smaller tile instead
 
+# Weight types whose prefill matmul may stage f16 tiles: not F32 or BF16 (f16 would drop
+# their precision or their range).
+HALF_TYPES = BATCHED_TYPES - {T.F32, T.BF16}
+PREFILL_F16 = os.environ.get("CERA_PREFILL_F16", "1") != "0"
+
+
+def half_tiles(device, wtype: int) -> bool:
+    """Whether the prefill matmul of `wtype` runs the f16 variant by default on `device`."""
+    return PREFILL_F16 and "shader-f16" in device.features and T(wtype) in HALF_TYPES
+
+
+def _halved(tilings: list[MatmulTiles]) -> list[MatmulTiles]:
+    """The f16 tilings: each f32 one with twice the bk, in the same workgroup memory."""
+    return [replace(t, bk=2 * t.bk) for t in tilings]
+
 
 def _workgroups(tiles: MatmulTiles, m: int, max_rows: int) -> int:
     return -(-m // tiles.tile_m) * -(-max_rows // tiles.tile_t)
 
 
-def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None) -> MatmulTiles:
-    """The first preferred tiling whose workgroup memory and invocations fit `limits`; given
-    the output width m, the first of those that makes MIN_WORKGROUPS workgroups (else the
-    one that makes the most)."""
+def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None, half: bool = False) -> MatmulTiles:
+    """The first preferred tiling (f16 tiles: `half`) whose workgroup memory and invocations
+    fit `limits`; given the output width m, the first of those that makes MIN_WORKGROUPS
+    workgroups (else the one that makes the most)."""
     if max_rows <= 32:
         candidates = _SMALL_GLU_TILES if glu else _SMALL_TILES
     else:
         candidates = _GLU_TILES if glu else _MATMUL_TILES
+    if half:
+        candidates = _halved(candidates)
     budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
     fitting = [t for t in candidates
-               if t.storage(glu) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
+               if t.storage(glu, half) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
     if not fitting:
         raise TooLarge("no matmul tiling fits this device's workgroup limits")
     if m is None:
@@ -137,10 +159,11 @@ def _groups_2d(count: int, limits) -> tuple[int, int]:
 def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
            scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
            out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
-           label: str | None = None, act: str = FFN_SILU) -> Dispatch:
+           label: str | None = None, act: str = FFN_SILU, half: bool | None = None) -> Dispatch:
     """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
     step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
-    or with act=FFN_GELU the GeGLU (tanh GELU).
+    or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (default
+    `half_tiles`; True needs the device's shader-f16); the label ends in "f16" then.
 
     W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
     between rows of out (default m; the full width when W is a row tile). row0: x and out are
@@ -153,11 +176,15 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
         raise Unsupported("matmul: GLU with a bias is not supported")
     row_bytes(t, k)   # checks k against the block size
     glu, gelu = w_up is not None, gelu_flag(act, w_up)
-    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m)
+    half = half_tiles(device, t) if half is None else half
+    if half and "shader-f16" not in device.features:
+        raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
+    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m, half)
     stride = m if out_stride is None else out_stride
     defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
                    **flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
-                               "GELU": gelu, "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0}))
+                               "GELU": gelu, "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0,
+                               "HALF": half}))
     if row0:
         defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
@@ -166,7 +193,7 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
     groups = (-(-max_rows // tiles.tile_t), y, z)
     label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" gelu" if gelu else "")
-                      + (" +=" if accumulate else ""))
+                      + (" +=" if accumulate else "") + (" f16" if half else ""))
     weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
     reads = weight_bytes + 4 * max_rows * (k + m * accumulate) + 4 * m * (bias is not None)
     return kernels.dispatch("matmul.wgsl", bindings, groups, label, reads=reads, writes=4 * max_rows * m,
@@ -198,17 +225,18 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-                 limits=None, act: str = FFN_SILU) -> list[Dispatch]:
+                 limits=None, act: str = FFN_SILU, half: bool | None = None) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out (out_stride
     m), and token rows in blocks (`row_blocks`) when x or out is bigger than a binding. `limits`
-    defaults to the device's; W, W_up, x, out and bias must start at aligned offsets."""
+    defaults to the device's; W, W_up, x, out and bias must start at aligned offsets. `half`:
+    as in matmul."""
     limits = limits or device.limits
     col_tiles = row_tiles(wtype, k, m, limits)
     blocks = row_blocks(k, m, max_rows, limits)
     if len(col_tiles) == 1 and len(blocks) == 1:
         return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
-                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, act=act)]
+                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, act=act, half=half)]
     rb = row_bytes(wtype, k)
     align = limits.min_storage_buffer_offset_alignment
 
@@ -230,7 +258,7 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
             dispatches.append(matmul(
                 kernels, device, out_tile, part(w, start * rb, n * rb), x_block, step, wtype=wtype, k=k, m=n,
                 max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n), accumulate=accumulate,
-                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0, act=act))
+                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0, act=act, half=half))
     return dispatches
 
 
