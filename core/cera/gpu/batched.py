@@ -21,7 +21,9 @@ allows; workgroups stay at 256 invocations.
   f16 (`half_tiles`): where the device has shader-f16, the staged tiles are f16 and each K
     slice's partial dots f16 FMAs, summed in f32 (shaders/matmul.wgsl HALF): the same
     tilings in the same bytes with twice the bk. Not for F32 or BF16 weights (they would
-    lose their precision or range); $CERA_PREFILL_F16=0 turns it off.
+    lose their precision or range). Off unless $CERA_PREFILL_F16=1: its logits differ from the
+    f32 path's by up to ~2% of the largest (1.6e-5 nMSE on a Q8_0 LFM2), beyond the tolerances
+    the f32 kernels are held to against the numpy reference.
   attention: block_q query rows ((token, head) pairs of one KV head, so a GQA group shares
     every K/V tile) x block_kv keys, 256 invocations, the largest block_q that fits (and
     leaves each invocation at most 16 output columns): head_dim 64 -> 64 x 16 in 32 KiB,
@@ -107,7 +109,7 @@ MIN_WORKGROUPS = 64   # fewer leaves most of a big GPU idle: take a smaller tile
 # Weight types whose prefill matmul may stage f16 tiles: not F32 or BF16 (f16 would drop
 # their precision or their range).
 HALF_TYPES = BATCHED_TYPES - {T.F32, T.BF16}
-PREFILL_F16 = os.environ.get("CERA_PREFILL_F16", "1") != "0"
+PREFILL_F16 = os.environ.get("CERA_PREFILL_F16", "0") == "1"
 
 
 def half_tiles(device, wtype: int) -> bool:
