@@ -9,6 +9,7 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
+from cera.gpu.model import GREEDY_BATCH, greedy_batches
 from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
 
@@ -67,6 +68,27 @@ def test_greedy_matches_llama_cpp(engines, name):
                 assert first - second < tie, \
                     f"greedy token {i}: {got} != llama.cpp's {want} (its margin {first - second:.3f})"
                 break
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k", "gemma3_f32"])
+def test_batched_greedy_equals_a_step_per_submission_and_the_reference(device, synth_gguf, name):
+    """Greedy decode chains GREEDY_BATCH steps per submission (the remainder in powers of two);
+    its tokens are those of one forward step per submission (keep_logits) and the reference's,
+    for lengths below, at and past a batch, and not a multiple of it."""
+    g = synth_gguf(name)
+    gpu, ref = (asyncio.run(Engine.load(g, d, ctx=64)) for d in (device, None))
+    submissions, run = [], gpu.backend.device.run
+    gpu.backend.device.run = lambda schedule, read=None: submissions.append(read) or run(schedule, read)
+    prompt = [1, 17, 4, 99, 23]
+    for n in (2, 8, 9, 22):   # greedy runs n - 1 steps: 1, 7 = 4 + 2 + 1, 8, 21 = 8 + 8 + 4 + 1
+        submissions.clear()
+        batched = asyncio.run(gpu.generate(prompt, n, stop_at_eos=False)).tokens
+        greedy_reads = [r.nbytes // 4 for r in submissions if r is not None and r.buffer.label == "greedy.tokens"]
+        assert greedy_reads == greedy_batches(n - 1, GREEDY_BATCH)
+        stepped = asyncio.run(gpu.generate(prompt, n, stop_at_eos=False, keep_logits=True)).tokens
+        want = asyncio.run(ref.generate(prompt, n, stop_at_eos=False)).tokens
+        assert batched == stepped == want, f"{n} tokens"
+    assert greedy_batches(21, 8) == [8, 8, 4, 1] and greedy_batches(8, 8) == [8] and greedy_batches(0, 8) == []
 
 
 def _with_limits(device, **limits):

@@ -8,6 +8,7 @@ import pytest
 
 from cera import catalogue
 from cera.config import ModelConfig
+from cera.device import Copy
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import GpuModel
 
@@ -34,6 +35,18 @@ def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2):
     print(f"read {totals['bytes_read']:,} = weights {weights:,} + KV {kv:,} + activations {activations:,}")
     assert 0 < activations < 0.01 * totals["bytes_read"]
     assert totals["bytes_written"] < 0.01 * totals["bytes_read"]
+
+
+def test_greedy_plan_chains_decode_steps_through_the_step_uniform(smollm2):
+    """A greedy batch of 3: each step's record copied into the Step uniform, the decode step,
+    its argmax appended to the batch's tokens; nothing else."""
+    _, _, model = smollm2
+    decode, plan = model.plan(1), model.greedy_plan(3)
+    assert plan.dispatches == 3 * decode.dispatches and len(plan.steps) == 3 * (len(decode.steps) + 2)
+    copies = [(s.src.label, s.src_offset, s.dst.label, s.dst_offset, s.size) for s in plan.steps if isinstance(s, Copy)]
+    assert copies == [c for j in range(3) for c in (("greedy.records", 16 * j, "step", 0, 16),
+                                                    ("tokens", 0, "greedy.tokens", 4 * j, 4))]
+    assert [s.label for s in plan.steps[1: len(decode.steps) + 1]] == [s.label for s in decode.steps]
 
 
 def test_prefill_plan_differs_only_by_row_count(smollm2, device):

@@ -44,6 +44,24 @@ def test_a_prompt_that_extends_the_conversation_prefills_only_its_tail(models, d
     assert_same_logits(warm, generate(e, turn))
 
 
+@pytest.mark.parametrize("stop", [3, 12])
+@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k"])
+def test_a_reply_stopped_mid_batch_is_resumed_where_it_stopped(models, device, name, stop):
+    """Greedy decode runs steps in batches, so a reply stopped early (here after `stop` tokens,
+    in the first batch or the second) has run steps past it; those are not counted, and the
+    conv state is rewound to the reply's last token: the next turn reuses everything before
+    the stop and gives the logits of a cold prefill."""
+    e = engine(models[name], device, "gpu")
+    asked = iter(range(1, 100))
+    first = asyncio.run(e.generate(A, 30, stop_at_eos=False, should_stop=lambda: next(asked) > stop))
+    assert first.stop_reason == "stopped" and len(first.tokens) == stop
+    turn = A + first.tokens + B
+    warm = generate(e, turn)
+    assert warm.reused == len(A) + len(first.tokens)
+    e.reset()
+    assert_same_logits(warm, generate(e, turn))
+
+
 @pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k"])
 def test_a_diverging_prompt_reuses_the_common_prefix_where_the_state_allows(models, device, name):
     """Attention caches rewind to any common prefix; a conv state only resumes at its end."""

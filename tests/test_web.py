@@ -28,7 +28,7 @@ from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
 from cera.gpu.matmul import MATVEC_TYPES
-from cera.gpu.model import DEFAULT_CHUNK
+from cera.gpu.model import DEFAULT_CHUNK, GREEDY_BATCH, greedy_batches
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -408,14 +408,16 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     shown = "#conversation li.assistant:last-child" if chat else "#output"
     assert page.text_content(shown) == native["text"]
     assert result["decodeTokensPerS"] > 0
-    # Again, now that the prompt-length schedule exists: per token, one Python->JS call (run)
-    # plus at most one postMessage of streamed text; the prompt is one submission.
+    # Again, now that the prompt-length and greedy schedules exist: one Python->JS call (run) for
+    # the prompt's submission and one per greedy batch (GREEDY_BATCH decode steps chained on the
+    # GPU), plus at most one postMessage of streamed text per token.
     page.evaluate("window.cera.newConversation()")
     again = page.evaluate("([p, c]) => window.cera.generate(p, {maxTokens: 12, chat: c})", [prompt, chat])
     assert again["tokens"] == result["tokens"]
     calls = again["hostCalls"]
     assert set(calls) == {"run", "postMessage"}, calls
-    assert calls["run"] == len(again["tokens"]) and calls["postMessage"] <= len(again["tokens"])
+    assert calls["run"] == 1 + len(greedy_batches(len(again["tokens"]) - 1, GREEDY_BATCH))
+    assert calls["postMessage"] <= len(again["tokens"])
 
 
 def test_lora_adapter_in_the_page_gives_the_native_text(browser, server, models, tmp_path):

@@ -162,6 +162,8 @@ def parser() -> argparse.ArgumentParser:
                                      "each moves", formatter_class=fmt)
     _model_arg(pl)
     pl.add_argument("--rows", type=int, default=1, help="tokens per step: 1 is the decode plan, more a prefill chunk")
+    pl.add_argument("--steps", type=int, default=0,
+                    help="show instead a greedy batch: this many decode steps (1..8) chained in one submission")
     pl.add_argument("--positions", type=int, default=512,
                     help="cached KV positions attention reads, for the bytes it moves")
     pl.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context the plan is built for")
@@ -407,7 +409,7 @@ def plan(args) -> dict:
     for lora, scale in args.lora:
         asyncio.run(model.add_lora(LoraAdapter.read(open_lora(lora), g, Path(lora).name, scale)))
     model.use_loras(tuple(range(len(args.lora))))
-    p = model.plan(args.rows)
+    p = model.greedy_plan(args.steps) if args.steps else model.plan(args.rows)
     steps, totals = p.table(args.positions), p.totals(args.positions)
     totals["weight_bytes"] = model.weights.nbytes
     if not args.json:
@@ -418,7 +420,7 @@ def plan(args) -> dict:
             print(f"{i:4}  {r['kernel'][:48]:48} {groups:>16} {r['bytes_read']:12,} {r['bytes_written']:10,}  "
                   f"{', '.join(r['bindings'])}")
         print(f"{totals['dispatches']} dispatches; {totals['bytes_read']:,} bytes read, "
-              f"{totals['bytes_written']:,} written per step; weights on the GPU: {totals['weight_bytes']:,} bytes")
+              f"{totals['bytes_written']:,} written per submission; weights on the GPU: {totals['weight_bytes']:,} bytes")
     return {"plan": p.name, "positions": args.positions, "steps": steps, "totals": totals}
 
 

@@ -1,15 +1,17 @@
 """A model on the GPU: its weights (`residency`), the buffers it computes in (`state`), its
 plans (`plan`) recorded once as schedules, and the loop that submits them.
 
-Decode is one submission per token: embed the token the last argmax wrote, run every layer,
-LM head, argmax into `tokens[0]`, and read those 4 bytes back. Everything that changes per
-token (the position) lives in the Step uniform, written once per submission, so the same
-schedule serves every token. Prefill goes through the batched kernels in chunks of up to
-`chunk` tokens, one submission per chunk; the KV caches and conv states carry across
-chunks. Only the last row of the last chunk is projected to logits, unless all logits are
-asked for (scoring). A sampler's candidates come from a top-k selection of those logits on the
-GPU, submitted after the step. Embeddings run the layers and the final norm on scratch state
-of their own, so they never disturb the sequence held here.
+Decode is one step per token: embed the token the last argmax wrote, run every layer, LM head,
+argmax into `tokens[0]`. Everything that changes per token (the position) lives in the Step
+uniform, so the same schedule serves every token. A step alone (`forward`, one submission)
+reads its 4 bytes back; greedy decode chains up to GREEDY_BATCH steps in one submission
+(`plan.greedy_plan`: each step's Step record copied into the uniform on the GPU, its token
+appended to a small buffer) and reads the batch's tokens back at once. Prefill goes through the
+batched kernels in chunks of up to `chunk` tokens, one submission per chunk; the KV caches and
+conv states carry across chunks. Only the last row of the last chunk is projected to logits,
+unless all logits are asked for (scoring). A sampler's candidates come from a top-k selection
+of those logits on the GPU, submitted after the step. Embeddings run the layers and the final
+norm on scratch state of their own, so they never disturb the sequence held here.
 
 LoRA adapters (cera.lora) are uploaded once (`add_lora`) and stay loaded; `use_loras` picks the
 set the next submissions apply. Each set gets its own builders and schedules, made on its
@@ -23,14 +25,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cera.config import ModelConfig
-from cera.device import Binding, Device
+from cera.device import Binding, Copy, Device
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.footprint import footprint
 from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpack_top_k
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
-                           prefill_plan, shift_plan)
+                           greedy_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
-from cera.gpu.state import Activations, State, f32_buffer, pack_step
+from cera.gpu.state import Activations, GreedyChain, State, f32_buffer, pack_step
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
@@ -38,16 +40,25 @@ from cera.sampling import Candidates, TopK
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
+# Decode steps per greedy submission. A submission costs the host a fixed amount beyond encoding
+# its dispatches (command encoder, submit, a readback mapped and awaited, the Python between), and
+# with one submission in flight ahead the GPU idles whenever that turnaround outlasts the queued
+# work; 8 steps cut that fixed cost per token by 8x and queue 8 steps of GPU work ahead. A stop
+# (EOS, a stop string) wastes what is in flight, up to 2 * 8 - 1 steps, and tokens reach the caller
+# 8 at a time: more would buy little (the fixed cost is already an eighth) for more of both.
+GREEDY_BATCH = 8
 
 
 @dataclass
 class Schedules:
-    """What runs for one set of LoRA adapters: its builders, its decode plan recorded once, and
-    the prefill schedules made so far ((rows, scoring) -> schedule, the most recent last)."""
+    """What runs for one set of LoRA adapters: its builders, its decode plan recorded once, the
+    greedy batches recorded on first use ((steps, half) -> schedule), and the prefill schedules
+    made so far ((rows, scoring) -> schedule, the most recent last)."""
     decode: DecodeBuilder
     prefill: Builder
     decode_plan: Plan
     decode_schedule: object
+    greedy_schedules: dict = field(default_factory=dict)
     prefill_schedules: OrderedDict = field(default_factory=OrderedDict)
 
 
@@ -64,6 +75,7 @@ class GpuModel:
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
+        self.chain = GreedyChain.allocate(device, cfg, GREEDY_BATCH)   # greedy batches' records and tokens
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
         if self.chunk > 1:
             self._act.append(Activations.allocate(device, cfg, self.chunk))
@@ -139,6 +151,17 @@ class GpuModel:
         if scoring and self._logits_all is None:
             self._logits_all = f32_buffer(self.device, "logits_all", self.chunk, self.cfg.vocab_size)
         return prefill_plan(self.active.prefill, self.active.decode, n, self._logits_all if scoring else None)
+
+    def greedy_plan(self, steps: int, half: int = 0) -> Plan:
+        """The plan of a greedy batch of `steps` decode steps (plan.greedy_plan)."""
+        return greedy_plan(self.active.decode, steps, self.chain, half)
+
+    def _greedy_schedule(self, steps: int, half: int):
+        half = half if self.chain.conv else 0   # without conv states the halves are the same plan
+        made = self.active.greedy_schedules
+        if (steps, half) not in made:
+            made[steps, half] = self.device.schedule(self.greedy_plan(steps, half).steps)
+        return made[steps, half]
 
     def _schedule(self, n: int, scoring: bool):
         if self._runs_decode(n, scoring):
@@ -272,28 +295,70 @@ class GpuModel:
         return self._embedder
 
     async def greedy(self, token: int, pos: int, n: int):
-        """Yield the n greedy tokens that follow `token` at `pos`, keeping one step in flight:
-        the argmax stays on the GPU and feeds the next step's embedding, so step i+1 is
-        submitted before step i's 4-byte readback is awaited (host encoding overlaps GPU work)."""
+        """Yield the n greedy tokens that follow `token` at `pos` (pos + n <= ctx), a batch of
+        decode steps per submission (greedy_batches) with one batch in flight ahead: the argmax
+        stays on the GPU and feeds the next step, so batch k+1 is submitted before batch k's
+        tokens are awaited. n_past counts the positions of the tokens yielded so far; when the
+        caller stops early, steps run beyond its last token are not counted, and conv states
+        are rewound to that token's step (the KV rows beyond are simply overwritten later)."""
+        if n < 0 or pos + n > self.ctx:
+            raise InvalidArgument(f"{n} greedy steps from position {pos}: the context holds {self.ctx}")
         if token != self._gpu_token:
             self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
-        pending = None
+        batches, ran, done, last = greedy_batches(n, self.chain.batch), 0, 0, None   # steps submitted, yielded
+        previous = pending = None   # (steps, readback) of the batch being read, of the one ahead
         try:
-            for i in range(n):
-                self.device.write(self.state.step.buffer, pack_step(pos + i, 1))
-                previous, pending = pending, self.device.run(self.decode_schedule, self.state.tokens)
-                self.n_past = pos + i + 1
+            for k, steps in enumerate(batches + [0]):   # a batch submitted, then the one before it read
+                previous, pending = pending, None
+                if steps:
+                    self.device.write(self.chain.records.buffer,
+                                      b"".join(pack_step(pos + ran + j, 1) for j in range(steps)))
+                    pending = steps, self.device.run(self._greedy_schedule(steps, k % 2),
+                                                     Binding(self.chain.tokens.buffer, 0, 4 * steps))
+                    ran += steps
                 if previous is not None:
-                    token = self._token_of(await previous)
-                    self._gpu_token = None   # the step in flight overwrites it
-                    yield token
-            if pending is not None:
-                last, pending = pending, None
-                yield self._token_of(await last)
+                    size, readback = previous
+                    previous = None
+                    for last in np.frombuffer(await readback, np.uint32)[:size].tolist():
+                        done += 1
+                        self.n_past = pos + done
+                        yield last
         finally:
-            if pending is not None:   # closed early: let the step in flight finish
-                await pending
+            for p in (previous, pending):   # closed early: let the batches in flight finish
+                if p is not None:
+                    await p[1]
+            self._gpu_token = last if ran == done else None   # tokens[0] holds the last step's argmax
+            if ran > done:
+                await self._rewind_conv(done, batches)
+
+    async def _rewind_conv(self, done: int, batches: list[int]) -> None:
+        """After a stop: make the conv states those after step done-1 of a greedy run of
+        `batches` (read from the records its batch left), or, before any step, forget the
+        sequence (nothing holds the state it started from)."""
+        if not self.chain.conv:
+            return
+        if done == 0:
+            self.reset()
+            return
+        k, j = 0, done - 1
+        while j >= batches[k]:
+            j, k = j - batches[k], k + 1
+        record = (k % 2) * self.chain.batch + j
+        copies = [Copy(saved.buffer, record * self.state.conv_state[i].nbytes, self.state.conv_state[i].buffer, 0,
+                       self.state.conv_state[i].nbytes) for i, saved in self.chain.conv.items()]
+        await self.device.run(self.device.schedule(copies))
 
     def _token_of(self, readback: bytes) -> int:
         self._gpu_token = int(np.frombuffer(readback, np.uint32)[0])
         return self._gpu_token
+
+
+def greedy_batches(n: int, batch: int) -> list[int]:
+    """Steps per submission of n greedy steps: full batches, then the remainder as powers of two
+    (so at most log2(batch) + 1 schedules per adapter set, each run exactly as far as asked)."""
+    sizes = [batch] * (n // batch)
+    rest = n % batch
+    while rest:
+        sizes.append(1 << (rest.bit_length() - 1))
+        rest -= sizes[-1]
+    return sizes

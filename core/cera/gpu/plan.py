@@ -1,8 +1,9 @@
 """The plan: every dispatch of a decode step or a prefill chunk, in order, as data.
 
-`decode_plan`, `prefill_plan` and `embed_plan` return a `Plan`; they walk the model with the
-same per-layer builders (`Builder.layer`: attention or short conv, then the FFN) and differ only
-in how a step runs for their row count, which their `Builder` subclass says:
+`decode_plan`, `greedy_plan` (decode steps chained), `prefill_plan` and `embed_plan` return a
+`Plan`; they walk the model with the same per-layer builders (`Builder.layer`: attention or
+short conv, then the FFN) and differ only in how a step runs for their row count, which their
+`Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
                       one type are one stacked matvec; attention is split-KV (two dispatches),
                       its first turning q and k (RoPE, QK-norm) and writing the cache itself
@@ -26,10 +27,10 @@ from functools import cached_property
 
 from cera.config import ATTENTION, ModelConfig
 from cera.device import Binding, Copy, Dispatch, Step
-from cera.errors import TooLarge, Unsupported
+from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
 from cera.gpu.residency import Matrix, Weights
-from cera.gpu.state import Activations, State
+from cera.gpu.state import STEP_BYTES, Activations, GreedyChain, State
 from cera.kernels import Kernels
 
 
@@ -305,6 +306,27 @@ class PrefillBuilder(Builder):
 def decode_plan(decode: DecodeBuilder) -> Plan:
     """One token: embed the token the last argmax wrote, every layer, LM head, argmax -> tokens[0]."""
     return Plan("decode", 1, decode.body + tuple(decode.head(decode.state.logits, decode.act.x)) + (decode.argmax(),))
+
+
+def greedy_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0) -> Plan:
+    """n decode steps chained in one submission, the greedy chain kept on the GPU: before step j
+    Step record j of `chain.records` (written by the host, one per step) is copied into the Step
+    uniform; the decode step embeds tokens[0] (the previous argmax) and writes its argmax there;
+    then that token is appended to `chain.tokens` at j, and each conv state is copied to its
+    record `half` * chain.batch + j (so a stop mid-batch can rewind it; batches alternate halves,
+    so the one submitted ahead never overwrites the records of the one being read)."""
+    if not 1 <= n <= chain.batch:
+        raise InvalidArgument(f"greedy plan of {n} steps: its buffers hold 1..{chain.batch}")
+    state, step = decode.state, decode_plan(decode).steps
+    steps = []
+    for j in range(n):
+        steps.append(Copy(chain.records.buffer, STEP_BYTES * j, state.step.buffer, 0, STEP_BYTES))
+        steps += step
+        steps.append(Copy(state.tokens.buffer, 0, chain.tokens.buffer, 4 * j, 4))
+        for i, saved in chain.conv.items():
+            size = state.conv_state[i].nbytes
+            steps.append(Copy(state.conv_state[i].buffer, 0, saved.buffer, (half * chain.batch + j) * size, size))
+    return Plan(f"greedy {n}" + (f" (records {half})" if chain.conv else ""), 1, tuple(steps))
 
 
 def prefill_plan(prefill: PrefillBuilder, decode: DecodeBuilder, n: int, logits_all: Binding | None = None) -> Plan:

@@ -112,3 +112,21 @@ class State:
         reads only the positions the current sequence has written."""
         for b in self.conv_state.values():
             device.write(b.buffer, bytes(b.size))
+
+
+@dataclass(frozen=True)
+class GreedyChain:
+    """What a greedy batch (plan.greedy_plan: up to `batch` decode steps in one submission) runs
+    through: the Step record of each step, the token each step picked, and the conv states after
+    each step, in two halves (alternate batches), for rewinding a batch the caller stopped in."""
+    batch: int
+    records: Binding                  # (batch,) Step records, written by the host per submission
+    tokens: Binding                   # (batch,) u32 argmax of each step
+    conv: dict[int, Binding]          # layer -> (2, batch, conv_kernel - 1, hidden)
+
+    @classmethod
+    def allocate(cls, device: Device, cfg: ModelConfig, batch: int) -> "GreedyChain":
+        conv = {i: f32_buffer(device, f"blk.{i}.conv_records", 2, batch, cfg.conv_kernel - 1, cfg.hidden)
+                for i in cfg.conv_layers}
+        return cls(batch, Binding(device.buffer(STEP_BYTES * batch, "greedy.records"), 0, STEP_BYTES * batch),
+                   Binding(device.buffer(4 * batch, "greedy.tokens"), 0, 4 * batch), conv)
