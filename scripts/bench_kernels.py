@@ -24,6 +24,11 @@ defaults in cera.gpu.batched from.
     python scripts/bench_kernels.py --only matmul --tiles sweep     # choose the tile tables, f32 and f16
     python scripts/bench_kernels.py --only matmul --variants f16    # the f16 variant only
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
+    python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
+
+A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup, --units) times the
+builder's choice, then every combination, and ends each model with a table: per matrix the
+builder's configuration and the fastest one.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import asyncio
 import sys
 import time
 from dataclasses import dataclass, replace
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +82,28 @@ MODELS = {
         Matrix("ffn_gate+up", T.Q4_K, 8960, 1536, glu=True), Matrix("ffn_down", T.Q6_K, 1536, 8960),
         Matrix("lm_head", T.Q6_K, 151936, 1536)), n_heads=12, n_kv_heads=2, head_dim=128),
 }
+
+
+@dataclass(frozen=True)
+class MatvecConfig:
+    """The matvec builder's tuning knobs (cera.gpu.matmul.matvec); None: the builder's choice."""
+    subgroups: bool | None = None
+    tpr: int | None = None
+    workgroup: int = matmul.WORKGROUP
+    two_units: bool = False
+
+    def describe(self, device, mat: Matrix) -> str:
+        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x2"."""
+        subgroups = matmul.use_subgroups(device, self.subgroups)
+        tpr = self.tpr or matmul.threads_per_row(mat.wtype, mat.k, mat.m, self.workgroup)
+        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}" + (" x2" if self.two_units else "")
+
+
+@dataclass
+class Timing:
+    matrix: Matrix
+    config: str      # MatvecConfig.describe
+    seconds: float
 
 
 class Bench:
@@ -123,7 +151,8 @@ def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -
           f"{flops / seconds / 1e9:9.2f} GFLOP/s  {note}".rstrip(), flush=True)
 
 
-def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, halves, rng) -> None:
+def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs, halves, rng) -> list[Timing]:
+    """Time the kernels of `only` for one matrix; return the matvec timings (builder's first)."""
     dev = bench.device
     w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
     w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
@@ -132,17 +161,21 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, h
     out = bench.zeros(4 * rows * mat.m, "out")
     step = dev.buffer(STEP_BYTES, "step", uniform=True)
     tag = f"{mat.name} {mat.wtype.name} {mat.m}x{mat.k}"
+    timings = []
     if "matvec" in only:
         dev.write(step, pack_step(0, 1))
-        for tpr in tprs or [None]:
-            if tpr and tpr > matmul.WORKGROUP:
-                continue
-            args = (bench.kernels, dev, Binding(out), Binding(w), Binding(x))
-            kw = dict(wtype=mat.wtype, k=mat.k, m=mat.m, w_up=Binding(w_up) if mat.glu else None)
-            dispatches = [matmul.matvec(*args, **kw, tpr=tpr)] if tpr else matmul.matvec_tiled(*args, **kw)
+        for config in configs:
+            if any(t.config == config.describe(dev, mat) for t in timings):
+                continue   # the builder's choice again
+            dispatches = matmul.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
+                                             wtype=mat.wtype, k=mat.k, m=mat.m,
+                                             w_up=Binding(w_up) if mat.glu else None, subgroups=config.subgroups,
+                                             tpr=config.tpr, workgroup=config.workgroup,
+                                             two_units=config.two_units)
             seconds = bench.time(dispatches)
+            timings.append(Timing(mat, config.describe(dev, mat), seconds))
             report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k,
-                   f"{tpr or matmul.threads_per_row(mat.wtype, mat.k, mat.m)} threads per row")
+                   timings[-1].config + (" (builder)" if config == MatvecConfig() else ""))
     if "matmul" in only:
         dev.write(step, pack_step(0, rows))
         flops = 2 * n_mats * rows * mat.m * mat.k
@@ -166,6 +199,35 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, tprs, h
                        + (f", {len(dispatches)} dispatches" if len(dispatches) > 1 else ""))
         if tiles == "sweep":
             print_table(f"{tag}{' glu' if mat.glu else ''}, {rows} rows", table, halves)
+    return timings
+
+
+def matvec_configs(device, reductions: str, tprs: str, workgroups: str, units: str,
+                   sweep: bool) -> list[MatvecConfig]:
+    """The builder's choice, then every combination of the given knobs (--sweep: all of them),
+    less those with more threads per row than a workgroup has."""
+    def ints(text: str, everything: list[int]) -> list[int]:
+        return [int(v) for v in text.split(",") if v] or (everything if sweep else [])
+    has = "subgroups" in device.features
+    named = {"sg": True, "wg": False}
+    chosen = [named[r] for r in reductions.split(",") if r] or ([True, False] if sweep and has else [None])
+    tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
+    wg_list = ints(workgroups, [64, 128, 256]) or [matmul.WORKGROUP]
+    two_list = [n == 2 for n in ints(units, [1, 2])] or [False]
+    combos = [MatvecConfig(r, t, g, two) for r, t, g, two in product(chosen, tpr_list, wg_list, two_list)
+              if not t or t <= g]
+    return [MatvecConfig()] + [c for c in combos if c != MatvecConfig()]
+
+
+def sweep_table(timings: list[Timing]) -> None:
+    """Per matrix: the builder's configuration and time, the fastest and its time."""
+    print(f"  {'matvec':<36} {'builder':<22} {'us':>8}   {'fastest':<22} {'us':>8} {'speedup':>8}")
+    for mat in dict.fromkeys(t.matrix for t in timings):
+        mine = [t for t in timings if t.matrix == mat]
+        builder, best = mine[0], min(mine, key=lambda t: t.seconds)
+        print(f"  {mat.name + ' ' + mat.wtype.name + f' {mat.m}x{mat.k}':<36} {builder.config:<22} "
+              f"{builder.seconds * 1e6:8.1f}   {best.config:<22} {best.seconds * 1e6:8.1f} "
+              f"{builder.seconds / best.seconds:7.2f}x")
 
 
 def tiles_name(t) -> str:
@@ -253,6 +315,15 @@ def main(argv=None) -> None:
     ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
                     "of the model's")
     ap.add_argument("--tpr", default="", help="matvec threads per row, comma-separated (default: the builder's)")
+    ap.add_argument("--reduction", default="", help="matvec reductions, comma-separated: sg (subgroup operations), "
+                    "wg (workgroup memory); default: the device's choice")
+    ap.add_argument("--workgroup", default="", help="matvec invocations per workgroup, comma-separated powers of two "
+                    f"<= {matmul.WORKGROUP} (default: {matmul.WORKGROUP})")
+    ap.add_argument("--units", default="", help="matvec units per thread per loop iteration, comma-separated: 1, 2 "
+                    "(default: 1)")
+    ap.add_argument("--sweep", action="store_true", help="matvec: time every reduction the device has, TPR 4..256, "
+                    "workgroups 64, 128, 256 and 1 or 2 units per iteration (a list given above replaces its part), "
+                    "then print a table")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
 
@@ -268,18 +339,21 @@ def main(argv=None) -> None:
     halves = [v == "f16" for v in variants if v == "f32" or "shader-f16" in device.features]
     if "f16" in args.variants and "shader-f16" not in device.features:
         print("no shader-f16 on this adapter: the f16 variant is skipped")
-    tprs = [int(v) for v in args.tpr.split(",") if v]
+    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.units, args.sweep)
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))
     for key in MODELS if args.model == "all" else [args.model]:
         model = MODELS[key]
         print(f"{model.name}:")
+        timings = []
         for mat in model.matrices:
             if args.wtype:
                 mat = replace(mat, wtype=T[args.wtype.upper()])
             if not names or mat.name in names:
-                bench_matrix(bench, mat, args.rows, only, tiles, tprs, halves, rng)
+                timings += bench_matrix(bench, mat, args.rows, only, tiles, configs, halves, rng)
+        if len(configs) > 1 and timings:
+            sweep_table(timings)
         if "attention" in only:
             at = batched.attention_tiles(lim, model.head_dim)
             print(f"  attention: {at.block_q} query rows x {at.block_kv} keys per tile, "

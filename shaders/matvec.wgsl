@@ -10,11 +10,15 @@
 //   NORM        x is first RMS-normalized and scaled by `norm_w` (K,), with EPS: the
 //               block's RMSNorm fused in, so it costs no dispatch of its own. Every
 //               workgroup recomputes the (cheap) sum of squares of x.
+//   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
+//   TWO_UNITS   each thread decodes two units per loop iteration (more loads in flight)
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
-// the workgroup sums each row's partials in workgroup memory. Workgroup ids may be 2-D
-// (more than 65535 workgroups): they are flattened row-major.
+// each row's partial sums are added (`row_sum`): in workgroup memory, log2(TPR) barriers;
+// with SUBGROUPS by a butterfly of subgroup shuffles, plus one barrier where a row spans
+// several subgroups. Workgroup ids may be 2-D (more than 65535 workgroups): they are
+// flattened row-major.
 #include "quant.wgsl"
 #include "reduce.wgsl"
 #ifdef GLU
@@ -81,11 +85,6 @@ fn x4(e: u32) -> vec4<f32> {
 @group(0) @binding(NORM_BINDING) var<storage, read> norm_w: array<X_TYPE>;  // (K,)
 #endif
 
-var<workgroup> partial: array<f32, WG>;
-#ifdef GLU
-var<workgroup> partial_up: array<f32, WG>;
-#endif
-
 #include "weights.wgsl"
 
 // dot of 4 weights with x[e .. e+3], elements past the row masked (float rows of any length)
@@ -104,8 +103,70 @@ fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
          + group_dot(v[2], group_elem(u, 2u)) + group_dot(v[3], group_elem(u, 3u));
 }
 
+// What a thread sums for its row: the dot product, or the GLU's (gate, up) pair side by side
+#ifdef GLU
+alias Sums = vec2<f32>;
+
+fn unit_sums(row_byte: u32, u: u32) -> Sums {
+    return Sums(unit_dot(0u, row_byte, u), unit_dot(1u, row_byte, u));
+}
+#else
+alias Sums = f32;
+
+fn unit_sums(row_byte: u32, u: u32) -> Sums {
+    return unit_dot(0u, row_byte, u);
+}
+#endif
+
+// row_sum(value): the sum of `value` over the TPR threads of lid's row, in the row's lane 0
+// (with SUBGROUPS in every lane). Call from uniform control flow.
+#ifdef SUBGROUPS
+// A row's lanes are an aligned run of TPR invocations, and subgroups are aligned runs of
+// sg_size (reduce.wgsl): a butterfly over xor offsets below min(TPR, sg_size) adds within
+// one row, never across the rows sharing a subgroup. A row wider than a subgroup then adds
+// its TPR / sg_size subgroup sums through workgroup memory.
+var<workgroup> row_partial: array<Sums, WG / 4u>;   // one per subgroup (of 4 or more)
+
+fn row_sum(lid: u32, sg_size: u32, value: Sums) -> Sums {
+    var sum = value;
+    for (var s = 1u; s < min(TPR, sg_size); s <<= 1u) {
+        sum += subgroupShuffleXor(sum, s);
+    }
+    if (TPR > sg_size) {
+        if (lid % sg_size == 0u) {
+            row_partial[lid / sg_size] = sum;
+        }
+        workgroupBarrier();
+        let first = lid / TPR * (TPR / sg_size);
+        sum = row_partial[first];
+        for (var i = 1u; i < TPR / sg_size; i++) {
+            sum += row_partial[first + i];
+        }
+    }
+    return sum;
+}
+#else
+var<workgroup> row_partial: array<Sums, WG>;
+
+fn row_sum(lid: u32, value: Sums) -> Sums {
+    let lane = lid % TPR;
+    row_partial[lid] = value;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            row_partial[lid] += row_partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    return row_partial[lid];
+}
+#endif
+
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32,
+#ifdef SUBGROUPS
+        @builtin(subgroup_size) sg_size: u32,
+#endif
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let lane = lid % TPR;
@@ -118,41 +179,38 @@ fn main(@builtin(local_invocation_index) lid: u32,
         let v = select(vec4<f32>(0.0), x_raw(e), vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
         squares += dot(v, v);
     }
+#ifdef SUBGROUPS
+    inv_rms = inverseSqrt(workgroup_sum(lid, sg_size, squares) / f32(K) + EPS);
+#else
     inv_rms = inverseSqrt(workgroup_sum(lid, squares) / f32(K) + EPS);
 #endif
+#endif
 
-    var acc = 0.0;
-    var acc_up = 0.0;
+    var acc = Sums(0.0);
     if (r < M) {
         let row_byte = r * ROW_BYTES;
-        for (var u = lane; u < UNITS_PER_ROW; u += TPR) {
-            acc += unit_dot(0u, row_byte, u);
-#ifdef GLU
-            acc_up += unit_dot(1u, row_byte, u);
+        var u = lane;
+#ifdef TWO_UNITS
+        for (; u + TPR < UNITS_PER_ROW; u += 2u * TPR) {   // both units' loads in flight at once
+            let first = unit_sums(row_byte, u);
+            acc += first + unit_sums(row_byte, u + TPR);
+        }
 #endif
+        for (; u < UNITS_PER_ROW; u += TPR) {
+            acc += unit_sums(row_byte, u);
         }
     }
-
-    partial[lid] = acc;
-#ifdef GLU
-    partial_up[lid] = acc_up;
+#ifdef SUBGROUPS
+    let sums = row_sum(lid, sg_size, acc) * inv_rms;
+#else
+    let sums = row_sum(lid, acc) * inv_rms;
 #endif
-    workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            partial[lid] += partial[lid + s];
-#ifdef GLU
-            partial_up[lid] += partial_up[lid + s];
-#endif
-        }
-        workgroupBarrier();
-    }
 
     if (lane == 0u && r < M) {
-        var y = SCALE * partial[lid] * inv_rms;
 #ifdef GLU
-        let gate = partial[lid] * inv_rms;
-        y = SCALE * glu_act(vec4<f32>(gate)).x * partial_up[lid] * inv_rms;
+        var y = SCALE * glu_act(vec4<f32>(sums.x)).x * sums.y;
+#else
+        var y = SCALE * sums;
 #endif
 #ifdef BIAS
         y += bias[r];

@@ -1,16 +1,40 @@
 // The sum over the workgroup of one value per invocation; every invocation gets the total.
-// The including shader declares `const WG` (a power of two) and
-// `var<workgroup> partial: array<f32, WG>`; call from uniform control flow.
+// The including shader declares `const WG` (a power of two); call from uniform control flow.
+//
+// Flag SUBGROUPS (the device has the feature): each subgroup adds with subgroupAdd, its first
+// invocation leaves the sum in workgroup memory, and one barrier later everyone adds those;
+// the caller passes the `subgroup_size` builtin. Subgroups are taken to be consecutive runs
+// of local_invocation_index (as on Vulkan, D3D12 and Metal for a 1-D workgroup).
+#ifdef SUBGROUPS
+var<workgroup> subgroup_sums: array<f32, WG / 4u>;   // WebGPU subgroups have 4 to 128 invocations
+
+fn workgroup_sum(lid: u32, sg_size: u32, value: f32) -> f32 {
+    let sum = subgroupAdd(value);
+    if (lid % sg_size == 0u) {
+        subgroup_sums[lid / sg_size] = sum;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < (WG + sg_size - 1u) / sg_size; i++) {   // one subgroup where WG < sg_size
+        total += subgroup_sums[i];
+    }
+    workgroupBarrier();   // everyone has read them before `subgroup_sums` is written again
+    return total;
+}
+#else
+var<workgroup> sum_partial: array<f32, WG>;
+
 fn workgroup_sum(lid: u32, value: f32) -> f32 {
-    partial[lid] = value;
+    sum_partial[lid] = value;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         if (lid < s) {
-            partial[lid] += partial[lid + s];
+            sum_partial[lid] += sum_partial[lid + s];
         }
         workgroupBarrier();
     }
-    let total = partial[0];
-    workgroupBarrier();   // everyone has read it before `partial` is used again
+    let total = sum_partial[0];
+    workgroupBarrier();   // everyone has read it before `sum_partial` is used again
     return total;
 }
+#endif

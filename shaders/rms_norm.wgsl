@@ -14,8 +14,6 @@
 @group(0) @binding(2) var<storage, read_write> out: array<f32>; // (rows, N)
 @group(0) @binding(3) var<uniform> step: Step;
 
-var<workgroup> partial: array<f32, WG>;
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     if (wid.y >= step.n_tokens) {

@@ -42,7 +42,6 @@ const WG = 64u;
 #include "rope_rotate.wgsl"
 
 var<workgroup> row: array<f32, HEAD_DIM>;
-var<workgroup> partial: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

@@ -3,7 +3,8 @@
 The references are gguf.quants.dequantize of the same raw bytes (bit-exact with ggml).
 Shapes include row counts that are not multiples of the rows per workgroup, float rows
 of odd length (f16 rows at 2-byte offsets, a ragged last unit), and long rows that take
-a whole workgroup."""
+a whole workgroup. The matvec tests run both reductions (`reduction`): workgroup memory
+("wg") and subgroup operations ("sg", where the device has them)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,6 +36,14 @@ def block_of(t):
     return GGML_QUANT_SIZES[t][0]
 
 
+@pytest.fixture(params=[False, True], ids=["wg", "sg"])
+def subgroups(request, gpu):
+    """The matvec's reduction: workgroup memory (False) or subgroup operations (True)."""
+    if request.param and "subgroups" not in gpu.device.features:
+        pytest.skip("this device has no subgroups")
+    return request.param
+
+
 def shapes(t):
     """(m, k) cases for a type: one block, a few, many (a whole workgroup per row)."""
     block = block_of(t)
@@ -46,14 +55,15 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU):
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act)
+    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
+              workgroup=workgroup, two_units=two_units)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -74,6 +84,8 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
         want = want + out0
     dispatch = matmul.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
                              Binding(upload(gpu, x_gpu, "x")), **kw)
+    if subgroups is not None:
+        assert dispatch.label.endswith(" sg") == subgroups
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
 
@@ -83,31 +95,31 @@ def check_matvec(got, want, magnitude, what):
 
 
 @pytest.mark.parametrize("t", TYPES, ids=IDS)
-def test_matvec_shapes(gpu, t):
+def test_matvec_shapes(gpu, t, subgroups):
     rng = np.random.default_rng(int(t))
     for m, k in shapes(t):
-        got, want, mag = matvec_case(gpu, t, m, k, rng)
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups)
         check_matvec(got, want, mag, f"{t.name} m={m} k={k}")
 
 
 @pytest.mark.parametrize("t", TYPES, ids=IDS)
-def test_matvec_variants(gpu, t):
+def test_matvec_variants(gpu, t, subgroups):
     rng = np.random.default_rng(100 + int(t))
     m, k = shapes(t)[2]
-    got, want, mag = matvec_case(gpu, t, m, k, rng, scale=0.375, bias=True, accumulate=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, scale=0.375, bias=True, accumulate=True)
     check_matvec(got, want, mag, f"{t.name} scale+bias+accumulate")
-    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, glu=True)
     check_matvec(got, want, mag * mag, f"{t.name} glu")
-    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True, scale=2.0, accumulate=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, glu=True, scale=2.0, accumulate=True)
     check_matvec(got, want, mag * mag, f"{t.name} glu+scale+accumulate")
-    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, bias=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, norm=True, bias=True)
     check_matvec(got, want, mag, f"{t.name} norm+bias")
-    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, glu=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, norm=True, glu=True)
     check_matvec(got, want, mag * mag, f"{t.name} norm+glu")
     # GeGLU (Gemma); gates of |x| up to tens, where GELU saturates to x and -0
-    got, want, mag = matvec_case(gpu, t, m, k, rng, glu=True, act=FFN_GELU)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, glu=True, act=FFN_GELU)
     check_matvec(got, want, mag * mag, f"{t.name} geglu")
-    got, want, mag = matvec_case(gpu, t, m, k, rng, norm=True, glu=True, act=FFN_GELU, scale=2.0, accumulate=True)
+    got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, norm=True, glu=True, act=FFN_GELU, scale=2.0, accumulate=True)
     check_matvec(got, want, mag * mag, f"{t.name} norm+geglu+scale+accumulate")
 
 
@@ -127,16 +139,53 @@ def test_matvec_single_flags(gpu, variant):
 
 
 @pytest.mark.parametrize("tpr", [4, 8, 16, 32, 64, 128, 256])
-def test_matvec_threads_per_row(gpu, tpr):
+def test_matvec_threads_per_row(gpu, tpr, subgroups):
+    """Rows narrower than a subgroup (several per subgroup, which must not mix), as wide as one,
+    and spanning several; with the fused norm's workgroup sum and a GLU's pair of sums."""
     rng = np.random.default_rng(tpr)
-    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr)
+    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr, subgroups=subgroups)
     check_matvec(got, want, mag, f"tpr={tpr}")
+    got, want, mag = matvec_case(gpu, T.Q4_0, 70, 4096, rng, tpr=tpr, subgroups=subgroups, norm=True, glu=True)
+    check_matvec(got, want, mag * mag, f"tpr={tpr} norm+glu")
+
+
+@pytest.mark.parametrize("workgroup,tpr", [(4, 4), (32, 8), (64, 64), (128, 4)])
+def test_matvec_workgroup_size(gpu, workgroup, tpr, subgroups):
+    """Workgroups smaller than 256 (and than a subgroup), one row or many each; the fused norm."""
+    rng = np.random.default_rng(workgroup)
+    got, want, mag = matvec_case(gpu, T.Q8_0, 75, 1024, rng, tpr=tpr, workgroup=workgroup, subgroups=subgroups,
+                                 norm=True)
+    check_matvec(got, want, mag, f"workgroup={workgroup} tpr={tpr}")
+
+
+@pytest.mark.parametrize("tpr", [4, 16, 32])
+def test_matvec_two_units(gpu, tpr, subgroups):
+    """Two units per thread per iteration: rows of 48 units (an even and an odd number per
+    thread, or fewer than two), a GLU's pair, and a float row with a ragged last unit."""
+    rng = np.random.default_rng(50 + tpr)
+    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr, subgroups=subgroups, two_units=True, glu=True)
+    check_matvec(got, want, mag * mag, f"tpr={tpr} two units glu")
+    got, want, mag = matvec_case(gpu, T.F16, 67, 1001, rng, tpr=tpr * 4, subgroups=subgroups, two_units=True)
+    check_matvec(got, want, mag, f"tpr={tpr * 4} two units f16")
+
+
+def test_matvec_knobs_checked(gpu):
+    buf = Binding(gpu.device.buffer(4096, "x"))
+    for workgroup, tpr in [(48, 4), (512, 4), (32, 64)]:
+        with pytest.raises(ValueError, match="expected a power of two"):
+            matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, tpr=tpr,
+                          workgroup=workgroup)
+    no_subgroups = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
+    with pytest.raises(ValueError, match="no subgroups"):
+        matmul.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, subgroups=True)
+    d = matmul.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4)
+    assert d.label == "matvec Q8_0 4x32"
 
 
 def test_matvec_2d_dispatch(gpu):
     """More workgroups than one dimension allows: the grid becomes (x, y), rows flattened."""
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroups_per_dimension=5)
-    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits)
+    small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits, features=gpu.device.features)
     rng = np.random.default_rng(3)
     got, want, mag = matvec_case(gpu, T.Q8_0, 300, 64, rng, device=small)   # 38 workgroups of 8 rows
     check_matvec(got, want, mag, "2-D")
@@ -171,7 +220,7 @@ def test_row_tiles_too_small(gpu):
 
 @pytest.mark.parametrize("glu,act", [(False, FFN_SILU), (True, FFN_SILU), (True, FFN_GELU)],
                          ids=["bias", "glu", "geglu"])
-def test_matvec_tiled(gpu, glu, act):
+def test_matvec_tiled(gpu, glu, act, subgroups):
     """A matrix bigger than a (forced small) binding limit, bound in aligned row tiles."""
     t, m, k = T.Q4_0, 300, 64                   # 36-byte rows: tiles of 64 rows
     limits = small_limits(gpu, 4096)
@@ -190,7 +239,8 @@ def test_matvec_tiled(gpu, glu, act):
         want = want + b
     out = gpu.device.buffer(4 * m, "out")
     dispatches = matmul.matvec_tiled(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw)),
-                                     Binding(upload(gpu, x)), wtype=t, k=k, m=m, limits=limits, **kw)
+                                     Binding(upload(gpu, x)), wtype=t, k=k, m=m, limits=limits,
+                                     subgroups=subgroups, **kw)
     assert len(dispatches) == 5
     got = run(gpu, dispatches, out, m)
     mag = np.abs(w) @ np.abs(x)

@@ -49,18 +49,28 @@ def units_per_row(wtype: int, k: int) -> int:
     return -(-k // UNIT_ELEMS)
 
 
-def threads_per_row(wtype: int, k: int, m: int) -> int:
-    """Threads per row, a power of two up to WORKGROUP (WORKGROUP / tpr rows per
+def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
+    """Threads per row, a power of two up to `workgroup` (workgroup / tpr rows per
     workgroup): about 2^18 threads in all, no more than the row has units, and at
     least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
 
     Measured on an H200 (wgpu/Vulkan): tall matrices (an LM head) run best with few threads
-    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row."""
+    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row.
+    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
     units = units_per_row(wtype, k)
     tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
-    while tpr < WORKGROUP and tpr * 2 * m <= 1 << 18 and tpr * 2 <= units:
+    while tpr < workgroup and tpr * 2 * m <= 1 << 18 and tpr * 2 <= units:
         tpr *= 2
     return tpr
+
+
+def use_subgroups(device, wanted: bool | None) -> bool:
+    """Whether a kernel reduces with subgroup operations: `wanted`, or (None) where the device
+    has the `subgroups` feature."""
+    has = "subgroups" in device.features
+    if wanted and not has:
+        raise Unsupported("this device has no subgroups")
+    return has if wanted is None else wanted
 
 
 def _groups(n: int, limits) -> tuple[int, int, int]:
@@ -75,23 +85,33 @@ def _groups(n: int, limits) -> tuple[int, int, int]:
 def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-           tpr: int | None = None, act: str = FFN_SILU) -> Dispatch:
+           tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
+           workgroup: int = WORKGROUP, two_units: bool = False) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
     With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
     block fused into its first matvec.
 
-    `tpr` overrides the threads per row (a power of two <= 256), for tuning."""
+    Tuning knobs: `tpr` overrides the threads per row (a power of two <= workgroup);
+    `subgroups` picks the reduction: subgroup operations (True) or workgroup memory (False),
+    None: subgroups where the device has them; `workgroup`: invocations per workgroup (a
+    power of two <= 256; workgroup / tpr rows each); `two_units`: each thread decodes two
+    units per loop iteration."""
     t = _type(wtype)
     if w_up is not None and bias is not None:
         raise Unsupported("matvec: GLU with a bias is not supported")
     gelu = gelu_flag(act, w_up)
-    tpr = tpr or threads_per_row(t, k, m)
-    rows = WORKGROUP // tpr
+    subgroups = use_subgroups(device, subgroups)
+    tpr = tpr or threads_per_row(t, k, m, workgroup)
+    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
+        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
+                              f"(expected a power of two from {tpr} to {WORKGROUP})")
+    rows = workgroup // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
                    **flags(**{t.name: True, "X_VEC4": k % 4 == 0, "BIAS": bias is not None,
-                               "ACCUMULATE": accumulate, "GLU": w_up is not None, "GELU": gelu}))
+                               "ACCUMULATE": accumulate, "GLU": w_up is not None, "GELU": gelu,
+                               "SUBGROUPS": subgroups, "TWO_UNITS": two_units}))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
@@ -101,7 +121,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
-        + (" +=" if accumulate else "")
+        + (" +=" if accumulate else "") + (" sg" if subgroups else "")
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
     reads = weight_bytes + 4 * k * (2 if norm is not None else 1) + 4 * m * ((bias is not None) + accumulate)
     return kernels.dispatch("matvec.wgsl", bindings, _groups(-(-m // rows), device.limits), label,
@@ -152,21 +172,23 @@ def _check_aligned(what: str, b: Binding, limits) -> None:
 def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-                 limits=None, act: str = FFN_SILU) -> list[Dispatch]:
+                 limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
+                 workgroup: int = WORKGROUP, two_units: bool = False) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
-    bound at the tile's rows. `limits` defaults to the device's."""
+    bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
+    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
-                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, act=act)]
+                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
     for what, b in (("w", w), ("w_up", w_up), ("out", out), ("bias", bias)):
         if b is not None:
             _check_aligned(what, b, limits)
     rb = row_bytes(wtype, k)
     return [matvec(kernels, device, _rows(out, start * 4, n * 4), _rows(w, start * rb, n * rb), x,
                    wtype=wtype, k=k, m=n, scale=scale, bias=_rows(bias, start * 4, n * 4),
-                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps, act=act)
+                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps, **knobs)
             for start, n in tiles]
 
 
