@@ -251,8 +251,8 @@ def print_table(title: str, table: dict, halves: list) -> None:
 
 SWEEP_BK = (16, 32, 64, 128)
 SWEEP_SHAPES = {   # (tile_m, tile_t, rm, rt) beyond the builder's tables
-    False: [(128, 64, 8, 8), (64, 128, 4, 8)],
-    True: [(64, 64, 4, 8), (128, 64, 8, 8)],
+    False: [(128, 64, 8, 8), (64, 128, 4, 8), (64, 32, 4, 4), (32, 64, 4, 4), (32, 32, 4, 4)],
+    True: [(64, 64, 4, 8), (128, 64, 8, 8), (64, 64, 4, 4), (32, 32, 4, 4), (16, 64, 4, 4)],
 }
 
 
