@@ -10,6 +10,8 @@ import pytest
 from cera.device import Binding
 from cera.engine import Engine
 from cera.gpu import layers
+from cera.gpu.model import greedy_batches
+from cera.gpu.state import GREEDY_BATCH
 from cera.sampling import Sampler, TopK
 from gpu_util import read, submit, upload, zeros
 
@@ -183,7 +185,8 @@ def test_gpu_samples_as_the_reference_and_repeats(model, device, settings):
 
 
 def test_a_step_reads_back_only_what_the_sampler_needs(model, device, monkeypatch):
-    """Greedy: the 4-byte argmax. Top-k sampling: the k + w candidates and the w watched logits,
+    """Greedy: the 4-byte argmax of each token (the prompt's, then a greedy batch's tokens at
+    once), never logits. Top-k sampling: the k + w candidates and the w watched logits,
     never the row (4 * vocab bytes)."""
     engine = asyncio.run(Engine.load(model, device, ctx=64))
     sizes, run = [], device.run
@@ -194,7 +197,7 @@ def test_a_step_reads_back_only_what_the_sampler_needs(model, device, monkeypatc
 
     monkeypatch.setattr(device, "run", spy)
     asyncio.run(engine.generate("hello", 8, stop_at_eos=False))
-    assert set(sizes) == {4}
+    assert sizes == [4] + [4 * n for n in greedy_batches(7, GREEDY_BATCH)]
     sizes.clear()
     sampler = Sampler(temperature=0.8, top_k=10, repeat_penalty=1.2, penalty_last_n=4, seed=0)
     asyncio.run(engine.generate("hello", 8, stop_at_eos=False, sampler=sampler))

@@ -16,7 +16,7 @@ from cera.config import ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
 from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type, stacked_parts
-from cera.gpu.state import Activations, State
+from cera.gpu.state import Activations, GreedyChain, State
 
 DEFAULT_ALIGNMENT = 256   # WebGPU's default minStorageBufferOffsetAlignment, when no adapter is known
 
@@ -36,7 +36,8 @@ class Footprint:
     ctx: int
     chunk: int                    # rows of a prefill chunk (1: prompts run through the decode plan)
     weights: dict[str, int]
-    state: dict[str, int]         # KV caches, conv states, Step uniform, token ids, logits, scratch
+    state: dict[str, int]         # KV caches, conv states, Step uniform, token ids, logits, scratch,
+                                  # the greedy chain's records
     activations: dict[str, int]   # per row count: "x@1", "x@512", ...
     fallbacks: tuple[Fallback, ...]
 
@@ -82,7 +83,7 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     activations = {f"{name}@{rows}": 4 * math.prod(shape)
                    for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
-    return Footprint(ctx, chunk, weights, sized(State.sizes(cfg, ctx, chunk)), sized(activations), fallbacks)
+    return Footprint(ctx, chunk, weights, sized(State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg)), sized(activations), fallbacks)
 
 
 def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:

@@ -32,7 +32,7 @@ from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpa
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
                            greedy_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
-from cera.gpu.state import Activations, GreedyChain, State, f32_buffer, pack_step
+from cera.gpu.state import GREEDY_BATCH, Activations, GreedyChain, State, f32_buffer, pack_step
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
@@ -40,13 +40,6 @@ from cera.sampling import Candidates, TopK
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
-# Decode steps per greedy submission. A submission costs the host a fixed amount beyond encoding
-# its dispatches (command encoder, submit, a readback mapped and awaited, the Python between), and
-# with one submission in flight ahead the GPU idles whenever that turnaround outlasts the queued
-# work; 8 steps cut that fixed cost per token by 8x and queue 8 steps of GPU work ahead. A stop
-# (EOS, a stop string) wastes what is in flight, up to 2 * 8 - 1 steps, and tokens reach the caller
-# 8 at a time: more would buy little (the fixed cost is already an eighth) for more of both.
-GREEDY_BATCH = 8
 
 
 @dataclass
@@ -75,7 +68,7 @@ class GpuModel:
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
-        self.chain = GreedyChain.allocate(device, cfg, GREEDY_BATCH)   # greedy batches' records and tokens
+        self.chain = GreedyChain.allocate(device, cfg)   # greedy batches' records and tokens
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
         if self.chunk > 1:
             self._act.append(Activations.allocate(device, cfg, self.chunk))
