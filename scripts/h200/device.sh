@@ -10,6 +10,7 @@
 #                                                     (dist/web), llama.cpp CUDA and Vulkan llama-bench if built
 #   bash scripts/h200/device.sh native X.hdr [...]    only the native bench and profile (another tree: run it
 #                                                     from that tree, with TAG=name to keep its files apart)
+#   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
 R=$(pwd)
@@ -36,6 +37,21 @@ native() {   # cera native: bench (512-token prompt, 128 tokens) and the decode 
   python3 -m cera plan -m /tmp/clones/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
     python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
     > $OUT/plan$TAG-$n.json
+}
+
+browser() {  # cera in Chromium: the page served from dist/web, driven by browser_bench.py
+  local n=$1 C=/opt/chr/chromium/chromium
+  local flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr"
+  [ -f dist/web/index.html ] && [ -x $C ] || { echo "no dist/web or no Chromium: browser bench of $n skipped"; return; }
+  ln -sf /tmp/clones/$n.gguf dist/web/$n.gguf
+  LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
+    python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
+    > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
+}
+
+serve() {    # dist/web on 127.0.0.1:8765 in the background; its pid in SRV
+  mkdir -p dist/web
+  (cd dist/web && exec python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/http.log 2>&1) & SRV=$!
 }
 
 case $phase in
@@ -75,19 +91,21 @@ native)
   for n in $(clones "$@"); do native $n; done
   python3 "$HERE/table.py" "$OUT" $(clones "$@")
   ;;
+browser)
+  names=$(clones "$@")
+  serve
+  for n in $names; do browser $n; done
+  kill $SRV
+  python3 "$HERE/table.py" "$OUT" $names
+  ;;
 bench)
   python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
   names=$(clones "$@")
-  mkdir -p dist/web && for n in $names; do ln -sf /tmp/clones/$n.gguf dist/web/$n.gguf; done
-  (cd dist/web && exec python3 -m http.server 8765 --bind 127.0.0.1 >/tmp/http.log 2>&1) & SRV=$!
-  C=/opt/chr/chromium/chromium
-  flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr"
+  serve
   for i in $(seq 60); do [ -e /tmp/lc/done ] || [ ! -d /tmp/lc ] && break; sleep 10; done   # a background build
   for n in $names; do
     native $n
-    [ -f dist/web/index.html ] && [ -x $C ] && LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
-      python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
-      > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
+    browser $n
     for b in cuda vk; do
       L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
       [ -x $L ] && $L -m /tmp/clones/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null

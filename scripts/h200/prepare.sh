@@ -41,7 +41,7 @@ if [ ! -s $H/chra ]; then      # Chromium as installed here (scripts/setup.sh), 
     resources.pak snapshot_blob.bin v8_context_snapshot.bin $t/chr/chromium/)
   mkdir -p $t/chr/root && cp -r --parents /etc/fonts /usr/share/fonts/truetype/dejavu $t/chr/root/
   tar cf - -C $t chr | xz -T0 -6 > $t/chr.tar.xz
-  split -b 40m -a 1 $t/chr.tar.xz $H/chr
+  split -b 44m -a 1 $t/chr.tar.xz $H/chr
   sha256sum $t/chr.tar.xz | cut -d' ' -f1 > $H/chr.sha256
   rm -rf $t
 fi
