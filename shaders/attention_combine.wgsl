@@ -1,9 +1,5 @@
 // Decode attention, split-KV, pass 2 of 2: merge the partials attention.wgsl left per split
-// into the normalized output. For row t (position p = step.pos + t) and head h, over the live
-// splits s = first_key(p) / SPLIT .. p / SPLIT, with M = max_s m_s:
-//   out[t, h, :] = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s
-// Splits past p or wholly before the window (stale records of earlier tokens or layers) are
-// never read.
+// into the normalized output (attention_merge.wgsl says how).
 //
 // Dispatch (N_HEADS, max rows, 1). Invocation (part, c) = (lid / D4, lid % D4) merges the
 // splits part, part + CP, ... of vec4 column c with an online rescale; the CP partial merges
@@ -13,13 +9,10 @@
 // flag VEC4 (HEAD_DIM % 4 == 0: out moves as vec4). Bindings: scratch (rows, N_SPLITS,
 // N_HEADS, 1 + D4) vec4 as attention.wgsl wrote it, out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
-#include "attention_window.wgsl"
+#include "attention_merge.wgsl"
 
-const D4 = (HEAD_DIM + 3u) / 4u;     // vec4 columns of a head
-const REC = 1u + D4;                 // vec4 per scratch record
-const CP = min(16u, MAX_WG / D4);      // split stripes
+const CP = min(16u, MAX_WG / D4);    // split stripes
 const WG = CP * D4;
-const NEG_BIG = -3.0e38;
 
 @group(0) @binding(0) var<storage, read> scratch: array<vec4<f32>>;
 #ifdef VEC4
@@ -40,25 +33,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;   // uniform: whole workgroup
     }
     let h = wid.x;
-    let n_live = (step.pos + t) / SPLIT + 1u;   // splits holding keys 0..p ...
-    let s0 = first_key(step.pos + t) / SPLIT;    // ... of which those from s0 on hold seen keys
     let c = lid % D4;
-    var m = NEG_BIG;
-    var l = 0.0;
-    var acc = vec4<f32>(0.0);
-    for (var s = s0 + lid / D4; s < n_live; s += CP) {
-        let rec = ((t * N_SPLITS + s) * N_HEADS + h) * REC;
-        let ml = scratch[rec];                  // (m_s, l_s, 0, 0)
-        let m_new = max(m, ml.x);
-        let a = exp(m - m_new);
-        let b = exp(ml.x - m_new);
-        acc = acc * a + scratch[rec + 1u + c] * b;
-        l = l * a + ml.y * b;
-        m = m_new;
-    }
-    part_m[lid] = m;
-    part_l[lid] = l;
-    part_o[lid] = acc;
+    let live = split_range(t);
+    let mine = merge_splits(t, h, c, live.x + lid / D4, CP, live.y);
+    part_m[lid] = mine.m;
+    part_l[lid] = mine.l;
+    part_o[lid] = mine.o;
     workgroupBarrier();
     if (lid >= D4) {
         return;

@@ -12,6 +12,11 @@
 //               workgroup recomputes the (cheap) sum of squares of x.
 //   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
 //   TWO_UNITS   each thread decodes two units per loop iteration (more loads in flight)
+//   MERGE       x is decode attention's output, merged by each workgroup from the per-split
+//               partials attention.wgsl left (bound in x's place as `scratch`, with `step`
+//               at @binding(STEP_BINDING); attention_merge.wgsl) into workgroup memory: the
+//               output projection with attention's combine folded in. K = N_HEADS * HEAD_DIM,
+//               HEAD_DIM a multiple of 4; not with GLU or NORM.
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
@@ -32,6 +37,15 @@ const SCALE = 1.0f;
 const WG = ROWS * TPR;
 
 // x is read 4 elements at a time: as vec4 when K allows (one load, one bounds check)
+#ifdef MERGE
+#include "common.wgsl"
+#include "attention_merge.wgsl"
+var<workgroup> xs: array<vec4<f32>, K / 4u>;        // attention's output, merged
+
+fn x_raw(e: u32) -> vec4<f32> {
+    return xs[e >> 2u];
+}
+#else
 #ifdef X_VEC4
 alias X_TYPE = vec4<f32>;
 
@@ -57,6 +71,7 @@ fn norm4(e: u32) -> vec4<f32> {
 }
 #endif
 #endif
+#endif
 
 // x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
 // factor is applied once, to the row sums)
@@ -74,7 +89,12 @@ fn x4(e: u32) -> vec4<f32> {
 @group(0) @binding(2) var<storage, read> x: array<X_TYPE>;           // (K,)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (M,)
 #else
+#ifdef MERGE
+@group(0) @binding(1) var<storage, read> scratch: array<vec4<f32>>;  // attention's partials
+@group(0) @binding(STEP_BINDING) var<uniform> step: Step;
+#else
 @group(0) @binding(1) var<storage, read> x: array<X_TYPE>;           // (K,)
+#endif
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;      // (M,)
 #ifdef BIAS
 @group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
@@ -171,6 +191,15 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let lane = lid % TPR;
     let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
+
+#ifdef MERGE
+    let live = split_range(0u);
+    for (var i = lid; i < K / 4u; i += WG) {   // head i / D4, vec4 column i % D4
+        let merged = merge_splits(0u, i / D4, i % D4, live.x, 1u, live.y);
+        xs[i] = merged.o / merged.l;
+    }
+    workgroupBarrier();
+#endif
 
     var inv_rms = 1.0;
 #ifdef NORM

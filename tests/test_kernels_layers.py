@@ -2,13 +2,15 @@
 numpy oracles in cera.ops, on the native device (lavapipe here)."""
 import numpy as np
 import pytest
+from gguf.constants import GGMLQuantizationType as T
 
 from cera import ops
 from cera.device import Binding
 from cera.errors import InvalidArgument
-from cera.gpu import layers
+from cera.gpu import layers, matmul
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import assert_close, read, step_buffer, submit, upload, zeros
+from quantdata import random_rows
 
 
 rng = np.random.default_rng(1234)
@@ -186,6 +188,44 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     with pytest.raises(InvalidArgument, match="fused for one row"):
         layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                          n_kv_heads=n_kv_heads, max_ctx=max_ctx, rope=rope, max_tokens=2)
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,split,window,wtype", [
+    (64, 9, 3, layers.ATTENTION_SPLIT, 0, "F32"),   # SmolLM2's heads
+    (128, 12, 2, 16, 0, "Q4_K"),                     # Qwen2.5-1.5B's, more splits than merge threads
+    (256, 4, 1, layers.ATTENTION_SPLIT, 70, "Q8_0"),  # a sliding window across a split edge
+])
+def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_kv_heads, split, window, wtype):
+    """Decode's output projection reads attention's per-split partials (layers.Partials) and
+    merges them itself: out = W @ attention(q), against numpy's attention and the dequantized W;
+    unwritten scratch records and cache slots hold NaN and must not count."""
+    device, kernels = gpu.device, gpu.kernels
+    max_ctx, q_dim, m = 512, n_heads * head_dim, 96
+    raw, w = random_rows(T[wtype], m, q_dim, rng)
+    k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
+    scratch_bytes = layers.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx, split=split)
+    scratch = upload(gpu, np.full(scratch_bytes // 4, np.nan, np.float32))
+    qb, kc, vc, wb = zeros(gpu, q_dim), zeros(gpu, k_cache.shape), zeros(gpu, v_cache.shape), upload(gpu, raw)
+    out, step = zeros(gpu, m), device.buffer(STEP_BYTES, "step", uniform=True)
+    first, partials = layers.attention_partials(kernels, device, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+                                                n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split,
+                                                scratch=Binding(scratch, 0, scratch_bytes), window=window)
+    project = matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m)
+    assert project.label.endswith(" merge")
+    for pos in (400, 0, split - 1, split, 130):   # long first: shorter steps find stale records past them
+        q = randn(1, n_heads, head_dim, scale=2.0)
+        lo = max(0, pos - window + 1) if window else 0
+        for buf, cache in ((kc, k_cache), (vc, v_cache)):
+            live = np.full_like(cache, np.nan)
+            live[lo:pos + 1] = cache[lo:pos + 1]
+            device.write(buf, live.tobytes())
+        device.write(qb, q.tobytes())
+        device.write(step, pack_step(pos, 1))
+        submit(gpu, [first, project])
+        att = ops.attention(q, k_cache[:pos + 1], v_cache[:pos + 1], np.array([pos]), 1.0 / np.sqrt(head_dim), window)
+        assert_close(read(gpu, out, (m,)), w @ att.ravel(), 1e-4, 1e-4, f"merged projection pos {pos}")
+    with pytest.raises(ValueError, match="merging attention's partials"):
+        matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim + 4, m=m)
 
 
 def test_attention_errors(gpu):

@@ -23,9 +23,12 @@ def smollm2(device):
 def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2):
     g, cfg, model = smollm2
     plan, positions = model.plan(1), 512
-    # per layer: the stacked qkv matvec, attention (RoPE and the cache write fused in) and its
-    # combine, output, gate/up GLU, down; then embed, and the head + argmax
-    assert plan.dispatches == 6 * cfg.n_layers + 3
+    # per layer: the stacked qkv matvec, attention (RoPE and the cache write fused in), the
+    # output projection (merging attention's splits), gate/up GLU, down; then embed, head, argmax
+    assert plan.dispatches == 5 * cfg.n_layers + 3
+    assert [s.label.split(" ")[0] for s in plan.steps[1:6]] == ["matvec", "blk.0.attention", "matvec", "matvec",
+                                                                "matvec"]
+    assert plan.steps[3].label.endswith(" merge") and plan.steps[3].bindings[1].buffer.label == "attention_scratch"
     embedding = g.tensors["token_embd.weight"]
     weights = sum(t.nbytes for t in g.tensors.values() if t.name != "token_embd.weight")
     weights += embedding.nbytes + embedding.nbytes // embedding.shape[0]   # the tied head, one embedded row
@@ -62,6 +65,6 @@ def test_plan_cli_json():
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
-    assert plan["totals"]["dispatches"] == len(plan["steps"]) == 6 * 30 + 3
+    assert plan["totals"]["dispatches"] == len(plan["steps"]) == 5 * 30 + 3
     assert plan["totals"]["bytes_read"] == sum(s["bytes_read"] for s in plan["steps"])
     assert plan["steps"][-1]["kernel"].startswith("argmax") and "logits" in plan["steps"][-1]["bindings"]

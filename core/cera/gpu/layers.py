@@ -156,10 +156,62 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: 
     raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
 
 
-def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
-              n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
-              split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
-              window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0)) -> list[Dispatch]:
+@dataclass(frozen=True)
+class Partials:
+    """Decode attention's per-split partials (attention.wgsl's scratch) of one row, as a kernel
+    merging them binds and defines them (attention_merge.wgsl): attention_combine.wgsl, or a
+    matvec reading attention's output straight from them (matmul.matvec's x)."""
+    scratch: Binding
+    step: Binding
+    head_dim: int
+    n_heads: int
+    split: int
+    n_splits: int
+    window: int = 0
+
+    def defines(self) -> dict:
+        return dict(HEAD_DIM=self.head_dim, N_HEADS=self.n_heads, SPLIT=self.split, N_SPLITS=self.n_splits,
+                    **window_define(self.window))
+
+
+def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
+                       n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
+                       split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
+                       window: int = 0, rope: Rope | None = None,
+                       kv_offsets: tuple[int, int] = (0, 0)) -> tuple[Dispatch, Partials]:
+    """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
+    if head_dim > MAX_HEAD_DIM:
+        raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
+    if split < 1 or split & (split - 1) or split > WORKGROUP:
+        raise InvalidArgument(f"attention: split {split} must be a power of two up to {WORKGROUP}")
+    _check_heads(n_heads, n_kv_heads)
+    if rope is not None and max_tokens != 1:
+        raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    n_splits = attention_splits(max_ctx, split)
+    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None)
+    scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
+                                            max_tokens=max_tokens, split=split)
+    if scratch is None:
+        scratch = Binding(device.buffer(scratch_bytes, f"{label}.scratch"))
+    elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
+        raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
+    partials = Partials(scratch, step, head_dim, n_heads, split, n_splits, window)
+    shape = dict(MAX_WG=WORKGROUP, **partials.defines(), **flags(VEC4=head_dim % 4 == 0))
+    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim
+    bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
+    if rope is not None:
+        bindings += rope.bindings()
+        fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
+        reads, writes = q_bytes + 2 * kv_bytes, 2 * kv_bytes
+    return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
+                            label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
+                            reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
+                            SCALE=float(scale), HPW=hpw, **shape, **fused), partials
+
+
+def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
+              label: str = "attention", **kw) -> list[Dispatch]:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
     with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
     (splits wholly before the window are skipped by both passes).
@@ -175,39 +227,14 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int,
     max_tokens, splits past a row's position exiting at once; attention_combine.wgsl merges
     the live splits, n_heads x max_tokens workgroups. `scratch` holds the partials between
     them (attention_scratch_bytes); layers run in sequence, so a plan can share one scratch
-    across its layers. Without one the builder allocates its own."""
-    if head_dim > MAX_HEAD_DIM:
-        raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
-    if split < 1 or split & (split - 1) or split > WORKGROUP:
-        raise InvalidArgument(f"attention: split {split} must be a power of two up to {WORKGROUP}")
-    _check_heads(n_heads, n_kv_heads)
-    if rope is not None and max_tokens != 1:
-        raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    n_splits = attention_splits(max_ctx, split)
-    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None)
-    scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
-                                            max_tokens=max_tokens, split=split)
-    if scratch is None:
-        scratch = device.buffer(scratch_bytes, f"{label}.scratch")
-    elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
-        raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
-    shape = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, SPLIT=split, N_SPLITS=n_splits, MAX_WG=WORKGROUP,
-                 **window_define(window))
-    if head_dim % 4 == 0:
-        shape["VEC4"] = True
-    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim
-    bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
-    if rope is not None:
-        bindings += rope.bindings()
-        fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
-        reads, writes = q_bytes + 2 * kv_bytes, 2 * kv_bytes
-    return [kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
-                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
-                             reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
-                             SCALE=float(scale), HPW=hpw, **shape, **fused),
-            kernels.dispatch("attention_combine.wgsl", [scratch, out, step], (n_heads, max_tokens, 1),
-                             f"{label}.combine", writes=q_bytes, **shape)]
+    across its layers. Without one the builder allocates its own. (Decode skips the second
+    dispatch: its output projection merges the partials itself, attention_partials.)"""
+    first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, max_tokens=max_tokens,
+                                  label=label, **kw)
+    combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step], (p.n_heads, max_tokens, 1),
+                               f"{label}.combine", writes=4 * p.n_heads * p.head_dim * max_tokens, MAX_WG=WORKGROUP,
+                               **p.defines(), **flags(VEC4=p.head_dim % 4 == 0))
+    return [first, combine]
 
 
 def window_define(window: int) -> dict:

@@ -10,6 +10,7 @@ head) is split into row tiles bound at aligned offsets: `row_tiles`, `matvec_til
 from __future__ import annotations
 
 from math import gcd
+from typing import TYPE_CHECKING
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
@@ -17,6 +18,9 @@ from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding, Dispatch
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.kernels import flags
+
+if TYPE_CHECKING:
+    from cera.gpu.layers import Partials   # layers imports this module
 
 MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
                           T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
@@ -82,7 +86,7 @@ def _groups(n: int, limits) -> tuple[int, int, int]:
     return (-(-n // y), y, 1)
 
 
-def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
+def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
@@ -91,7 +95,9 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
     With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
-    block fused into its first matvec.
+    block fused into its first matvec. x may instead be decode attention's `layers.Partials`:
+    each workgroup merges them into attention's output first (the output projection with
+    attention's combine folded in; not with w_up or norm).
 
     Tuning knobs: `tpr` overrides the threads per row (a power of two <= workgroup);
     `subgroups` picks the reduction: subgroup operations (True) or workgroup memory (False),
@@ -114,16 +120,27 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int,
                                "SUBGROUPS": subgroups, "TWO_UNITS": two_units}))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    bindings = [w] + ([w_up] if w_up is not None else []) + [x, out] + ([bias] if bias is not None else [])
+    merge = not isinstance(x, Binding)   # layers.Partials
+    if merge:
+        if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
+            raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
+                              f"into a {m}x{k} matvec" + (" with a GLU or a norm" if w_up or norm else ""))
+        defines.update(MERGE=True, **x.defines())
+    bindings = [w] + ([w_up] if w_up is not None else []) + [x.scratch if merge else x, out] \
+        + ([bias] if bias is not None else [])
+    if merge:
+        defines["STEP_BINDING"] = len(bindings)
+        bindings.append(x.step)
     if norm is not None:
         if eps is None:
             raise Unsupported("matvec: a fused RMSNorm needs eps")
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
-        + (" +=" if accumulate else "") + (" sg" if subgroups else "")
+        + (" +=" if accumulate else "") + (" sg" if subgroups else "") + (" merge" if merge else "")
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
-    reads = weight_bytes + 4 * k * (2 if norm is not None else 1) + 4 * m * ((bias is not None) + accumulate)
+    x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
+    reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
     return kernels.dispatch("matvec.wgsl", bindings, _groups(-(-m // rows), device.limits), label,
                             reads=reads, writes=4 * m, **defines)
 
@@ -169,7 +186,7 @@ def _check_aligned(what: str, b: Binding, limits) -> None:
                          f"{limits.min_storage_buffer_offset_alignment}: it cannot be tiled")
 
 
-def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding, *, wtype: int, k: int, m: int,
+def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
                  limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,

@@ -5,8 +5,9 @@
 short conv, then the FFN) and differ only in how a step runs for their row count, which their
 `Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
-                      one type are one stacked matvec; attention is split-KV (two dispatches),
-                      its first turning q and k (RoPE, QK-norm) and writing the cache itself
+                      one type are one stacked matvec; attention is split-KV, its pass turning
+                      q and k (RoPE, QK-norm) and writing the cache itself, and the output
+                      projection merges its splits (no combine dispatch): 5 dispatches a layer
   prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; RoPE and
                       the cache write, then one flash-style attention dispatch over the chunk's rows
 With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
@@ -94,9 +95,10 @@ class Builder:
         """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
         raise NotImplementedError
 
-    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> list[Step]:
-        """act.att = causal attention of rope(q) over layer i's cache, after rope(k) and v are
-        written to it at the step's positions."""
+    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> tuple[list[Step], Binding | layers.Partials]:
+        """Causal attention of rope(q) over layer i's cache, after rope(k) and v are written to
+        it at the step's positions: (steps, what the output projection reads: act.att, or the
+        partials it merges itself)."""
         raise NotImplementedError
 
     # --- shared --------------------------------------------------------------------------
@@ -139,9 +141,9 @@ class Builder:
         the cache; rope with the layer's base and scale, attention within its window."""
         b = f"blk.{i}."
         steps, q, k, v = self.qkv(i)
-        steps += self.attend(i, q, k, v)
-        return steps + self.residual(self.weights.matrix(b + "attn_output.weight"), self.act.att,
-                                     b + "post_attention_norm.weight")
+        attend, att = self.attend(i, q, k, v)
+        return steps + attend + self.residual(self.weights.matrix(b + "attn_output.weight"), att,
+                                              b + "post_attention_norm.weight")
 
     def rope(self, i: int, qk_norm: bool = True) -> layers.Rope:
         """Layer i's RoPE, with the QK-norm before it where the model has one (unless not qk_norm)."""
@@ -182,7 +184,7 @@ class Builder:
             steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding, act=self.cfg.ffn_act)
         return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
 
-    def residual(self, m: Matrix, y: Binding, post_norm: str) -> list[Step]:
+    def residual(self, m: Matrix, y: Binding | layers.Partials, post_norm: str) -> list[Step]:
         """x += residual_scale * m y; with post-norms (gemma3), m y goes to xb and
         x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
         cfg, a = self.cfg, self.act
@@ -222,7 +224,8 @@ class Builder:
 
 
 class DecodeBuilder(Builder):
-    """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention with RoPE fused."""
+    """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention with RoPE fused,
+    its splits merged by the output projection."""
 
     def normed(self, x, norm):
         return [], x, norm   # each matvec fuses the norm
@@ -255,20 +258,26 @@ class DecodeBuilder(Builder):
         return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i, q, k, v):
-        """Where q, k, v are ranges of one buffer (the stacked matvec's), the attention dispatch
-        turns q and k itself and writes the cache (layers.attention's rope); else rope_kv first."""
+        """Split-KV attention's first pass, its partials left for the output projection to
+        merge (no combine dispatch). Where q, k, v are ranges of one buffer (the stacked
+        matvec's), that pass turns q and k itself and writes the cache (layers.attention's
+        rope); else rope_kv first. A head_dim not a multiple of 4 keeps the combine."""
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
                      label=f"blk.{i}.attention")
         caches = self.state.key_cache[i], self.state.value_cache[i], self.state.step
+        steps, q_in = [], self.act.q_rot
         if q.buffer is k.buffer is v.buffer:
-            qkv = Binding(q.buffer, q.offset, v.offset + v.size - q.offset)
-            offsets = ((k.offset - q.offset) // 4, (v.offset - q.offset) // 4)
-            return layers.attention(self.kernels, self.device, self.act.att, qkv, *caches, rope=self.rope(i),
-                                    kv_offsets=offsets, **shape)
-        return [self.rope_kv(i, q, k, v),
-                *layers.attention(self.kernels, self.device, self.act.att, self.act.q_rot, *caches, **shape)]
+            q_in = Binding(q.buffer, q.offset, v.offset + v.size - q.offset)
+            shape.update(rope=self.rope(i), kv_offsets=((k.offset - q.offset) // 4, (v.offset - q.offset) // 4))
+        else:
+            steps.append(self.rope_kv(i, q, k, v))
+        if cfg.head_dim % 4:
+            return steps + layers.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
+                self.act.att
+        first, partials = layers.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
+        return steps + [first], partials
 
 
 class PrefillBuilder(Builder):
@@ -300,7 +309,7 @@ class PrefillBuilder(Builder):
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows,
-                                          window=cfg.layer_window[i], label=f"blk.{i}.prefill_attention")]
+                                          window=cfg.layer_window[i], label=f"blk.{i}.prefill_attention")], self.act.att
 
 
 def decode_plan(decode: DecodeBuilder) -> Plan:
