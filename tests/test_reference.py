@@ -206,7 +206,9 @@ def test_synth_logits_ggml_numerics(name, synth_dir, record_property):
 @pytest.mark.parametrize("name", SYNTH)
 def test_synth_greedy(name, synth_dir):
     """16 greedy tokens after each golden sequence: identical for exact models; with ggml
-    numerics, identical up to a near-tie in llama.cpp's own top two (if any)."""
+    numerics, identical up to a near-tie in llama.cpp's top two or in ours (the emulation
+    matches to float rounding except where a rounding difference flips a quantized activation,
+    which moves a logit by ~0.1: test_synth_logits_ggml_numerics)."""
     g, gguf_file = synth_model(name, synth_dir)
     model = (Reference if exact(g) else GgmlCpuReference)(gguf_file, 256)
     for seq in g["sequences"]:
@@ -214,8 +216,11 @@ def test_synth_greedy(name, synth_dir):
         agree, margin = first_divergence(out, seq["greedy"], seq["greedy_top2"])
         if exact(g):
             assert out == seq["greedy"]
-        else:
-            assert margin is None or margin < 0.05, f"diverged at step {agree} where llama.cpp's margin is {margin}"
+        elif margin is not None and margin >= 0.05:
+            model.reset()
+            ours = np.sort(model.forward(list(seq["tokens"]) + out[:agree], 0)[-1])
+            assert ours[-1] - ours[-2] < 0.05, \
+                f"diverged at step {agree} where llama.cpp's margin is {margin} and ours {ours[-1] - ours[-2]}"
 
 
 # ---- the forward pass's own contract ------------------------------------------------------
