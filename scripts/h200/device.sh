@@ -15,26 +15,28 @@
 set -u
 R=$(pwd)
 H=${H200:-.h200}
-TAG=${TAG:-}
+FILL=${FILL:-}                     # FILL=random: clones of random bytes (shape_clone.py --fill)
+TAG=${TAG:-${FILL:+-$FILL}}
+CLONES=/tmp/clones${FILL:+-$FILL}
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f $ICD ] && export VK_DRIVER_FILES=$ICD VK_ICD_FILENAMES=$ICD
 HERE=$(cd "$(dirname "$0")" && pwd)
 phase=$1; shift
 
-clones() {   # expand each header into /tmp/clones/NAME.gguf once; print the names
-  mkdir -p /tmp/clones
+clones() {   # expand each header into $CLONES/NAME.gguf once; print the names
+  mkdir -p $CLONES
   for h in "$@"; do n=$(basename "$h" .hdr)
-    [ -s /tmp/clones/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" /tmp/clones/$n.gguf >/dev/null
+    [ -s $CLONES/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" $CLONES/$n.gguf --fill ${FILL:-constant} >/dev/null
     echo $n
   done
 }
 
 native() {   # cera native: bench (512-token prompt, 128 tokens) and the decode profile at KV 513
   local n=$1
-  python3 -m cera bench -m /tmp/clones/$n.gguf --json > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
-  python3 scripts/profile_decode.py /tmp/clones/$n.gguf --pos 512 --top 12 > $OUT/profile$TAG-$n.txt 2>&1
-  python3 -m cera plan -m /tmp/clones/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
+  python3 -m cera bench -m $CLONES/$n.gguf --json > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
+  python3 scripts/profile_decode.py $CLONES/$n.gguf --pos 512 --top 12 > $OUT/profile$TAG-$n.txt 2>&1
+  python3 -m cera plan -m $CLONES/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
     python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
     > $OUT/plan$TAG-$n.json
 }
@@ -43,7 +45,7 @@ browser() {  # cera in Chromium: the page served from dist/web, driven by browse
   local n=$1 C=/opt/chr/chromium/chromium
   local flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr"
   [ -f dist/web/index.html ] && [ -x $C ] || { echo "no dist/web or no Chromium: browser bench of $n skipped"; return; }
-  ln -sf /tmp/clones/$n.gguf dist/web/$n.gguf
+  ln -sf $CLONES/$n.gguf dist/web/$n.gguf
   LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
     python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
     > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
@@ -108,7 +110,7 @@ bench)
     browser $n
     for b in cuda vk; do
       L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
-      [ -x $L ] && $L -m /tmp/clones/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
+      [ -x $L ] && $L -m $CLONES/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
     done
   done
   kill $SRV
