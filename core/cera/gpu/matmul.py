@@ -55,15 +55,17 @@ def units_per_row(wtype: int, k: int) -> int:
 
 def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
     """Threads per row, a power of two up to `workgroup` (workgroup / tpr rows per
-    workgroup): about 2^18 threads in all, no more than the row has units, and at
+    workgroup): about 2^19 threads in all, no more than the row has units, and at
     least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
 
     Measured on an H200 (wgpu/Vulkan): tall matrices (an LM head) run best with few threads
-    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row.
+    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row; 2^19
+    rather than 2^18 threads gives Qwen2.5-1.5B's 8960-row GLU 32 per row, not 16 (18.1-18.4 ->
+    17.3-17.6 us per layer, decode 494 -> 501-504 tok/s; docs/PERFORMANCE.md).
     `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
     units = units_per_row(wtype, k)
     tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
-    while tpr < workgroup and tpr * 2 * m <= 1 << 18 and tpr * 2 <= units:
+    while tpr < workgroup and tpr * 2 * m <= 1 << 19 and tpr * 2 <= units:
         tpr *= 2
     return tpr
 
