@@ -9,6 +9,11 @@ and pipelined), and GPU time from timestamp queries, three ways:
   floor    a pass of N one-workgroup dispatches that depend on each other: the cost of a
            dispatch that does nothing
 
+Each family's line also gives the bytes its dispatches move at that KV length (the plan's
+accounting: weights, activations, KV rows read, bytes written) over its marginal time; the
+matvecs together are then compared with the device's copy bandwidth (wall time of large
+buffer-to-buffer copies in one submission, bytes read plus bytes written).
+
     python scripts/profile_decode.py MODEL.gguf [--pos 512] [--top 15]
 """
 import argparse
@@ -20,7 +25,7 @@ import time
 import numpy as np
 import wgpu
 
-from cera.device import Binding
+from cera.device import Binding, Copy
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.gpu import matmul
@@ -85,6 +90,22 @@ def floor(device, kernels, timer: Timer, n: int = 200) -> float:
     return timer.one_pass([ab, ba] * (n // 2)) / n
 
 
+def moved(step, positions: int) -> int:
+    """Bytes a dispatch reads and writes at `positions` cached KV positions (cera.gpu.plan's accounting)."""
+    return step.reads + positions * step.reads_per_position + step.writes
+
+
+def copy_bandwidth(device, size: int = 256 << 20, copies: int = 8) -> float:
+    """Bytes per second read plus written by `copies` copies of `size` bytes in one submission."""
+    a, b = device.buffer(size, "copy a"), device.buffer(size, "copy b")
+    schedule = device.schedule([Copy(a, 0, b, 0, size), Copy(b, 0, a, 0, size)] * (copies // 2))
+    read = Binding(a, 0, 4)
+    asyncio.run(device.run(schedule, read))   # warm up
+    t = time.perf_counter()
+    asyncio.run(device.run(schedule, read))
+    return 2 * size * copies / (time.perf_counter() - t)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -134,11 +155,19 @@ def main() -> None:
 
     # marginal cost of each family: its dispatches issued twice
     count = collections.Counter(family(s) for s in steps)
-    print("marginal GPU time per family (its dispatches doubled, minus the step):")
+    print("marginal GPU time per family (its dispatches doubled, minus the step), bytes moved:")
+    matvec_ns = matvec_bytes = 0
     for name, n in count.most_common():
         doubled = [d for s in steps for d in ((s, s) if family(s) == name else (s,))]
         extra = timer.one_pass(doubled) - whole
-        print(f"  {extra / 1e6:8.3f} ms {n:4d}x {extra / n / 1e3:7.1f} us  {name}")
+        nbytes = sum(moved(s, args.pos + 1) for s in steps if family(s) == name)
+        if name.startswith("matvec"):
+            matvec_ns, matvec_bytes = matvec_ns + extra, matvec_bytes + nbytes
+        rate = f"{nbytes / extra:7.1f}" if extra > 0 else "      -"   # a family within the noise
+        print(f"  {extra / 1e6:8.3f} ms {n:4d}x {extra / n / 1e3:7.1f} us {nbytes / 1e6:9.2f} MB {rate} GB/s  {name}")
+    copy = copy_bandwidth(device)
+    print(f"matvecs: {matvec_ns / 1e6:.3f} ms for {matvec_bytes / 1e6:.1f} MB, {matvec_bytes / matvec_ns:.0f} GB/s: "
+          f"{matvec_bytes / matvec_ns / (copy / 1e9):.0%} of the copy bandwidth ({copy / 1e9:.0f} GB/s)")
 
     alone = np.median([timer.passes([[s] for s in steps]) for _ in range(5)], axis=0)
     per_label = collections.Counter()
