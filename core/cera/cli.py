@@ -42,7 +42,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass; auto: the GPU "
                         "unless its adapter emulates one on the CPU (lavapipe, SwiftShader), where the "
-                        "reference is faster (default: $CERA_BACKEND, else auto)")
+                        "reference is faster ($CERA_BACKEND sets the default)")
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX,
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
