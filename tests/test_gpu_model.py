@@ -9,7 +9,8 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu.model import GREEDY_BATCH, greedy_batches
+from cera.gpu.model import greedy_batches
+from cera.gpu.state import GREEDY_BATCH
 from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
 

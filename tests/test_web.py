@@ -28,7 +28,8 @@ from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
 from cera.gpu.matmul import MATVEC_TYPES
-from cera.gpu.model import DEFAULT_CHUNK, GREEDY_BATCH, greedy_batches
+from cera.gpu.model import DEFAULT_CHUNK, greedy_batches
+from cera.gpu.state import GREEDY_BATCH
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -17,13 +17,12 @@ from pathlib import Path
 from cera import catalogue
 from cera.config import ModelConfig
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
-from cera.errors import CeraError, ContextFull, InvalidArgument, TooLarge
+from cera.errors import CeraError, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.prefix import PrefixCache
 from cera.runner import BACKENDS, DEFAULT_BACKEND, load_loras, open_device, open_lora
 from cera.sampling import Sampler
-from cera.errors import ContextFull
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:
@@ -374,17 +373,8 @@ def _print_memory(m: dict) -> None:
 
 
 async def bench(args) -> dict:
-    import numpy as np
     engine, device = await _engine(args)
-    if args.prompt_tokens + args.gen_tokens > engine.ctx:
-        raise ContextFull(f"--prompt-tokens + --gen-tokens exceed the context of {engine.ctx} (raise --ctx)")
-    ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, args.prompt_tokens).tolist()
-    runs = []
-    for i in range(args.repeat + 1):   # the first run warms up pipelines and caches
-        engine.reset()                  # each run prefills the whole prompt
-        r = await engine.generate(ids, args.gen_tokens, stop_at_eos=False)
-        if i:
-            runs.append(r)
+    runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat)
     out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
            "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
            "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from cera.errors import BadFile, InvalidArgument, Unsupported
 
-from .errors import Unsupported
+from cera.errors import BadFile, InvalidArgument, Unsupported
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
 

@@ -256,6 +256,19 @@ class Engine:
         self.history = []
         self.backend.reset()
 
+    async def bench(self, prompt_tokens: int, gen_tokens: int, repeat: int) -> list[Result]:
+        """`python -m cera bench`'s timed runs: a seeded random prompt of prompt_tokens ids, then
+        gen_tokens greedy tokens (EOS ignored), each run from reset() so it prefills the whole
+        prompt; `repeat` runs after one that warms up pipelines and caches."""
+        if prompt_tokens + gen_tokens > self.ctx:
+            raise ContextFull(f"--prompt-tokens + --gen-tokens exceed the context of {self.ctx} (raise --ctx)")
+        ids = np.random.default_rng(0).integers(0, self.cfg.vocab_size, prompt_tokens).tolist()
+        runs = []
+        for _ in range(repeat + 1):
+            self.reset()
+            runs.append(await self.generate(ids, gen_tokens, stop_at_eos=False))
+        return runs[1:]
+
     def _lora_tag(self, loras: tuple[int, ...]) -> str:
         """The prefix cache's name for the adapter set `loras` ("" for the base model)."""
         return "+".join(self.loras[i].key for i in loras)

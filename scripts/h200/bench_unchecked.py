@@ -9,8 +9,6 @@ import asyncio
 import json
 import sys
 
-import numpy as np
-
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.native import NativeDevice
@@ -18,13 +16,7 @@ from cera.native import NativeDevice
 
 async def bench(path: str, bounds_checks: bool) -> dict:
     engine = await Engine.load(GGUFFile.open(path), NativeDevice(bounds_checks=bounds_checks), ctx=2048)
-    ids = np.random.default_rng(0).integers(0, engine.cfg.vocab_size, 512).tolist()
-    runs = []
-    for i in range(4):
-        engine.reset()
-        r = await engine.generate(ids, 128, stop_at_eos=False)
-        if i:
-            runs.append(r)
+    runs = await engine.bench(512, 128, 3)
     return {"model": path, "bounds_checks": bounds_checks,
             "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
             "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2)}

@@ -4,7 +4,7 @@ plans (`plan`) recorded once as schedules, and the loop that submits them.
 Decode is one step per token: embed the token the last argmax wrote, run every layer, LM head,
 argmax into `tokens[0]`. Everything that changes per token (the position) lives in the Step
 uniform, so the same schedule serves every token. A step alone (`forward`, one submission)
-reads its 4 bytes back; greedy decode chains up to GREEDY_BATCH steps in one submission
+reads its 4 bytes back; greedy decode chains up to GREEDY_BATCH (state.py) steps in one submission
 (`plan.greedy_plan`: each step's Step record copied into the uniform on the GPU, its token
 appended to a small buffer) and reads the batch's tokens back at once. Prefill goes through the
 batched kernels in chunks of up to `chunk` tokens, one submission per chunk; the KV caches and
@@ -26,13 +26,13 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Binding, Copy, Device
-from cera.errors import InvalidArgument, Unsupported
+from cera.errors import InvalidArgument
 from cera.gpu.footprint import footprint
 from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpack_top_k
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
                            greedy_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
-from cera.gpu.state import GREEDY_BATCH, Activations, GreedyChain, State, f32_buffer, pack_step
+from cera.gpu.state import Activations, GreedyChain, State, f32_buffer, pack_step
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
