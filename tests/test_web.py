@@ -232,19 +232,21 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
 
 def test_layer_kernels_on_the_pyodide_device(page):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
-    attention with RoPE fused for an 8th (its raw q | k | v in one buffer), the context shift's key
-    re-rotation, and LFM2's short conv, through the browser host, against cera.ops computed here."""
+    attention with RoPE fused for an 8th (its raw q | k | v in one buffer), and the output
+    projection merging that attention's splits itself, the context shift's key re-rotation, and
+    LFM2's short conv, through the browser host, against cera.ops computed here."""
     from cera import ops
     rng = np.random.default_rng(5)
     hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
     q, k, v = (rng.standard_normal((8, n, hd)).astype(np.float32) for n in (heads, kv_heads, kv_heads))
     qn, kn = rng.standard_normal(hd).astype(np.float32), rng.standard_normal(hd).astype(np.float32)
     bcx, conv_w = rng.standard_normal((3, 3 * hidden)).astype(np.float32), rng.standard_normal((hidden, 3)).astype(np.float32)
+    w_o = rng.standard_normal((24, heads * hd)).astype(np.float32)   # an F32 output projection
     b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
     got = python_in_worker(page, f"""
 import base64, json
 import numpy as np
-from cera.gpu import batched, layers
+from cera.gpu import batched, layers, matmul
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.app import _sessions
@@ -272,6 +274,11 @@ dev.write(step, pack_step(7, 1))
 await dev.run(dev.schedule(layers.attention(kernels, dev, att, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
                                             kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)))
 out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
+first, partials = layers.attention_partials(kernels, dev, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
+                                            kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)
+w_o, merged = upload({b64(w_o)!r}), zeros(24)
+await dev.run(dev.schedule([first, matmul.matvec(kernels, dev, merged, w_o, partials, wtype=0, k={heads * hd}, m=24)]))
+out["merged"] = await dev.read(merged, 0, 4 * 24)
 out["cache"] = await dev.read(kc, 0, 4 * 8 * {kv_heads * hd})
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
 dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
@@ -293,6 +300,7 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
     tol = dict(atol=2e-3, rtol=1e-3)
     assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
     assert_close(arr("decode", 1, heads, hd), att[7:], **tol, what="split-KV decode attention")
+    assert_close(arr("merged", 24), w_o @ att[7].ravel(), **tol, what="output projection merging the splits")
     assert_close(arr("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
     shifted = ops.rope(arr("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
     assert_close(arr("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
