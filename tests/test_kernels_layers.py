@@ -195,11 +195,15 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     (128, 12, 2, 16, 0, "Q4_K"),                     # Qwen2.5-1.5B's, more splits than merge threads
     (256, 4, 1, layers.ATTENTION_SPLIT, 70, "Q8_0"),  # a sliding window across a split edge
 ])
-def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_kv_heads, split, window, wtype):
+@pytest.mark.parametrize("subgroups", [True, False])
+def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_kv_heads, split, window, wtype,
+                                                     subgroups):
     """Decode's output projection reads attention's per-split partials (layers.Partials) and
     merges them itself: out = W @ attention(q), against numpy's attention and the dequantized W;
     unwritten scratch records and cache slots hold NaN and must not count."""
     device, kernels = gpu.device, gpu.kernels
+    if subgroups and "subgroups" not in device.features:
+        pytest.skip("this device has no subgroups")
     max_ctx, q_dim, m = 512, n_heads * head_dim, 96
     raw, w = random_rows(T[wtype], m, q_dim, rng)
     k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
@@ -210,7 +214,7 @@ def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_k
     first, partials = layers.attention_partials(kernels, device, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                                 n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split,
                                                 scratch=Binding(scratch, 0, scratch_bytes), window=window)
-    project = matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m)
+    project = matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m, subgroups=subgroups)
     assert project.label.endswith(" merge")
     for pos in (400, 0, split - 1, split, 130):   # long first: shorter steps find stale records past them
         q = randn(1, n_heads, head_dim, scale=2.0)
