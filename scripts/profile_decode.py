@@ -92,11 +92,6 @@ def floor(device, kernels, timer: Timer, n: int = 200) -> float:
     return timer.one_pass([ab, ba] * (n // 2)) / n
 
 
-def moved(step, positions: int) -> int:
-    """Bytes a dispatch reads and writes at `positions` cached KV positions (cera.gpu.plan's accounting)."""
-    return step.reads + positions * step.reads_per_position + step.writes
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -149,11 +144,11 @@ def main() -> None:
     # marginal cost of each family: its dispatches issued twice
     count = collections.Counter(family(s) for s in steps)
     print("marginal GPU time per family (its dispatches doubled, minus the step), bytes moved:")
-    matvec_ns = matvec_bytes = 0
+    table, matvec_ns, matvec_bytes = model.decode_plan.table(args.pos + 1), 0, 0   # bytes per step, the plan's
     for name, n in count.most_common():
         doubled = [d for s in steps for d in ((s, s) if family(s) == name else (s,))]
         extra = timer.one_pass(doubled) - whole
-        nbytes = sum(moved(s, args.pos + 1) for s in steps if family(s) == name)
+        nbytes = sum(r["bytes_read"] + r["bytes_written"] for s, r in zip(steps, table) if family(s) == name)
         if name.startswith("matvec"):
             matvec_ns, matvec_bytes = matvec_ns + extra, matvec_bytes + nbytes
         rate = f"{nbytes / extra:7.1f}" if extra > 0 else "      -"   # a family within the noise

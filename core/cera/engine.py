@@ -261,7 +261,8 @@ class Engine:
         gen_tokens greedy tokens (EOS ignored), each run from reset() so it prefills the whole
         prompt; `repeat` runs after one that warms up pipelines and caches."""
         if prompt_tokens + gen_tokens > self.ctx:
-            raise ContextFull(f"--prompt-tokens + --gen-tokens exceed the context of {self.ctx} (raise --ctx)")
+            raise ContextFull(f"a {prompt_tokens}-token prompt and {gen_tokens} generated tokens exceed the "
+                              f"context of {self.ctx} (raise --ctx)")
         ids = np.random.default_rng(0).integers(0, self.cfg.vocab_size, prompt_tokens).tolist()
         runs = []
         for _ in range(repeat + 1):

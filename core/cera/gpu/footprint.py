@@ -83,7 +83,8 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     activations = {f"{name}@{rows}": 4 * math.prod(shape)
                    for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
-    return Footprint(ctx, chunk, weights, sized(State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg)), sized(activations), fallbacks)
+    state = State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg)
+    return Footprint(ctx, chunk, weights, sized(state), sized(activations), fallbacks)
 
 
 def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:

@@ -173,6 +173,11 @@ class Partials:
         return dict(HEAD_DIM=self.head_dim, N_HEADS=self.n_heads, SPLIT=self.split, N_SPLITS=self.n_splits,
                     **window_define(self.window))
 
+    def attention_defines(self) -> dict:
+        """What attention.wgsl and attention_combine.wgsl share: these defines, their workgroup
+        size, and VEC4 where rows move as vec4."""
+        return dict(MAX_WG=WORKGROUP, **self.defines(), **flags(VEC4=self.head_dim % 4 == 0))
+
 
 def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                        n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
@@ -197,7 +202,6 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
     elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
         raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
     partials = Partials(scratch, step, head_dim, n_heads, split, n_splits, window)
-    shape = dict(MAX_WG=WORKGROUP, **partials.defines(), **flags(VEC4=head_dim % 4 == 0))
     q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim
     bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
     if rope is not None:
@@ -207,7 +211,7 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
     return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
                             reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
-                            SCALE=float(scale), HPW=hpw, **shape, **fused), partials
+                            SCALE=float(scale), HPW=hpw, **partials.attention_defines(), **fused), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
@@ -232,8 +236,8 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, max_tokens=max_tokens,
                                   label=label, **kw)
     combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step], (p.n_heads, max_tokens, 1),
-                               f"{label}.combine", writes=4 * p.n_heads * p.head_dim * max_tokens, MAX_WG=WORKGROUP,
-                               **p.defines(), **flags(VEC4=p.head_dim % 4 == 0))
+                               f"{label}.combine", writes=4 * p.n_heads * p.head_dim * max_tokens,
+                               **p.attention_defines())
     return [first, combine]
 
 
