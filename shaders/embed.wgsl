@@ -11,14 +11,12 @@
 const SCALE = 1.0f;
 #endif
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;              // (N_ROWS, ROW_BYTES) raw
+@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (N_ROWS, ROW_BYTES) raw
 @group(0) @binding(1) var<storage, read> tokens: array<u32>;         // (max_rows,)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;      // (max_rows, K)
 @group(0) @binding(3) var<uniform> step_info: Step;
 
-fn wword(src: u32, i: u32) -> u32 {
-    return w[i];
-}
+#include "weights.wgsl"
 
 // out[row + e .. row + e + 3] = SCALE * v, elements past the row (float rows) skipped
 fn store4(row: u32, e: u32, v: vec4<f32>) {

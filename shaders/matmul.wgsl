@@ -68,9 +68,9 @@ const N_MATS = 2u;
 const N_MATS = 1u;
 #endif
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;              // (M, ROW_BYTES) raw
+@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
 #ifdef GLU
-@group(0) @binding(1) var<storage, read> w_up: array<u32>;           // (M, ROW_BYTES) raw
+@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
 #ifdef X_VEC4
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;        // (rows, K)
 #else

@@ -12,9 +12,12 @@
 //               workgroup recomputes the (cheap) sum of squares of x.
 //   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
 //   TWO_UNITS   each thread decodes two units per loop iteration (more loads in flight)
+//   X_STAGED    each workgroup first stages x as the dot products see it (normalized with
+//               NORM, merged with MERGE, which implies it) in workgroup memory, 16 *
+//               UNITS_PER_ROW floats: no storage loads of x or norm_w in the row loop.
 //   MERGE       x is decode attention's output, merged by each workgroup from the per-split
 //               partials attention.wgsl left (bound in x's place as `scratch`, with `step`
-//               at @binding(STEP_BINDING); attention_merge.wgsl) into workgroup memory: the
+//               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
 //               output projection with attention's combine folded in. K = N_HEADS * HEAD_DIM,
 //               HEAD_DIM a multiple of 4; not with GLU or NORM.
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
@@ -40,11 +43,6 @@ const WG = ROWS * TPR;
 #ifdef MERGE
 #include "common.wgsl"
 #include "attention_merge.wgsl"
-var<workgroup> xs: array<vec4<f32>, K / 4u>;        // attention's output, merged
-
-fn x_raw(e: u32) -> vec4<f32> {
-    return xs[e >> 2u];
-}
 #else
 #ifdef X_VEC4
 alias X_TYPE = vec4<f32>;
@@ -74,7 +72,15 @@ fn norm4(e: u32) -> vec4<f32> {
 #endif
 
 // x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
-// factor is applied once, to the row sums)
+// factor is applied once, to the row sums). With X_STAGED each workgroup first stages it in
+// workgroup memory, zero past K: the row loops then read no x, nor norm weights, from storage.
+#ifdef X_STAGED
+var<workgroup> xs: array<vec4<f32>, UNITS_PER_ROW * 4u>;
+
+fn x4(e: u32) -> vec4<f32> {
+    return xs[e >> 2u];
+}
+#else
 fn x4(e: u32) -> vec4<f32> {
 #ifdef NORM
     return x_raw(e) * norm4(e);
@@ -82,10 +88,11 @@ fn x4(e: u32) -> vec4<f32> {
     return x_raw(e);
 #endif
 }
+#endif
 
-@group(0) @binding(0) var<storage, read> w: array<u32>;              // (M, ROW_BYTES) raw
+@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
 #ifdef GLU
-@group(0) @binding(1) var<storage, read> w_up: array<u32>;           // (M, ROW_BYTES) raw
+@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
 @group(0) @binding(2) var<storage, read> x: array<X_TYPE>;           // (K,)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (M,)
 #else
@@ -192,22 +199,41 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let lane = lid % TPR;
     let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
 
+    var inv_rms = 1.0;
+#ifdef X_STAGED
 #ifdef MERGE
     let live = split_range(0u);
-    for (var i = lid; i < K / 4u; i += WG) {   // head i / D4, vec4 column i % D4
-        let merged = merge_splits(0u, i / D4, i % D4, live.x, 1u, live.y);
-        xs[i] = merged.o / merged.l;
+#endif
+    var squares = 0.0;
+    for (var i = lid; i < UNITS_PER_ROW * 4u; i += WG) {   // xs[i]: elements 4i .. 4i+3
+#ifdef MERGE
+        var v = vec4<f32>(0.0);
+        if (i < K / 4u) {   // head i / D4, vec4 column i % D4
+            let merged = merge_splits(0u, i / D4, i % D4, live.x, 1u, live.y);
+            v = merged.o / merged.l;
+        }
+        xs[i] = v;
+#else
+        let inside = vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+        let v = select(vec4<f32>(0.0), x_raw(4u * i), inside);
+#ifdef NORM
+        squares += dot(v, v);
+        xs[i] = v * norm4(4u * i);
+#else
+        xs[i] = v;
+#endif
+#endif
     }
     workgroupBarrier();
 #endif
-
-    var inv_rms = 1.0;
 #ifdef NORM
+#ifndef X_STAGED
     var squares = 0.0;
     for (var e = lid * 4u; e < K; e += WG * 4u) {
         let v = select(vec4<f32>(0.0), x_raw(e), vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
         squares += dot(v, v);
     }
+#endif
 #ifdef SUBGROUPS
     inv_rms = inverseSqrt(workgroup_sum(lid, sg_size, squares) / f32(K) + EPS);
 #else

@@ -4,9 +4,13 @@
 // IQ3_XXS IQ3_S IQ4_NL IQ4_XS F16 BF16 F32) and K (elements per row, a multiple of the type's
 // block size).
 //
-// The includer provides the weight fetch, so one shader can read two matrices of the
-// same type (the gate and up projections of a GLU):
-//     fn wword(src: u32, i: u32) -> u32    // word i of weight matrix `src`
+// The includer provides the weight fetches (weights.wgsl), so one shader can read two matrices
+// of the same type (the gate and up projections of a GLU), bound as `array<WeightWords>`:
+//     fn wword(src: u32, i: u32) -> u32            // word i of weight matrix `src`
+//     fn wpair(src: u32, i: u32) -> vec2<u32>      // words i, i+1 (i even)
+//     fn wquad(src: u32, q: u32) -> vec4<u32>      // words 4q .. 4q+3
+// With WEIGHT_QUADS (Q4_K, Q5_K: cera.gpu.matmul.weight_flags) the binding holds vec4<u32> and
+// the wider fetches are single loads.
 //
 // A row is cut into UNITS_PER_ROW "units" of 16 elements: the slice of a block one thread
 // decodes at a time (half a 32-element block, a sixteenth of a 256-element one; four
@@ -18,6 +22,12 @@
 // stays in this file.
 
 alias Unit = array<vec4<f32>, 4>;
+
+#ifdef WEIGHT_QUADS
+alias WeightWords = vec4<u32>;
+#else
+alias WeightWords = u32;
+#endif
 
 // ---- byte helpers ------------------------------------------------------------------
 // Rows of 18-, 22-, 34-, 66-, 74-, 82-, 98-, 110- and 210-byte blocks (and f16 rows of odd
@@ -306,14 +316,13 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let word = (row_byte + (u / 16u) * BLOCK_BYTES) >> 2u;
     let j = (u % 16u) / 4u;
     let i = u % 4u;
-    let dd = unpack2x16float(wword(src, word));   // d, dmin
-    let s0 = wword(src, word + 1u);
-    let s1 = wword(src, word + 2u);
-    let s2 = wword(src, word + 3u);
-    let sm_lo = scale_min_k4(2u * j, s0, s1, s2);
-    let sm_hi = scale_min_k4(2u * j + 1u, s0, s1, s2);
-    let q0 = wword(src, word + 4u + 8u * j + 2u * i);
-    let q1 = wword(src, word + 5u + 8u * j + 2u * i);
+    let head = wquad(src, word >> 2u);              // d, dmin | 12 scale bytes
+    let dd = unpack2x16float(head.x);
+    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
+    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
+    let q = wpair(src, word + 4u + 8u * j + 2u * i);
+    let q0 = q.x;
+    let q1 = q.y;
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;
@@ -340,16 +349,16 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let word = (row_byte + (u / 16u) * BLOCK_BYTES) >> 2u;
     let j = (u % 16u) / 4u;
     let i = u % 4u;
-    let dd = unpack2x16float(wword(src, word));   // d, dmin
-    let s0 = wword(src, word + 1u);
-    let s1 = wword(src, word + 2u);
-    let s2 = wword(src, word + 3u);
-    let sm_lo = scale_min_k4(2u * j, s0, s1, s2);
-    let sm_hi = scale_min_k4(2u * j + 1u, s0, s1, s2);
-    let h0 = wword(src, word + 4u + 2u * i);
-    let h1 = wword(src, word + 5u + 2u * i);
-    let q0 = wword(src, word + 12u + 8u * j + 2u * i);
-    let q1 = wword(src, word + 13u + 8u * j + 2u * i);
+    let head = wquad(src, word >> 2u);              // d, dmin | 12 scale bytes
+    let dd = unpack2x16float(head.x);
+    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
+    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
+    let h = wpair(src, word + 4u + 2u * i);
+    let q = wpair(src, word + 12u + 8u * j + 2u * i);
+    let h0 = h.x;
+    let h1 = h.y;
+    let q0 = q.x;
+    let q1 = q.y;
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;

@@ -1,5 +1,27 @@
-// Word i of weight matrix `src` for quant.wgsl: 0 is `w`, 1 is `w_up` (flag GLU, the SwiGLU's
-// second matrix). The including shader declares both bindings under those names.
+// The weight fetches quant.wgsl decodes from: 0 is `w`, 1 is `w_up` (flag GLU, the SwiGLU's
+// second matrix). The including shader declares both bindings under those names, as
+// `array<WeightWords>` (quant.wgsl): u32 words, or with WEIGHT_QUADS (blocks of a multiple of
+// 16 bytes: Q4_K, Q5_K) vec4<u32>, so that a block's fields arrive in 16-byte loads, one
+// storage access (and one bounds check) for four words.
+#ifdef WEIGHT_QUADS
+fn wquad(src: u32, q: u32) -> vec4<u32> {   // words 4q .. 4q+3
+#ifdef GLU
+    if (src == 1u) {
+        return w_up[q];
+    }
+#endif
+    return w[q];
+}
+
+fn wword(src: u32, i: u32) -> u32 {
+    return wquad(src, i >> 2u)[i & 3u];
+}
+
+fn wpair(src: u32, i: u32) -> vec2<u32> {   // words i, i+1 (i even)
+    let q = wquad(src, i >> 2u);
+    return select(q.xy, q.zw, (i & 2u) != 0u);
+}
+#else
 fn wword(src: u32, i: u32) -> u32 {
 #ifdef GLU
     if (src == 1u) {
@@ -8,3 +30,13 @@ fn wword(src: u32, i: u32) -> u32 {
 #endif
     return w[i];
 }
+
+fn wquad(src: u32, q: u32) -> vec4<u32> {
+    let i = 4u * q;
+    return vec4<u32>(wword(src, i), wword(src, i + 1u), wword(src, i + 2u), wword(src, i + 3u));
+}
+
+fn wpair(src: u32, i: u32) -> vec2<u32> {
+    return vec2<u32>(wword(src, i), wword(src, i + 1u));
+}
+#endif

@@ -55,7 +55,8 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False):
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False,
+                stage=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation."""
     raw, w = random_rows(t, m, k, rng)
@@ -63,7 +64,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, two_units=two_units)
+              workgroup=workgroup, two_units=two_units, stage=stage)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -86,6 +87,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
                              Binding(upload(gpu, x_gpu, "x")), **kw)
     if subgroups is not None:
         assert dispatch.label.endswith(" sg") == subgroups
+    assert (" xs" in dispatch.label) == (norm and matmul.staged_x_fits(gpu.device, k) if stage is None else stage)
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
 
@@ -167,6 +169,30 @@ def test_matvec_two_units(gpu, tpr, subgroups):
     check_matvec(got, want, mag * mag, f"tpr={tpr} two units glu")
     got, want, mag = matvec_case(gpu, T.F16, 67, 1001, rng, tpr=tpr * 4, subgroups=subgroups, two_units=True)
     check_matvec(got, want, mag, f"tpr={tpr * 4} two units f16")
+
+
+@pytest.mark.parametrize("stage", [False, True], ids=["storage", "staged"])
+def test_matvec_x_staging(gpu, stage, subgroups):
+    """x read from storage in the row loop, or staged per workgroup first (normalized, zero past
+    K): plain and fused-norm matvecs, a GLU, f16 rows of odd length (x bound as scalars, a
+    ragged last unit) and 16-byte-block types (bound as vec4<u32>)."""
+    rng = np.random.default_rng(60 + stage)
+    for t, m, k in [(T.Q4_K, 67, 1536), (T.Q5_K, 9, 512), (T.Q8_0, 75, 1024), (T.F16, 67, 1001), (T.F32, 7, 13)]:
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, stage=stage)
+        check_matvec(got, want, mag, f"{t.name} k={k} stage={stage}")
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, stage=stage, norm=True, glu=True)
+        check_matvec(got, want, mag * mag, f"{t.name} k={k} stage={stage} norm+glu")
+
+
+def test_matvec_staging_checked(gpu, subgroups):
+    """An x too big for workgroup memory: stage=True is refused, a fused norm reads storage."""
+    buf = Binding(gpu.device.buffer(4096, "x"))
+    k = gpu.device.limits.max_compute_workgroup_storage_size // 4 // 32 * 32
+    assert not matmul.staged_x_fits(gpu.device, k) and matmul.staged_x_fits(gpu.device, 256)
+    with pytest.raises(ValueError, match="does not fit this device's workgroup memory"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=k, m=4, stage=True)
+    got, want, mag = matvec_case(gpu, T.Q8_0, 5, k, np.random.default_rng(61), subgroups=subgroups, norm=True)
+    check_matvec(got, want, mag, f"k={k} norm, unstaged")
 
 
 def test_matvec_knobs_checked(gpu):

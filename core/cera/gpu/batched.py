@@ -43,7 +43,7 @@ from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
 from cera.gpu.layers import window_define
-from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles
+from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles, weight_flags
 
 # Every type quant.wgsl decodes has a batched kernel: the matmul stages whole quant units.
 BATCHED_TYPES = MATVEC_TYPES
@@ -184,9 +184,9 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m, half)
     stride = m if out_stride is None else out_stride
     defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
-                   **flags(**{t.name: True, "BIAS": bias is not None, "ACCUMULATE": accumulate, "GLU": glu,
-                               "GELU": gelu, "X_VEC4": k % 4 == 0, "OUT_VEC4": m % 4 == 0 and stride % 4 == 0,
-                               "HALF": half}))
+                   **weight_flags(t), **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
+                                              X_VEC4=k % 4 == 0, OUT_VEC4=m % 4 == 0 and stride % 4 == 0,
+                                              HALF=half))
     if row0:
         defines["ROW0"] = row0
     if scale is not None and scale != 1.0:

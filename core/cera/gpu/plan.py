@@ -261,7 +261,8 @@ class DecodeBuilder(Builder):
         """Split-KV attention's first pass, its partials left for the output projection to
         merge (no combine dispatch). Where q, k, v are ranges of one buffer (the stacked
         matvec's), that pass turns q and k itself and writes the cache (layers.attention's
-        rope); else rope_kv first. A head_dim not a multiple of 4 keeps the combine."""
+        rope); else rope_kv first. A head_dim not a multiple of 4, or an attention output too big for
+        the projection's workgroup memory (matmul.staged_x_fits), keeps the combine."""
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
@@ -273,7 +274,7 @@ class DecodeBuilder(Builder):
             shape.update(rope=self.rope(i), kv_offsets=((k.offset - q.offset) // 4, (v.offset - q.offset) // 4))
         else:
             steps.append(self.rope_kv(i, q, k, v))
-        if cfg.head_dim % 4:
+        if cfg.head_dim % 4 or not matmul.staged_x_fits(self.device, cfg.q_dim):
             return steps + layers.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
                 self.act.att
         first, partials = layers.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
