@@ -321,14 +321,12 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
     let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
     let q = wpair(src, word + 4u + 8u * j + 2u * i);
-    let q0 = q.x;
-    let q1 = q.y;
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;
     let m_hi = dd.y * sm_hi.y;
-    return Unit(d_lo * to_f32(lo_nibbles(q0), 0.0) - m_lo, d_lo * to_f32(lo_nibbles(q1), 0.0) - m_lo,
-                d_hi * to_f32(hi_nibbles(q0), 0.0) - m_hi, d_hi * to_f32(hi_nibbles(q1), 0.0) - m_hi);
+    return Unit(d_lo * to_f32(lo_nibbles(q.x), 0.0) - m_lo, d_lo * to_f32(lo_nibbles(q.y), 0.0) - m_lo,
+                d_hi * to_f32(hi_nibbles(q.x), 0.0) - m_hi, d_hi * to_f32(hi_nibbles(q.y), 0.0) - m_hi);
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
@@ -355,18 +353,14 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
     let h = wpair(src, word + 4u + 2u * i);
     let q = wpair(src, word + 12u + 8u * j + 2u * i);
-    let h0 = h.x;
-    let h1 = h.y;
-    let q0 = q.x;
-    let q1 = q.y;
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;
     let m_hi = dd.y * sm_hi.y;
-    return Unit(d_lo * to_f32(lo_nibbles(q0) | qh_bits(h0, 2u * j), 0.0) - m_lo,
-                d_lo * to_f32(lo_nibbles(q1) | qh_bits(h1, 2u * j), 0.0) - m_lo,
-                d_hi * to_f32(hi_nibbles(q0) | qh_bits(h0, 2u * j + 1u), 0.0) - m_hi,
-                d_hi * to_f32(hi_nibbles(q1) | qh_bits(h1, 2u * j + 1u), 0.0) - m_hi);
+    return Unit(d_lo * to_f32(lo_nibbles(q.x) | qh_bits(h.x, 2u * j), 0.0) - m_lo,
+                d_lo * to_f32(lo_nibbles(q.y) | qh_bits(h.y, 2u * j), 0.0) - m_lo,
+                d_hi * to_f32(hi_nibbles(q.x) | qh_bits(h.x, 2u * j + 1u), 0.0) - m_hi,
+                d_hi * to_f32(hi_nibbles(q.y) | qh_bits(h.y, 2u * j + 1u), 0.0) - m_hi);
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
