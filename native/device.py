@@ -11,7 +11,7 @@ from cera.device import WANTED_FEATURES, Binding, Copy, Device, Limits, Pass  # 
 from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
-          "uniform": wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
+          "uniform": wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST,
           "readback": wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST}
 _WGPU_FEATURE = {"subgroups": "subgroup"}   # the WebGPU spec's feature names -> wgpu-py's
 

@@ -5,6 +5,6 @@
 struct Step {
     pos: u32,        // position of the first token of this step (decode: the current token)
     n_tokens: u32,   // rows in this step (decode: 1; prefill: the chunk's length)
-    _pad0: u32,
-    _pad1: u32,
+    chain: u32,      // a greedy batch's step: the index of its token in the batch (greedy_advance.wgsl)
+    _pad: u32,
 }

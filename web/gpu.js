@@ -40,7 +40,7 @@ export async function openGpu(wantedFeatures) {
 
 const USAGE = {
   storage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
-  uniform: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+  uniform: GPUBufferUsage.UNIFORM | GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST,
   readback: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
 };
 

@@ -136,7 +136,7 @@ class Device(ABC):
     # --- what the core calls -------------------------------------------------------------
     def buffer(self, size: int, label: str, uniform: bool = False) -> Any:
         """A zero-filled GPU buffer of `buffer_size(size)` bytes: storage + copy src/dst, or
-        uniform + copy dst."""
+        uniform + storage + copy dst."""
         size = buffer_size(size)
         if size > self.limits.max_buffer_size:
             raise TooLarge(f"buffer {label} needs {size} bytes; this GPU's largest buffer is "
@@ -202,7 +202,8 @@ class Device(ABC):
     @abstractmethod
     def _buffer(self, size: int, label: str, usage: str) -> Any:
         """A buffer of `size` bytes (a multiple of 4); usage "storage" (storage, copy src and
-        dst), "uniform" (uniform, copy dst) or "readback" (map read, copy dst)."""
+        dst), "uniform" (uniform, storage, copy dst: a kernel may advance it, greedy_advance.wgsl) or
+        "readback" (map read, copy dst)."""
 
     @abstractmethod
     def write(self, buffer, data: bytes | memoryview, offset: int = 0) -> None:

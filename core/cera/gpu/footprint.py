@@ -37,7 +37,7 @@ class Footprint:
     chunk: int                    # rows of a prefill chunk (1: prompts run through the decode plan)
     weights: dict[str, int]
     state: dict[str, int]         # KV caches, conv states, Step uniform, token ids, logits, scratch,
-                                  # the greedy chain's records
+                                  # the greedy chain's tokens and conv records
     activations: dict[str, int]   # per row count: "x@1", "x@512", ...
     fallbacks: tuple[Fallback, ...]
 

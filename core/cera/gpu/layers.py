@@ -274,6 +274,13 @@ def glu_act(kernels, device, gate, up, step, *, ff: int, act: str = FFN_SILU, ma
                             **flags(GELU=gelu_flag(act, up)))
 
 
+def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step: Binding) -> Dispatch:
+    """The end of a greedy step: chain_tokens[step.chain] = tokens[0], then the Step moves to the
+    next position and chain index (the Step buffer bound as storage)."""
+    return kernels.dispatch("greedy_advance.wgsl", [tokens, chain_tokens, step], (1, 1, 1), "greedy advance",
+                            reads=4 + step.nbytes, writes=4 + step.nbytes)
+
+
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise InvalidArgument(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")

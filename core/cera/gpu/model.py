@@ -68,7 +68,7 @@ class GpuModel:
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
-        self.chain = GreedyChain.allocate(device, cfg)   # greedy batches' records and tokens
+        self.chain = GreedyChain.allocate(device, cfg)   # greedy batches' tokens and conv records
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
         if self.chunk > 1:
             self._act.append(Activations.allocate(device, cfg, self.chunk))
@@ -304,8 +304,7 @@ class GpuModel:
             for k, steps in enumerate(batches + [0]):   # a batch submitted, then the one before it read
                 previous, pending = pending, None
                 if steps:
-                    self.device.write(self.chain.records.buffer,
-                                      b"".join(pack_step(pos + ran + j, 1) for j in range(steps)))
+                    self.device.write(self.state.step.buffer, pack_step(pos + ran, 1))   # greedy_advance moves it
                     pending = steps, self.device.run(self._greedy_schedule(steps, k % 2),
                                                      Binding(self.chain.tokens.buffer, 0, 4 * steps))
                     ran += steps

@@ -31,7 +31,7 @@ from cera.device import Binding, Copy, Dispatch, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
 from cera.gpu.residency import Matrix, Weights
-from cera.gpu.state import STEP_BYTES, Activations, GreedyChain, State
+from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
 
 
@@ -319,20 +319,22 @@ def decode_plan(decode: DecodeBuilder) -> Plan:
 
 
 def greedy_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0) -> Plan:
-    """n decode steps chained in one submission, the greedy chain kept on the GPU: before step j
-    Step record j of `chain.records` (written by the host, one per step) is copied into the Step
-    uniform; the decode step embeds tokens[0] (the previous argmax) and writes its argmax there;
-    then that token is appended to `chain.tokens` at j, and each conv state is copied to its
-    record `half` * chain.batch + j (so a stop mid-batch can rewind it; batches alternate halves,
-    so the one submitted ahead never overwrites the records of the one being read)."""
+    """n decode steps chained in one submission, the greedy chain kept on the GPU. The host writes
+    the Step of the first (its position, chain index 0); each decode step embeds tokens[0] (the
+    previous argmax) and writes its argmax there; then greedy_advance appends that token to
+    `chain.tokens` at the step's chain index and moves the Step on by one position, all in one
+    compute pass (a copy into the Step and one out of tokens cost ~0.1 ms a step on an H200:
+    docs/PERFORMANCE.md). Each conv state is copied to its record `half` * chain.batch + j (so a
+    stop mid-batch can rewind it; batches alternate halves, so the one submitted ahead never
+    overwrites the records of the one being read)."""
     if not 1 <= n <= chain.batch:
         raise InvalidArgument(f"greedy plan of {n} steps: its buffers hold 1..{chain.batch}")
     state, step = decode.state, decode_plan(decode).steps
+    advance = layers.greedy_advance(decode.kernels, decode.device, state.tokens, chain.tokens, state.step)
     steps = []
     for j in range(n):
-        steps.append(Copy(chain.records.buffer, STEP_BYTES * j, state.step.buffer, 0, STEP_BYTES))
         steps += step
-        steps.append(Copy(state.tokens.buffer, 0, chain.tokens.buffer, 4 * j, 4))
+        steps.append(advance)
         for i, saved in chain.conv.items():
             size = state.conv_state[i].nbytes
             steps.append(Copy(state.conv_state[i].buffer, 0, saved.buffer, (half * chain.batch + j) * size, size))

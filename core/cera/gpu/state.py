@@ -24,7 +24,7 @@ GREEDY_BATCH = 8
 
 
 def pack_step(pos: int, n_tokens: int) -> bytes:
-    # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, _pad0: u32, _pad1: u32 }
+    # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, _pad: u32 }
     return struct.pack("<4I", pos, n_tokens, 0, 0)
 
 
@@ -124,17 +124,16 @@ class State:
 @dataclass(frozen=True)
 class GreedyChain:
     """What a greedy batch (plan.greedy_plan: up to `batch` decode steps in one submission) runs
-    through: the Step record of each step, the token each step picked, and the conv states after
-    each step, in two halves (alternate batches), for rewinding a batch the caller stopped in."""
+    through: the token each step picked, and the conv states after each step, in two halves
+    (alternate batches), for rewinding a batch the caller stopped in."""
     batch: int
-    records: Binding                  # (batch,) Step records, written by the host per submission
     tokens: Binding                   # (batch,) u32 argmax of each step
     conv: dict[int, Binding]          # layer -> (2, batch, conv_kernel - 1, hidden)
 
     @staticmethod
     def sizes(cfg: ModelConfig, batch: int = GREEDY_BATCH) -> dict[str, int]:
         """label -> bytes of every buffer `allocate` makes."""
-        b = {"greedy.records": STEP_BYTES * batch, "greedy.tokens": 4 * batch}
+        b = {"greedy.tokens": 4 * batch}
         for i in cfg.conv_layers:
             b[f"blk.{i}.conv_records"] = 4 * 2 * batch * (cfg.conv_kernel - 1) * cfg.hidden
         return b
@@ -143,5 +142,5 @@ class GreedyChain:
     def allocate(cls, device: Device, cfg: ModelConfig, batch: int = GREEDY_BATCH) -> "GreedyChain":
         sizes = cls.sizes(cfg, batch)
         buf = lambda label: Binding(device.buffer(sizes[label], label), 0, sizes[label])
-        return cls(batch, buf("greedy.records"), buf("greedy.tokens"),
+        return cls(batch, buf("greedy.tokens"),
                    {i: buf(f"blk.{i}.conv_records") for i in cfg.conv_layers})
