@@ -114,10 +114,15 @@ fn x4(e: u32) -> vec4<f32> {
 
 #include "weights.wgsl"
 
+// Which of elements e .. e+3 lie inside the row (all but a float row's tail)
+fn in_row(e: u32) -> vec4<bool> {
+    return vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+}
+
 // dot of 4 weights with x[e .. e+3], elements past the row masked (float rows of any length)
 fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
     if (ROW_TAIL) {
-        let inside = vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+        let inside = in_row(e);
         return dot(select(vec4<f32>(0.0), wv, inside), select(vec4<f32>(0.0), x4(e), inside));
     }
     return dot(wv, x4(e));
@@ -214,8 +219,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         }
         xs[i] = v;
 #else
-        let inside = vec4<u32>(4u * i) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
-        let v = select(vec4<f32>(0.0), x_raw(4u * i), inside);
+        let v = select(vec4<f32>(0.0), x_raw(4u * i), in_row(4u * i));
 #ifdef NORM
         squares += dot(v, v);
         xs[i] = v * norm4(4u * i);
@@ -230,7 +234,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #ifndef X_STAGED
     var squares = 0.0;
     for (var e = lid * 4u; e < K; e += WG * 4u) {
-        let v = select(vec4<f32>(0.0), x_raw(e), vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K));
+        let v = select(vec4<f32>(0.0), x_raw(e), in_row(e));
         squares += dot(v, v);
     }
 #endif

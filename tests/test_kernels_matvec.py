@@ -87,7 +87,8 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
                              Binding(upload(gpu, x_gpu, "x")), **kw)
     if subgroups is not None:
         assert dispatch.label.endswith(" sg") == subgroups
-    assert (" xs" in dispatch.label) == (norm and matmul.staged_x_fits(gpu.device, k) if stage is None else stage)
+    staged = (norm and matmul.staged_x_fits(gpu.device, k)) if stage is None else stage
+    assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
 

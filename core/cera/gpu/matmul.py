@@ -145,7 +145,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     merge = not isinstance(x, Binding)   # layers.Partials
-    stage = (merge or norm is not None) and staged_x_fits(device, k) if stage is None else stage
+    if stage is None:
+        stage = (merge or norm is not None) and staged_x_fits(device, k)
     if merge and not stage:
         raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
     if stage and not staged_x_fits(device, k):
