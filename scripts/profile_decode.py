@@ -16,7 +16,13 @@ written; DESIGN.md records 2,500 for the H200 through wgpu-py). Timing a buffer 
 wall time around one submission, read 750 GB/s there: below what the LM head's matvec alone
 reaches (1.1 TB/s), so it is not a ceiling and the figure is taken as an input.
 
+With `--prefill N`, a submission of an N-token prompt instead: its wall time, and each dispatch
+timed in a pass of its own (a prefill dispatch runs for tens to hundreds of microseconds, so a
+pass's fixed cost hardly counts), summed per family, with the matmuls' arithmetic rate (2 x rows
+x m x k FLOPs each, twice for a GLU, from the label "matmul TYPE MxK").
+
     python scripts/profile_decode.py MODEL.gguf [--pos 512] [--top 15]
+    python scripts/profile_decode.py MODEL.gguf --prefill 512
 """
 import argparse
 import asyncio
@@ -27,7 +33,7 @@ import time
 import numpy as np
 import wgpu
 
-from cera.device import Binding
+from cera.device import Binding, Dispatch
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.gpu import matmul
@@ -92,6 +98,48 @@ def floor(device, kernels, timer: Timer, n: int = 200) -> float:
     return timer.one_pass([ab, ba] * (n // 2)) / n
 
 
+def matmul_flops(label: str, rows: int) -> int:
+    """FLOPs of a prefill matmul from its label ("matmul Q4_K 8960x1536 glu"), 0 for other kernels."""
+    found = re.match(r"matmul \S+ (\d+)x(\d+)", label)
+    if not found:
+        return 0
+    return 2 * rows * int(found[1]) * int(found[2]) * (2 if " glu" in label else 1)
+
+
+def profile_prefill(device, engine, args) -> None:
+    """Wall time of an n-token prompt's submission, and its dispatches' GPU time per family."""
+    model, n = engine.backend, args.prefill
+    tokens = list(range(1, n + 1))
+
+    def prompt():
+        model.reset()
+        asyncio.run(model.forward(tokens, 0))
+    wall = timed(prompt, max(args.repeat // 10, 3))
+    print(f"a {n}-token prompt, submitted and read back: {wall:8.3f} ms ({n / wall * 1000:,.0f} tok/s)")
+    if "timestamp-query" not in device.features:
+        print("(no timestamp-query on this adapter: no GPU times)")
+        return
+    steps = [s for s in model.plan(n).steps if isinstance(s, Dispatch)]
+    model.device.write(model.state.tokens.buffer, np.asarray(tokens, np.uint32).tobytes())
+    model.device.write(model.state.step.buffer, pack_step(0, n))
+    timer = Timer(device, len(steps))
+    alone = np.median([timer.passes([[s] for s in steps]) for _ in range(5)], axis=0)
+    ms, count, flops = collections.Counter(), collections.Counter(), collections.Counter()
+    for s, ns in zip(steps, alone):
+        ms[family(s)] += ns / 1e6
+        count[family(s)] += 1
+        flops[family(s)] += matmul_flops(family(s), n)
+    total, total_flops = alone.sum() / 1e6, sum(flops.values())
+    matmul_ms = sum(t for f, t in ms.items() if flops[f])
+    print(f"GPU time of its {len(steps)} dispatches, each in its own pass: {total:.3f} ms "
+          f"({n / total * 1000:,.0f} tok/s at that time)")
+    print(f"matmuls: {matmul_ms:.3f} ms for {total_flops / 1e12:.3f} TFLOP, "
+          f"{total_flops / matmul_ms / 1e9:.2f} TFLOP/s")
+    for label, t in ms.most_common(args.top):
+        rate = f"{flops[label] / t / 1e9:6.2f} TFLOP/s" if flops[label] else " " * 13
+        print(f"  {t:8.3f} ms {count[label]:4d}x {t * 1e3 / count[label]:8.1f} us {rate}  {label}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -101,11 +149,16 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=2048, help="context the plan is built for (as `python -m cera bench`)")
     ap.add_argument("--copy-gbps", type=float, default=2500.0,
                     help="the device's copy bandwidth in GB/s, read plus written (default: DESIGN.md's H200 figure)")
+    ap.add_argument("--prefill", type=int, metavar="N",
+                    help="profile the submission of an N-token prompt instead of a decode step")
     args = ap.parse_args()
     device = NativeDevice()
     engine = asyncio.run(Engine.load(GGUFFile.open(args.model), device,
-                                     ctx=max(args.ctx, args.pos + args.repeat + 2)))
+                                     ctx=max(args.ctx, args.pos + args.repeat + 2, (args.prefill or 0) + 1)))
     model = engine.backend
+    if args.prefill:
+        print(f"{device.adapter_name}; prefill of {args.prefill} tokens (chunks of {model.chunk})")
+        return profile_prefill(device, engine, args)
     device.write(model.state.step.buffer, pack_step(args.pos, 1))
     steps = list(model.decode_plan.steps)
     print(f"{device.adapter_name}; {model.dispatches_per_token} dispatches per token, KV length {args.pos + 1}")

@@ -8,16 +8,24 @@
 //
 // RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
 //
-// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM]; flags NEOX,
-// FREQ_FACTORS, QK_NORM.
+// Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
+// [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM.
 // Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
-// read, so they may be ranges of one buffer (a stacked QKV matvec's output);
+// read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
+// their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
 #include "common.wgsl"
 #include "reduce.wgsl"
 
 const WG = 64u;
+#ifdef IN_STRIDE
+const Q_STRIDE = IN_STRIDE;
+const KV_STRIDE = IN_STRIDE;
+#else
+const Q_STRIDE = N_HEADS * HEAD_DIM;
+const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
+#endif
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -52,18 +60,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let p = step.pos + t;
     let is_q = wid.x < N_HEADS;
     let kh = wid.x - N_HEADS;                                   // kv head when !is_q
-    let q_base = (t * N_HEADS + wid.x) * HEAD_DIM;
-    let k_base = (t * N_KV_HEADS + kh) * HEAD_DIM;
+    let q_base = (t * N_HEADS + wid.x) * HEAD_DIM;          // in q_out
+    let q_in = t * Q_STRIDE + wid.x * HEAD_DIM;
+    let k_in = t * KV_STRIDE + kh * HEAD_DIM;
     let cache_base = (p * N_KV_HEADS + kh) * HEAD_DIM;
 
     var sum = 0.0;
     for (var i = lid; i < HEAD_DIM; i += WG) {
         var value: f32;
         if (is_q) {
-            value = q[q_base + i];
+            value = q[q_in + i];
         } else {
-            value = k[k_base + i];
-            v_cache[cache_base + i] = v[k_base + i];
+            value = k[k_in + i];
+            v_cache[cache_base + i] = v[k_in + i];
         }
         row[i] = value;
         sum += value * value;

@@ -55,15 +55,24 @@ ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_n
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale", ROPE_CASES)
-def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,stacked",
+                         [(*case, False) for case in ROPE_CASES] + [(*ROPE_CASES[0], True), (*ROPE_CASES[2], True)])
+def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, stacked):
+    """stacked: q, k, v are ranges of one buffer of rows q | k | v (a stacked prefill matmul's
+    output, in_stride apart)."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx, theta, eps = 4, 300, 10000.0, 1e-6
     rot = head_dim if n_rot is None else n_rot
     q, k, v = randn(max_tokens, n_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim)
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
-    qb, kb, vb = upload(gpu, q), upload(gpu, k), upload(gpu, v)
+    stride = None
+    if stacked:
+        rows = np.concatenate([a.reshape(max_tokens, -1) for a in (q, k, v)], axis=1)
+        buf, stride, q_end, k_end = upload(gpu, rows), rows.shape[1], q[0].size, q[0].size + k[0].size
+        qb, kb, vb = (Binding(buf, 4 * col, rows.nbytes - 4 * col) for col in (0, q_end, k_end))
+    else:
+        qb, kb, vb = upload(gpu, q), upload(gpu, k), upload(gpu, v)
     qo = zeros(gpu, q.shape)
     kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
@@ -71,7 +80,7 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
                        upload(gpu, qn) if qk_norm else None, upload(gpu, kn) if qk_norm else None,
                        eps if qk_norm else None)
     dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
-                              n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens)
+                              n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
         device.write(qo, bytes(q.nbytes))
         device.write(step, pack_step(pos, n_tokens))

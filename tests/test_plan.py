@@ -57,7 +57,9 @@ def test_prefill_plan_differs_only_by_row_count(smollm2, device):
     g, cfg, _ = smollm2
     chunked = GpuModel(cfg, g, device, ctx=1024, chunk=64)
     labels = [s.label for s in chunked.plan(64).steps if hasattr(s, "label")]
-    assert sum(label.startswith("matmul Q4_1") for label in labels) == 6 * cfg.n_layers   # q, k, v, o, glu, down
+    assert sum(label.startswith("matmul Q4_1") for label in labels) == 4 * cfg.n_layers   # q|k|v, o, glu, down
+    qkv = cfg.q_dim + 2 * cfg.kv_dim(0)
+    assert labels[2] == f"matmul Q4_1 {qkv}x{cfg.hidden}"   # after embed and norm: q|k|v stacked, as in decode
     assert sum(label.endswith("prefill_attention") for label in labels) == cfg.n_layers
 
 

@@ -227,18 +227,21 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-                 limits=None, act: str = FFN_SILU, half: bool | None = None) -> list[Dispatch]:
+                 out_stride: int | None = None, limits=None, act: str = FFN_SILU,
+                 half: bool | None = None) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
-    W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out (out_stride
-    m), and token rows in blocks (`row_blocks`) when x or out is bigger than a binding. `limits`
-    defaults to the device's; W, W_up, x, out and bias must start at aligned offsets. `half`:
-    as in matmul."""
+    W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out, and token
+    rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
+    between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
+    bias must start at aligned offsets. `half`: as in matmul."""
     limits = limits or device.limits
+    stride = m if out_stride is None else out_stride
     col_tiles = row_tiles(wtype, k, m, limits)
-    blocks = row_blocks(k, m, max_rows, limits)
+    blocks = row_blocks(k, stride, max_rows, limits)
     if len(col_tiles) == 1 and len(blocks) == 1:
         return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
-                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, act=act, half=half)]
+                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride,
+                       act=act, half=half)]
     rb = row_bytes(wtype, k)
     align = limits.min_storage_buffer_offset_alignment
 
@@ -256,11 +259,11 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
         x_block = part(x, 4 * r0 * k, 4 * rows * k)
         for start, n in col_tiles:
             # columns start..start+n of rows r0..r0+rows-1: from (r0, start) to the block's last row
-            out_tile = part(out, 4 * (r0 * m + start), 4 * ((rows - 1) * m + n))
+            out_tile = part(out, 4 * (r0 * stride + start), 4 * ((rows - 1) * stride + n))
             dispatches.append(matmul(
                 kernels, device, out_tile, part(w, start * rb, n * rb), x_block, step, wtype=wtype, k=k, m=n,
                 max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n), accumulate=accumulate,
-                w_up=part(w_up, start * rb, n * rb), out_stride=m, row0=r0, act=act, half=half))
+                w_up=part(w_up, start * rb, n * rb), out_stride=stride, row0=r0, act=act, half=half))
     return dispatches
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from cera.config import ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
-from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type, stacked_parts
+from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type
 from cera.gpu.state import Activations, GreedyChain, State
 
 DEFAULT_ALIGNMENT = 256   # WebGPU's default minStorageBufferOffsetAlignment, when no adapter is known
@@ -79,7 +79,7 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     `limits` (their offset alignment decides which q/k/v projections are stacked)."""
     chunk = min(chunk, ctx)
     align = limits.min_storage_buffer_offset_alignment if limits else DEFAULT_ALIGNMENT
-    weights, fallbacks = _weights(cfg, gguf_file.tensors, chunk, align)
+    weights, fallbacks = _weights(cfg, gguf_file.tensors, align)
     activations = {f"{name}@{rows}": 4 * math.prod(shape)
                    for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
@@ -87,10 +87,11 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     return Footprint(ctx, chunk, weights, sized(state), sized(activations), fallbacks)
 
 
-def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
-    """Weight buffers, label -> bytes: every tensor the model reads, plus the stacked q/k/v
-    matrices (and biases) decode reads. A prefill chunk reads the projections one by one, inside
-    the stacked buffer where their offsets allow (stacked_parts), else from buffers of their own."""
+def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
+    """Weight buffers, label -> bytes: every tensor the model reads, with q/k/v stacked (and
+    their biases) as decode and prefill read them. (A LoRA adapter on one of them has a prefill
+    chunk read the projections one by one, inside the stacked buffer where their offsets allow,
+    stacked_parts, else from buffers of their own, uncounted here.)"""
     names = dict.fromkeys([*cfg.all_tensors(), cfg.lm_head])
     stacked = {}
     for i in cfg.attention_layers:
@@ -101,11 +102,9 @@ def _weights(cfg: ModelConfig, tensors: dict, chunk: int, align: int) -> tuple[d
             stacked[f"blk.{i}.attn_{run}.weight"] = sum(t.nbytes for t in parts)
             if cfg.qkv_bias:
                 stacked[f"blk.{i}.attn_{run}.bias"] = 4 * sum(t.shape[0] for t in parts)
-            inside = stacked_parts(cfg, tensors, i, align)
-            for p in run:   # a part read in place, or only stacked (no prefill builder): no buffer of its own
+            for p in run:   # read only stacked: no buffer of its own
                 for name in (f"blk.{i}.attn_{p}.weight", f"blk.{i}.attn_{p}.bias"):
-                    if name in inside or chunk == 1:
-                        names.pop(name, None)
+                    names.pop(name, None)
     weights = {name: resident_bytes(tensors[name], is_vector(name)) for name in names} | stacked
     fallbacks = []
     for name in names:

@@ -87,19 +87,23 @@ class Rope:
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
-            n_kv_heads: int, rope: Rope, max_tokens: int = 1, label: str = "rope_kv") -> Dispatch:
+            n_kv_heads: int, rope: Rope, max_tokens: int = 1, in_stride: int | None = None,
+            label: str = "rope_kv") -> Dispatch:
     """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
 
     q, q_out (tokens, n_heads*head_dim); k, v (tokens, n_kv_heads*head_dim): q, k, v are only
     read, so they may be ranges of one buffer (WebGPU forbids a buffer bound both read-write
     and read-only in one dispatch, so q cannot be rotated in place when they share one);
-    k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot step.pos + t."""
+    with `in_stride`, their rows are in_stride floats apart (the rows q | k | v of a stacked
+    projection). k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot
+    step.pos + t."""
     _check_heads(n_heads, n_kv_heads)
+    stride = {} if in_stride is None else {"IN_STRIDE": in_stride}
     q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim * max_tokens
     return kernels.dispatch("rope.wgsl", [q, k, v, q_out, k_cache, v_cache, step, *rope.bindings()],
                             (n_heads + n_kv_heads, max_tokens, 1), label, reads=q_bytes + 2 * kv_bytes,
                             writes=q_bytes + 2 * kv_bytes, HEAD_DIM=head_dim, N_HEADS=n_heads,
-                            N_KV_HEADS=n_kv_heads, **rope.defines(head_dim))
+                            N_KV_HEADS=n_kv_heads, **stride, **rope.defines(head_dim))
 
 
 SHIFT_BYTES = 16   # struct Shift (shaders/kv_shift.wgsl)

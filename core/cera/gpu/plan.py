@@ -153,13 +153,14 @@ class Builder:
         return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
                            w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None, **norms)
 
-    def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding) -> Dispatch:
-        """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions."""
+    def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding, in_stride: int | None = None) -> Dispatch:
+        """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions
+        (in_stride: layers.rope_kv's)."""
         cfg = self.cfg
         return layers.rope_kv(self.kernels, self.device, self.act.q_rot, self.state.key_cache[i],
                               self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], rope=self.rope(i),
-                              max_tokens=self.rows, label=f"blk.{i}.rope")
+                              max_tokens=self.rows, in_stride=in_stride, label=f"blk.{i}.rope")
 
     def shortconv(self, i: int) -> list[Step]:
         """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
@@ -295,18 +296,31 @@ class PrefillBuilder(Builder):
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):
+        """The three projections of the normed rows: a matmul per run of one type (as decode's
+        stacked matvecs) writing its columns of the rows q | k | v of act.qkv; one matmul
+        each, into act.q, k, v, where the runs cannot be bound there or an adapter applies."""
         cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
         kv = cfg.kv_dim(i)
-        q, k, v = a.q, Binding(a.k.buffer, 0, 4 * self.rows * kv), Binding(a.v.buffer, 0, 4 * self.rows * kv)
         steps = [self.norm(a.x, b + "attn_norm.weight")]   # once, for the three projections
-        for p, out in zip("qkv", (q, k, v)):
-            bias = w.vector(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
-            steps += self.proj(out, w.matrix(f"{b}attn_{p}.weight"), a.xb, bias=bias)
-        return steps, q, k, v
+        runs = w.qkv_runs(i)
+        if runs is None or any(f"{b}attn_{p}.weight" in self.adapters for p in "qkv"):
+            q, k, v = a.q, Binding(a.k.buffer, 0, 4 * self.rows * kv), Binding(a.v.buffer, 0, 4 * self.rows * kv)
+            for p, out in zip("qkv", (q, k, v)):
+                bias = w.vector(f"{b}attn_{p}.bias") if cfg.qkv_bias else None
+                steps += self.proj(out, w.matrix(f"{b}attn_{p}.weight"), a.xb, bias=bias)
+            return steps, q, k, v
+        width, column = cfg.q_dim + 2 * kv, {"q": 0, "k": cfg.q_dim, "v": cfg.q_dim + kv}
+        out = {p: Binding(a.qkv.buffer, 4 * column[p], 4 * (width * (self.rows - 1) + width - column[p]))
+               for p in "qkv"}   # from row 0's part to the last row's end
+        for run in runs:
+            m, bias = w.stacked(i, run)
+            steps += self.proj(out[run[0]], m, a.xb, bias=bias, out_stride=width)
+        return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i, q, k, v):
         cfg = self.cfg
-        return [self.rope_kv(i, q, k, v), batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
+        stride = cfg.q_dim + 2 * cfg.kv_dim(i) if q.buffer is k.buffer else None   # the rows of act.qkv
+        return [self.rope_kv(i, q, k, v, stride), batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows,

@@ -43,7 +43,7 @@ class Activations:
     x: Binding                    # (rows, hidden) residual stream
     xb: Binding                   # (rows, hidden) normed block input (prefill: the norm runs apart)
     hb: Binding                   # (rows, ff) ffn hidden: silu(gate) * up
-    qkv: Binding | None = None    # (q_dim + 2 kv,) q | k | v of a stacked matvec (decode)
+    qkv: Binding | None = None    # (rows, q_dim + 2 kv) q | k | v of a stacked projection
     q: Binding | None = None      # (rows, q_dim)
     k: Binding | None = None      # (rows, kv)
     v: Binding | None = None      # (rows, kv)
@@ -61,9 +61,7 @@ class Activations:
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
-            if r == 1:
-                a["qkv"] = (cfg.q_dim + 2 * kv,)
-            a.update(q=(r, cfg.q_dim), k=(r, kv), v=(r, kv), q_rot=(r, cfg.q_dim), att=(r, cfg.q_dim))
+            a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv), q_rot=(r, cfg.q_dim), att=(r, cfg.q_dim))
         if cfg.conv_layers:
             a.update(bcx=(r, 3 * h), conv_out=(r, h))
         return a
