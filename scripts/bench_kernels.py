@@ -186,7 +186,7 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
                 if t is None:
                     dispatches = batched.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
                                                       m=mat.m, max_rows=rows, w_up=w_up, half=half)
-                    t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half)
+                    t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half, mat.wtype)
                     name = "builder: " + tiles_name(t)
                 else:
                     dispatches = [batched.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
@@ -263,7 +263,7 @@ def tilings(tiles, limits, rows: int, mat: Matrix, half: bool) -> list:
     if tiles != "sweep":
         return [tiles]
     pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if mat.glu
-            else batched._MATMUL_TILES + batched._SMALL_TILES)
+            else batched._MATMUL_TILES + batched._SUPERBLOCK_TILES + batched._SMALL_TILES)
     shapes = sorted({(t.tile_m, t.tile_t, t.rm, t.rt) for t in pool} | set(SWEEP_SHAPES[mat.glu]), reverse=True)
     grid = [batched.MatmulTiles(tile_m=tm, tile_t=tt, bk=bk, rm=rm, rt=rt) for tm, tt, rm, rt in shapes
             for bk in SWEEP_BK]

@@ -9,13 +9,14 @@
 //
 // The GROUP query heads of one kv head read the same keys, so a workgroup's BQ query rows are
 // (token, head) pairs r = t * GROUP + g of one kv head kh: dispatch (N_KV_HEADS,
-// ceil(max rows * GROUP / BQ), 1). Per key tile of BKV keys, from the tile holding the first
-// row's first key (keys before it are never read):
-//   1. stage K[j0 .. j0+BKV) into kv;                        barrier
+// ceil(max rows * GROUP / BQ), 1), the last rows' block (the most keys) first, so that the
+// longest workgroups start first and the short ones fill in behind them. Per key tile of BKV
+// keys, from the tile holding the first row's first key (keys before it are never read):
+//   1. stage K[j0 .. j0+BKV) into ks and V into vs;          barrier
 //   2. score the BQ x BKV tile (all invocations) into sc;    barrier
-//   3. stage V over kv; each invocation takes its row's tile max and rescales its running
-//      output, sum and max (the TPQ invocations of a row hold the same m and l);  barrier
-//   4. invocation (row, s) adds p_j * V[j, :] to its vec4 columns s, s + TPQ, ...
+//   3. each invocation takes its row's tile max and rescales its running output, sum and max
+//      (the TPQ invocations of a row hold the same m and l), then (row, s) adds p_j * V[j, :]
+//      to its vec4 columns s, s + TPQ, ...;                  barrier (before the next staging)
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
@@ -28,7 +29,7 @@
 const WG = BQ * TPQ;
 const GROUP = N_HEADS / N_KV_HEADS;     // query heads per kv head
 const D4 = (HEAD_DIM + 3u) / 4u;        // vec4 columns of a head
-const KS4 = D4 + 1u;                    // kv tile row stride: one vec4 of padding spreads banks
+const KS4 = D4 + 1u;                    // K/V tile row stride: one vec4 of padding spreads banks
 const OC = (D4 + TPQ - 1u) / TPQ;       // vec4 output columns per invocation, at most 4
 const SLOT = N_KV_HEADS * HEAD_DIM;     // floats per cache slot
 const NEG_BIG = -3.0e38;
@@ -47,22 +48,27 @@ const NEG_BIG = -3.0e38;
 @group(0) @binding(4) var<uniform> step: Step;
 
 var<workgroup> qs: array<vec4<f32>, BQ * D4>;     // q rows * SCALE, zero-padded to D4 vec4
-var<workgroup> kv: array<vec4<f32>, BKV * KS4>;   // the key tile, then the value tile
+var<workgroup> ks: array<vec4<f32>, BKV * KS4>;   // the key tile
+var<workgroup> vs: array<vec4<f32>, BKV * KS4>;   // the value tile
 var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
 #include "attention_load.wgsl"
 #include "attention_window.wgsl"
 
-// Keys j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into kv.
-fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
+// Keys and values j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into
+// ks and vs.
+fn stage_kv(lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
     for (var i = lid; i < BKV * D4; i += WG) {
         let j = i / D4;
         let c = i % D4;
-        var v = vec4<f32>(0.0);
+        var key = vec4<f32>(0.0);
+        var value = vec4<f32>(0.0);
         if (j0 + j >= lo && j0 + j < n_keys) {
-            v = load_cache(is_v, (j0 + j) * SLOT + kh * HEAD_DIM, c);
+            key = load_cache(false, (j0 + j) * SLOT + kh * HEAD_DIM, c);
+            value = load_cache(true, (j0 + j) * SLOT + kh * HEAD_DIM, c);
         }
-        kv[j * KS4 + c] = v;
+        ks[j * KS4 + c] = key;
+        vs[j * KS4 + c] = value;
     }
 }
 
@@ -70,7 +76,7 @@ fn stage_kv(is_v: bool, lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
 fn add_value(o: vec4<f32>, i: u32, s: u32, p: f32, j: u32) -> vec4<f32> {
     let c = s + TPQ * i;
     if (c < D4) {
-        return fma(vec4<f32>(p), kv[j * KS4 + c], o);
+        return fma(vec4<f32>(p), vs[j * KS4 + c], o);
     }
     return o;
 }
@@ -93,9 +99,10 @@ fn store_out(base: u32, s: u32, i: u32, y: vec4<f32>) {
 }
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
     let n_rows = step.n_tokens * GROUP;
-    let r0 = wid.y * BQ;                  // first (token, head) row of this workgroup
+    let r0 = (nwg.y - 1u - wid.y) * BQ;   // first (token, head) row of this workgroup: the last first
     if (r0 >= n_rows) {
         return;   // uniform: whole workgroup
     }
@@ -128,8 +135,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var m = NEG_BIG;                      // running max score
 
     for (var j0 = lo / BKV * BKV; j0 < n_keys; j0 += BKV) {
-        workgroupBarrier();               // qs staged / the previous value tile consumed
-        stage_kv(false, lid, kh, j0, lo, n_keys);
+        workgroupBarrier();               // qs staged / the previous tiles consumed
+        stage_kv(lid, kh, j0, lo, n_keys);
         workgroupBarrier();
 
         for (var i = lid; i < BQ * BKV; i += WG) {
@@ -137,7 +144,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let j = i % BKV;
             var s4 = vec4<f32>(0.0);
             for (var c = 0u; c < D4; c++) {
-                s4 = fma(qs[qr * D4 + c], kv[j * KS4 + c], s4);
+                s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
             }
             let p = step.pos + (r0 + qr) / GROUP;
             let visible = j0 + j <= p && j0 + j >= first_key(p);
@@ -145,7 +152,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
 
-        stage_kv(true, lid, kh, j0, lo, n_keys);
         var m_new = m;
         for (var j = 0u; j < BKV; j++) {
             m_new = max(m_new, sc[row * BKV + j]);
@@ -157,8 +163,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         o2 *= alpha;
         o3 *= alpha;
         m = m_new;
-        workgroupBarrier();
-
         for (var j = 0u; j < BKV; j++) {
             let p = select(0.0, exp(sc[row * BKV + j] - m), j0 + j <= last_key && j0 + j >= first);
             l += p;

@@ -76,7 +76,7 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
     got = run(gpu, [dispatch], out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
     assert dispatch.label.endswith(" f16") == half
-    bk = (tiles or batched.matmul_tiles(gpu.device.limits, max_rows, glu, m, half)).bk
+    bk = (tiles or batched.matmul_tiles(gpu.device.limits, max_rows, glu, m, half, kw["wtype"])).bk
     return got[:n_tokens], want, mag, bk if half else 0
 
 
@@ -139,8 +139,14 @@ def test_matmul_variants(gpu, t, flags, half):
         check_matmul(got, want, mag, f"{t.name} {flags} m={m} rows={n_tokens}", bk)
 
 
+# 8-wide register blocks: no table picks them, a caller's tiles= may
+WIDE_BLOCKS = [batched.MatmulTiles(tile_m=128, tile_t=128, bk=16, rm=8, rt=8),
+               batched.MatmulTiles(tile_m=64, tile_t=128, bk=16, rm=4, rt=8)]
+
+
 def _pool(glu, half):
-    pool = batched._GLU_TILES + batched._SMALL_GLU_TILES if glu else batched._MATMUL_TILES + batched._SMALL_TILES
+    pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if glu
+            else batched._MATMUL_TILES + batched._SUPERBLOCK_TILES + batched._SMALL_TILES) + WIDE_BLOCKS
     return batched._halved(pool) if half else pool
 
 
@@ -175,8 +181,8 @@ def test_matmul_tile_choice(gpu):
     default = dataclasses.replace(lim, max_compute_workgroup_storage_size=16384)
     assert batched.matmul_tiles(default, 512).storage(False) == 16384
     big = dataclasses.replace(lim, max_compute_workgroup_storage_size=32768, max_compute_invocations_per_workgroup=256)
-    assert batched.matmul_tiles(big, 512, m=49152).tile_m == 128          # an LM head: big tiles
-    assert batched.matmul_tiles(big, 512, m=576).tile_m == 64             # 20 big tiles: too few
+    assert batched.matmul_tiles(big, 512, m=1536, wtype=T.Q4_K).tile_t == 32   # superblocks: 32 tokens
+    assert batched.matmul_tiles(big, 512, m=1536, wtype=T.Q4_1).tile_t == 64
     assert batched.matmul_tiles(big, 512, m=192) == batched.matmul_tiles(big, 512, m=64)   # the most
     for glu in (False, True):   # f16 tiles: the same tilings and bytes, twice the bk
         f32, f16 = batched.matmul_tiles(big, 512, glu, 8960), batched.matmul_tiles(big, 512, glu, 8960, half=True)

@@ -11,13 +11,12 @@ Tile choice (`matmul_tiles`, `attention_tiles`). Workgroup memory is budgeted at
 default of 16 KiB (Apple and SwiftShader grant exactly that; a peer's 24 KiB shader returned
 zeros on Apple) and grows only where the device's `max_compute_workgroup_storage_size`
 allows; workgroups stay at 256 invocations.
-  matmul: 128 weight rows x 128 tokens per workgroup, 8x8 outputs per invocation, K slices of
-    32 elements (32 KiB: 16 KiB of dequantized weights + 16 KiB of x) or 16 (16 KiB). Each
-    weight is dequantized once per workgroup and used by 128 tokens; each k step reads 4 vec4
-    from workgroup memory for 64 FMAs. GLU stages two weight tiles: 64 rows x 128 tokens, 4x8
-    per invocation. When that leaves fewer than MIN_WORKGROUPS workgroups (SmolLM2's 576-wide
-    projections: 20), 64x64 tiles with 4x4 per invocation (16 KiB); chunks of at most 32 rows
-    use 32-token tiles.
+  matmul: 64 weight rows x 64 tokens per workgroup (32 for K- and i-quant weights), 4x4
+    outputs per invocation, K slices of 32 elements (16 KiB: 8 KiB of dequantized weights + 8
+    KiB of x) or 16. Each weight is dequantized once per workgroup and used by its tokens; each
+    k step reads 2 vec4 from workgroup memory for 16 FMAs. GLU stages two weight tiles (24
+    KiB). Chunks of at most 32 rows use 32-token tiles. The preference is measured (the tables
+    below); MIN_WORKGROUPS guards a small matrix.
   f16 (`half_tiles`): where the device has shader-f16, the staged tiles are f16 and each K
     slice's partial dots f16 FMAs, summed in f32 (shaders/matmul.wgsl HALF): the same
     tilings in the same bytes with twice the bk. Not for F32 or BF16 weights (they would
@@ -25,9 +24,9 @@ allows; workgroups stay at 256 invocations.
     f32 path's by up to ~2% of the largest (1.6e-5 nMSE on a Q8_0 LFM2), beyond the tolerances
     the f32 kernels are held to against the numpy reference.
   attention: block_q query rows ((token, head) pairs of one KV head, so a GQA group shares
-    every K/V tile) x block_kv keys, 256 invocations, the largest block_q that fits (and
-    leaves each invocation at most 16 output columns): head_dim 64 -> 64 x 16 in 32 KiB,
-    32 x 16 in 16 KiB; 128 -> 32 x 16 / 16 x 8; 256 -> 16 x 8 / 8 x 4.
+    every K/V tile) x block_kv keys, 256 invocations, the first of _ATTENTION_BLOCKS that fits
+    (and leaves each invocation at most 16 output columns): head_dim 64 -> 16 x 32 in 32 KiB,
+    16 x 16 in 16 KiB; 128 -> 16 x 16 / 8 x 8; 256 -> 8 x 8 / 4 x 4.
 """
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ import os
 from dataclasses import dataclass, replace
 from math import gcd
 
-from gguf.constants import GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
@@ -81,18 +80,24 @@ class MatmulTiles:
         return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
 
 
-# Preferred first. 8x8 outputs per invocation need 4 vec4 reads from workgroup memory per 64
-# FMAs; 4x4 needs 2 per 16. bk is a multiple of 16 (a quant unit).
-# The 16 KiB entries are the fallback every WebGPU device grants.
+# Preferred first; bk is a multiple of 16 (a quant unit), and the 16 KiB entries are the fallback
+# every WebGPU device grants. Measured on an H200 (docs/PERFORMANCE.md, 2026-12-02): 4x4 outputs
+# per invocation in 64-row tiles beat the 8x8 and 4x8 blocks of 128-token tiles (fewer registers:
+# more workgroups resident to cover each slice's staging; Qwen2.5-1.5B's GLU 19.8 -> 26.4
+# TFLOP/s), and for the superblock types (K- and i-quants: 256-element blocks) 32-token tiles
+# beat 64 (its down projections 15.0-15.7 -> 17.5-19.4 TFLOP/s), where for Q4_1 they did not
+# (SmolLM2's 576-row matmuls 47 -> 55 us). The kernel also takes 8-wide blocks (tiles=).
 _MATMUL_TILES = [
-    MatmulTiles(tile_m=128, tile_t=128, bk=32, rm=8, rt=8),   # 32 KiB
-    MatmulTiles(tile_m=128, tile_t=128, bk=16, rm=8, rt=8),   # 16 KiB
     MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=16, rm=4, rt=4),     # 8 KiB
+]
+_SUPERBLOCK_TILES = [
+    MatmulTiles(tile_m=64, tile_t=32, bk=32, rm=4, rt=4),     # 12 KiB
+    MatmulTiles(tile_m=64, tile_t=32, bk=16, rm=4, rt=4),     # 6 KiB
 ]
 _GLU_TILES = [
-    MatmulTiles(tile_m=64, tile_t=128, bk=32, rm=4, rt=8),    # 2 x 8 + 16 = 32 KiB
-    MatmulTiles(tile_m=64, tile_t=128, bk=16, rm=4, rt=8),    # 16 KiB
-    MatmulTiles(tile_m=32, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 2 x 8 + 8 = 24 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=16, rm=4, rt=4),     # 12 KiB
 ]
 _SMALL_TILES = [   # chunks of at most 32 rows: less padding along tokens
     MatmulTiles(tile_m=128, tile_t=32, bk=32, rm=8, rt=4),    # 20 KiB
@@ -126,14 +131,18 @@ def _workgroups(tiles: MatmulTiles, m: int, max_rows: int) -> int:
     return -(-m // tiles.tile_m) * -(-max_rows // tiles.tile_t)
 
 
-def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None, half: bool = False) -> MatmulTiles:
-    """The first preferred tiling (f16 tiles: `half`) whose workgroup memory and invocations
-    fit `limits`; given the output width m, the first of those that makes MIN_WORKGROUPS
-    workgroups (else the one that makes the most)."""
+def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None, half: bool = False,
+                 wtype: int | None = None) -> MatmulTiles:
+    """The first preferred tiling (f16 tiles: `half`; for weights of `wtype`) whose workgroup
+    memory and invocations fit `limits`; given the output width m, the first of those that
+    makes MIN_WORKGROUPS workgroups (else the one that makes the most)."""
     if max_rows <= 32:
         candidates = _SMALL_GLU_TILES if glu else _SMALL_TILES
+    elif glu:
+        candidates = _GLU_TILES
     else:
-        candidates = _GLU_TILES if glu else _MATMUL_TILES
+        superblock = wtype is not None and GGML_QUANT_SIZES[T(wtype)][0] == 256
+        candidates = _SUPERBLOCK_TILES if superblock else _MATMUL_TILES
     if half:
         candidates = _halved(candidates)
     budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
@@ -181,7 +190,7 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     half = half_tiles(device, t) if half is None else half
     if half and "shader-f16" not in device.features:
         raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
-    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m, half)
+    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m, half, t)
     stride = m if out_stride is None else out_stride
     defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
                    **weight_flags(t), **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
@@ -283,14 +292,16 @@ class AttentionTiles:
 
     @staticmethod
     def storage(block_q: int, block_kv: int, head_dim: int) -> int:
-        """Bytes: scaled Q tile, K/V tile (rows padded by a vec4), the tile's scores."""
+        """Bytes: scaled Q tile, K and V tiles (rows padded by a vec4), the tile's scores."""
         d4 = -(-head_dim // 4)
-        return 16 * block_q * d4 + 16 * block_kv * (d4 + 1) + 4 * block_q * block_kv
+        return 16 * block_q * d4 + 2 * 16 * block_kv * (d4 + 1) + 4 * block_q * block_kv
 
 
-# (block_q, block_kv), preferred first: more query rows per K/V tile first (reuse), then
-# bigger key tiles (fewer barriers).
-_ATTENTION_BLOCKS = [(64, 16), (32, 32), (32, 16), (32, 8), (16, 16), (16, 8), (8, 8), (8, 4), (4, 4)]
+# (block_q, block_kv), preferred first. Measured on an H200 (docs/PERFORMANCE.md, 2026-12-02):
+# 16 query rows a workgroup beat 32 and 64 (more workgroups: SmolLM2's 512-token chunk makes 72
+# of 64 rows), 8 and 8 x 8; 32 keys a tile beat 16 for head_dim 64 (58 vs 64 us a layer), and
+# for 128 do not fit 32 KiB.
+_ATTENTION_BLOCKS = [(16, 32), (16, 16), (16, 8), (8, 8), (8, 4), (4, 4)]
 
 
 def attention_tiles(limits, head_dim: int) -> AttentionTiles:
