@@ -32,10 +32,12 @@ clones() {   # expand each header into $CLONES/NAME.gguf once; print the names
   done
 }
 
-native() {   # cera native: bench (512-token prompt, 128 tokens) and the decode profile at KV 513
+native() {   # cera native: bench (512-token prompt, 128 tokens), the decode profile at KV 513, then
+             # the 512-token prefill's (in the same file: the machine returns at most 8 files a call)
   local n=$1
   python3 -m cera bench -m $CLONES/$n.gguf --json > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
   python3 scripts/profile_decode.py $CLONES/$n.gguf --pos 512 --top 12 > $OUT/profile$TAG-$n.txt 2>&1
+  python3 scripts/profile_decode.py $CLONES/$n.gguf --prefill 512 --top 12 >> $OUT/profile$TAG-$n.txt 2>&1
   python3 -m cera plan -m $CLONES/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
     python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
     > $OUT/plan$TAG-$n.json
