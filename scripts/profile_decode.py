@@ -120,8 +120,8 @@ def profile_prefill(device, engine, args) -> None:
         print("(no timestamp-query on this adapter: no GPU times)")
         return
     steps = [s for s in model.plan(n).steps if isinstance(s, Dispatch)]
-    model.device.write(model.state.tokens.buffer, np.asarray(tokens, np.uint32).tobytes())
-    model.device.write(model.state.step.buffer, pack_step(0, n))
+    device.write(model.state.tokens.buffer, np.asarray(tokens, np.uint32).tobytes())
+    device.write(model.state.step.buffer, pack_step(0, n))
     timer = Timer(device, len(steps))
     alone = np.median([timer.passes([[s] for s in steps]) for _ in range(5)], axis=0)
     ms, count, flops = collections.Counter(), collections.Counter(), collections.Counter()

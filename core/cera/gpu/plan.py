@@ -310,7 +310,7 @@ class PrefillBuilder(Builder):
                 steps += self.proj(out, w.matrix(f"{b}attn_{p}.weight"), a.xb, bias=bias)
             return steps, q, k, v
         width, column = cfg.q_dim + 2 * kv, {"q": 0, "k": cfg.q_dim, "v": cfg.q_dim + kv}
-        out = {p: Binding(a.qkv.buffer, 4 * column[p], 4 * (width * (self.rows - 1) + width - column[p]))
+        out = {p: Binding(a.qkv.buffer, 4 * column[p], 4 * (width * self.rows - column[p]))
                for p in "qkv"}   # from row 0's part to the last row's end
         for run in runs:
             m, bias = w.stacked(i, run)
@@ -320,7 +320,8 @@ class PrefillBuilder(Builder):
     def attend(self, i, q, k, v):
         cfg = self.cfg
         stride = cfg.q_dim + 2 * cfg.kv_dim(i) if q.buffer is k.buffer else None   # the rows of act.qkv
-        return [self.rope_kv(i, q, k, v, stride), batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
+        return [self.rope_kv(i, q, k, v, stride),
+                batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows,

@@ -61,7 +61,8 @@ class Activations:
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
-            a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv), q_rot=(r, cfg.q_dim), att=(r, cfg.q_dim))
+            a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),
+                     q_rot=(r, cfg.q_dim), att=(r, cfg.q_dim))
         if cfg.conv_layers:
             a.update(bcx=(r, 3 * h), conv_out=(r, h))
         return a
