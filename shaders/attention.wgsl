@@ -44,6 +44,7 @@ const SLOT = N_KV_HEADS * HEAD_DIM;            // floats per cache slot
 const OUT4 = HPW * D4;                         // vec4 outputs of a workgroup
 const PARTS = max(1u, WG / OUT4);              // key stripes of the value pass
 const PSLOTS = max(1u, min(WG, (PARTS - 1u) * WG));   // parts' sums (WG when PARTS > 1, else unused)
+const KEY_TRIPS = (SPLIT + PARTS - 1u) / PARTS;       // keys one invocation of the value pass takes at most
 const NEG_BIG = -3.0e38;
 
 #ifdef VEC4
@@ -226,9 +227,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let c = o % D4;
         var acc = vec4<f32>(0.0);
         var l = 0.0;
-        for (var j = lo + i / OUT4; j < n_live; j += PARTS) {
-            let p = sc[hh * SPLIT + j];
-            acc = fma(vec4<f32>(p), load_cache(true, (k0 + j) * SLOT + kv_off, c), acc);
+        // keys lo + part, + PARTS, ... below n_live, in a fixed number of trips (so the compiler
+        // can unroll them and issue their loads together): a trip past n_live reads key lo
+        // with weight 0, which adds exactly nothing
+        for (var trip = 0u; trip < KEY_TRIPS; trip++) {
+            let j = lo + i / OUT4 + trip * PARTS;
+            let live = j < n_live;
+            let key = select(lo, j, live);
+            let p = select(0.0, sc[hh * SPLIT + key], live);
+            acc = fma(vec4<f32>(p), load_cache(true, (k0 + key) * SLOT + kv_off, c), acc);
             l += p;
         }
         if (PARTS == 1u) {

@@ -31,16 +31,31 @@ fn split_range(t: u32) -> vec2<u32> {
 }
 
 // Splits first, first + stride, ... below end of row t, head h, vec4 column c, merged in order
-// with an online rescale.
+// with an online rescale. They are read MERGE_AHEAD at a time, all their loads issued before the
+// first is merged; the reads past `end` are not made, and their merges are exact identities.
+const MERGE_AHEAD = 4u;
+
 fn merge_splits(t: u32, h: u32, c: u32, first: u32, stride: u32, end: u32) -> Merged {
     var r = Merged(NEG_BIG, 0.0, vec4<f32>(0.0));
-    for (var s = first; s < end; s += stride) {
-        let rec = ((t * N_SPLITS + s) * N_HEADS + h) * REC;
-        let ml = scratch[rec];                  // (m_s, l_s, 0, 0)
-        let m = max(r.m, ml.x);
-        let a = exp(r.m - m);
-        let b = exp(ml.x - m);
-        r = Merged(m, r.l * a + ml.y * b, r.o * a + scratch[rec + 1u + c] * b);
+    for (var s0 = first; s0 < end; s0 += MERGE_AHEAD * stride) {
+        var ml: array<vec4<f32>, MERGE_AHEAD>;
+        var o: array<vec4<f32>, MERGE_AHEAD>;
+        for (var i = 0u; i < MERGE_AHEAD; i++) {
+            let s = s0 + i * stride;
+            ml[i] = vec4<f32>(NEG_BIG, 0.0, 0.0, 0.0);
+            o[i] = vec4<f32>(0.0);
+            if (s < end) {
+                let rec = ((t * N_SPLITS + s) * N_HEADS + h) * REC;
+                ml[i] = scratch[rec];           // (m_s, l_s, 0, 0)
+                o[i] = scratch[rec + 1u + c];
+            }
+        }
+        for (var i = 0u; i < MERGE_AHEAD; i++) {
+            let m = max(r.m, ml[i].x);
+            let a = exp(r.m - m);
+            let b = exp(ml[i].x - m);
+            r = Merged(m, r.l * a + ml[i].y * b, r.o * a + o[i] * b);
+        }
     }
     return r;
 }

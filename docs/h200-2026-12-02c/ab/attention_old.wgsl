@@ -1,0 +1,263 @@
+// Decode attention, split-KV ("flash-decoding"), pass 1 of 2: the causal GQA attention of a
+// step's query rows over one split of SPLIT cache slots, left unnormalized in a scratch buffer;
+// attention_combine.wgsl merges the splits into the output.
+//
+// Row t of the step is the token at position p = step.pos + t; it attends to cache slots 0..p,
+// or with WINDOW (a local layer) to slots first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
+// already written the step's slots, or with ROPE this dispatch does). Head h reads kv head h / GROUP. Split s covers keys
+// J = [s*SPLIT, (s+1)*SPLIT) ∩ [first_key(p), p] and writes, for each query head h,
+//   score_j = SCALE * q[t, h, :] . k_cache[j, kh, :]
+//   m = max_J score_j,   l = sum_J exp(score_j - m),   o = sum_J exp(score_j - m) v_cache[j, kh, :]
+//
+// Dispatch (N_HEADS / HPW, N_SPLITS, max rows): a workgroup takes HPW query heads of one kv head
+// (HPW divides GROUP, so they share every K/V load), one split, one row. Splits past p return
+// at once (the combine never reads them), as do splits wholly before the window and rows past
+// step.n_tokens.
+//   1. stage the HPW query rows, pre-scaled, in qs;                                  barrier
+//      with ROPE the rows come raw from the step's q | k | v: [QK-normed and] rotated to p in
+//      `rot`, and the split holding p also turns the step's key and writes key and value to
+//      slot p, which its own later loads see (storageBarrier). Workgroups of other splits never
+//      read slot p; workgroups sharing a kv head in that split write the same values.
+//   2. invocation i scores (head i / SPLIT, key i % SPLIT) into sc and red;          barrier
+//   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
+//   4. sc <- exp(sc - m);                                                            barrier
+//   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
+//      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
+// Keys past p, and before the window, are never read (those slots may hold anything).
+//
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
+// HPW, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
+// With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
+// to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
+// first of [freq_factors] then [q_norm, k_norm] (Rope.bindings).
+// Bindings: q (rows, N_HEADS*HEAD_DIM) or with ROPE the raw q | k | v of the step's row,
+// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
+// scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
+// (m, l, 0, 0) then o as D4 vec4 (zero past HEAD_DIM); step.
+#include "common.wgsl"
+
+const WG = MAX_WG;
+const GROUP = N_HEADS / N_KV_HEADS;            // query heads per kv head
+const D4 = (HEAD_DIM + 3u) / 4u;               // vec4 columns of a head
+const REC = 1u + D4;                           // vec4 per scratch record
+const SLOT = N_KV_HEADS * HEAD_DIM;            // floats per cache slot
+const OUT4 = HPW * D4;                         // vec4 outputs of a workgroup
+const PARTS = max(1u, WG / OUT4);              // key stripes of the value pass
+const PSLOTS = max(1u, min(WG, (PARTS - 1u) * WG));   // parts' sums (WG when PARTS > 1, else unused)
+const NEG_BIG = -3.0e38;
+
+#ifdef VEC4
+alias Elem = vec4<f32>;
+#else
+alias Elem = f32;
+#endif
+#ifdef ROPE
+@group(0) @binding(0) var<storage, read> qkv: array<f32>;
+@group(0) @binding(1) var<storage, read_write> k_cache: array<Elem>;
+@group(0) @binding(2) var<storage, read_write> v_cache: array<Elem>;
+#ifdef FREQ_FACTORS
+@group(0) @binding(ROPE_BINDING) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
+const NORM_BINDING = ROPE_BINDING + 1u;
+#else
+const NORM_BINDING = ROPE_BINDING;
+#endif
+#ifdef QK_NORM
+@group(0) @binding(NORM_BINDING) var<storage, read> q_norm: array<f32>;        // (HEAD_DIM,)
+@group(0) @binding(NORM_BINDING + 1u) var<storage, read> k_norm: array<f32>;   // (HEAD_DIM,)
+#endif
+#else
+@group(0) @binding(0) var<storage, read> q: array<Elem>;
+@group(0) @binding(1) var<storage, read> k_cache: array<Elem>;
+@group(0) @binding(2) var<storage, read> v_cache: array<Elem>;
+#endif
+@group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
+@group(0) @binding(4) var<uniform> step: Step;
+
+var<workgroup> qs: array<vec4<f32>, OUT4>;         // the HPW query rows * SCALE, zero-padded
+var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores, then exp(score - m)
+var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPLIT] = head hh's max
+var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j ...
+var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
+#ifdef ROPE
+var<workgroup> rot: array<f32, (HPW + 1u) * HEAD_DIM>;   // the HPW query heads, then the step's key
+var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factors
+
+#include "rope_rotate.wgsl"
+#endif
+
+#include "attention_load.wgsl"
+#include "attention_window.wgsl"
+
+#ifdef ROPE
+// Step 1 with ROPE for the one row at position p: qs <- the HPW query heads from h0, [normed,]
+// rotated, pre-scaled; the split holding p writes the step's rotated key and its value to slot p.
+fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
+    let own = p / SPLIT == split;                     // uniform: the whole workgroup
+    let rows = HPW + select(0u, 1u, own);
+    let kv_off = (h0 / GROUP) * HEAD_DIM;
+    for (var i = lid; i < rows * HEAD_DIM; i += WG) {
+        let r = i / HEAD_DIM;
+        rot[i] = qkv[select((h0 + r) * HEAD_DIM, K_OFF + kv_off, r == HPW) + i % HEAD_DIM];
+    }
+    workgroupBarrier();
+#ifdef QK_NORM
+    if (lid < rows) {
+        var squares = 0.0;
+        for (var e = 0u; e < HEAD_DIM; e++) {
+            squares += rot[lid * HEAD_DIM + e] * rot[lid * HEAD_DIM + e];
+        }
+        inv_rms[lid] = inverseSqrt(squares / f32(HEAD_DIM) + EPS);
+    }
+    workgroupBarrier();
+    for (var i = lid; i < rows * HEAD_DIM; i += WG) {
+        let e = i % HEAD_DIM;
+        rot[i] *= inv_rms[i / HEAD_DIM] * select(q_norm[e], k_norm[e], i / HEAD_DIM == HPW);
+    }
+    workgroupBarrier();
+#endif
+    for (var i = lid; i < rows * (N_ROT / 2u); i += WG) {   // each invocation turns one pair
+        let pair = rope_pair(i % (N_ROT / 2u)) + vec2<u32>((i / (N_ROT / 2u)) * HEAD_DIM);
+        let cs = rope_cos_sin(i % (N_ROT / 2u), f32(p));
+        let x0 = rot[pair.x];
+        let x1 = rot[pair.y];
+        rot[pair.x] = x0 * cs.x - x1 * cs.y;
+        rot[pair.y] = x0 * cs.y + x1 * cs.x;
+    }
+    workgroupBarrier();
+    for (var i = lid; i < OUT4; i += WG) {
+        qs[i] = rot4(i / D4, i % D4) * SCALE;
+    }
+    if (own) {
+        let slot = p * SLOT + kv_off;
+        for (var c = lid; c < D4; c += WG) {
+            store_cache(false, slot, c, rot4(HPW, c));
+            store_cache(true, slot, c, raw4(V_OFF + kv_off, c));
+        }
+    }
+    storageBarrier();     // slot p as written, for this workgroup's loads
+    workgroupBarrier();   // qs
+}
+
+// Columns 4c..4c+3 of staged row r, and of the head at float `base` of qkv (zero past HEAD_DIM).
+fn rot4(r: u32, c: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            v[i] = rot[r * HEAD_DIM + 4u * c + i];
+        }
+    }
+    return v;
+}
+
+fn raw4(base: u32, c: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (4u * c + i < HEAD_DIM) {
+            v[i] = qkv[base + 4u * c + i];
+        }
+    }
+    return v;
+}
+#endif
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let t = wid.z;
+    let n_keys = step.pos + t + 1u;     // row t sees keys first .. n_keys-1
+    let first = first_key(step.pos + t);
+    let k0 = wid.y * SPLIT;             // this split's first key
+    if (t >= step.n_tokens || k0 >= n_keys || k0 + SPLIT <= first) {
+        return;   // uniform: whole workgroup
+    }
+    let n_live = min(SPLIT, n_keys - k0);
+    let lo = max(k0, first) - k0;       // keys lo .. n_live-1 of the split are seen
+    let h0 = wid.x * HPW;               // first query head of the workgroup
+    let kv_off = (h0 / GROUP) * HEAD_DIM;   // its kv head's offset inside a cache slot
+
+    // 1. The query rows, pre-scaled.
+#ifdef ROPE
+    stage_rope(lid, step.pos, wid.y, h0);
+#else
+    for (var i = lid; i < OUT4; i += WG) {
+        qs[i] = load_q((t * N_HEADS + h0 + i / D4) * HEAD_DIM, i % D4) * SCALE;
+    }
+    workgroupBarrier();
+#endif
+
+    // 2. Scores of (head hh, key k0 + j).
+    for (var i = lid; i < HPW * SPLIT; i += WG) {
+        let j = i % SPLIT;
+        var s = NEG_BIG;
+        if (j >= lo && j < n_live) {
+            let q0 = (i / SPLIT) * D4;
+            let base = (k0 + j) * SLOT + kv_off;
+            var s4 = vec4<f32>(0.0);
+            for (var c = 0u; c < D4; c++) {
+                s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
+            }
+            s = s4.x + s4.y + s4.z + s4.w;
+        }
+        sc[i] = s;
+        red[i] = s;
+    }
+    workgroupBarrier();
+
+    // 3. Each head's max over its SPLIT scores.
+    for (var w = SPLIT / 2u; w > 0u; w >>= 1u) {
+        for (var i = lid; i < HPW * SPLIT; i += WG) {
+            if (i % SPLIT < w) {
+                red[i] = max(red[i], red[i + w]);
+            }
+        }
+        workgroupBarrier();
+    }
+
+    // 4. Probabilities relative to the split's max (unseen keys: exp(-huge) = 0, unread).
+    for (var i = lid; i < HPW * SPLIT; i += WG) {
+        sc[i] = exp(sc[i] - red[i - i % SPLIT]);
+    }
+    workgroupBarrier();
+
+    // 5. o and l of (head hh, vec4 column c) over keys part, part + PARTS, ...
+    let rec0 = (t * N_SPLITS + wid.y) * N_HEADS + h0;   // record of head h0
+    for (var i = lid; i < OUT4 * PARTS; i += WG) {
+        let o = i % OUT4;
+        let hh = o / D4;
+        let c = o % D4;
+        var acc = vec4<f32>(0.0);
+        var l = 0.0;
+        for (var j = lo + i / OUT4; j < n_live; j += PARTS) {
+            let p = sc[hh * SPLIT + j];
+            acc = fma(vec4<f32>(p), load_cache(true, (k0 + j) * SLOT + kv_off, c), acc);
+            l += p;
+        }
+        if (PARTS == 1u) {
+            let rec = (rec0 + hh) * REC;
+            scratch[rec + 1u + c] = acc;
+            if (c == 0u) {
+                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            }
+        } else {
+            part_o[i] = acc;
+            part_l[i] = l;
+        }
+    }
+    if (PARTS > 1u) {
+        workgroupBarrier();
+        if (lid < OUT4) {   // OUT4 * PARTS <= WG here
+            let hh = lid / D4;
+            let c = lid % D4;
+            var acc = vec4<f32>(0.0);
+            var l = 0.0;
+            for (var part = 0u; part < PARTS; part++) {
+                acc += part_o[part * OUT4 + lid];
+                l += part_l[part * OUT4 + lid];
+            }
+            let rec = (rec0 + hh) * REC;
+            scratch[rec + 1u + c] = acc;
+            if (c == 0u) {
+                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            }
+        }
+    }
+}

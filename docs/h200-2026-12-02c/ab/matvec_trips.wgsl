@@ -1,0 +1,280 @@
+// out[r] = SCALE * dot(W[r, :], x) (+ bias[r]) for r < M; W is a raw GGUF matrix (M, K).
+//
+// Defines: a weight type flag and K (see quant.wgsl), M, ROWS (rows per workgroup), TPR
+// (threads per row, a power of two; ROWS * TPR <= 256), optional SCALE (f32), flags:
+//   X_VEC4      x bound as array<vec4<f32>> (K a multiple of 4)
+//   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
+//   ACCUMULATE  out[r] += result                    (adds into the residual stream)
+//   GLU         out[r] = SCALE * silu(Wg[r]·x) * (Wu[r]·x), Wu bound as `w_up`
+//   GELU        with GLU: gelu_tanh instead of silu (GeGLU; glu.wgsl)
+//   NORM        x is first RMS-normalized and scaled by `norm_w` (K,), with EPS: the
+//               block's RMSNorm fused in, so it costs no dispatch of its own. Every
+//               workgroup recomputes the (cheap) sum of squares of x.
+//   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
+//   TWO_UNITS   each thread decodes two units per loop iteration (more loads in flight)
+//   X_STAGED    each workgroup first stages x as the dot products see it (normalized with
+//               NORM, merged with MERGE, which implies it) in workgroup memory, 16 *
+//               UNITS_PER_ROW floats: no storage loads of x or norm_w in the row loop.
+//   MERGE       x is decode attention's output, merged by each workgroup from the per-split
+//               partials attention.wgsl left (bound in x's place as `scratch`, with `step`
+//               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
+//               output projection with attention's combine folded in. K = N_HEADS * HEAD_DIM,
+//               HEAD_DIM a multiple of 4; not with GLU or NORM.
+// Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
+//
+// The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
+// each row's partial sums are added (`row_sum`): in workgroup memory, log2(TPR) barriers;
+// with SUBGROUPS by a butterfly of subgroup shuffles, plus one barrier where a row spans
+// several subgroups. Workgroup ids may be 2-D (more than 65535 workgroups): they are
+// flattened row-major.
+#include "quant.wgsl"
+#include "reduce.wgsl"
+#ifdef GLU
+#include "glu.wgsl"
+#endif
+
+#ifndef SCALE
+const SCALE = 1.0f;
+#endif
+
+const WG = ROWS * TPR;
+
+// x is read 4 elements at a time: as vec4 when K allows (one load, one bounds check)
+#ifdef MERGE
+#include "common.wgsl"
+#include "attention_merge.wgsl"
+#else
+#ifdef X_VEC4
+alias X_TYPE = vec4<f32>;
+
+fn x_raw(e: u32) -> vec4<f32> {
+    return x[e >> 2u];
+}
+#ifdef NORM
+
+fn norm4(e: u32) -> vec4<f32> {
+    return norm_w[e >> 2u];
+}
+#endif
+#else
+alias X_TYPE = f32;
+
+fn x_raw(e: u32) -> vec4<f32> {
+    return vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+}
+#ifdef NORM
+
+fn norm4(e: u32) -> vec4<f32> {
+    return vec4<f32>(norm_w[e], norm_w[e + 1u], norm_w[e + 2u], norm_w[e + 3u]);
+}
+#endif
+#endif
+#endif
+
+// x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
+// factor is applied once, to the row sums). With X_STAGED each workgroup first stages it in
+// workgroup memory, zero past K: the row loops then read no x, nor norm weights, from storage.
+#ifdef X_STAGED
+var<workgroup> xs: array<vec4<f32>, UNITS_PER_ROW * 4u>;
+
+fn x4(e: u32) -> vec4<f32> {
+    return xs[e >> 2u];
+}
+#else
+fn x4(e: u32) -> vec4<f32> {
+#ifdef NORM
+    return x_raw(e) * norm4(e);
+#else
+    return x_raw(e);
+#endif
+}
+#endif
+
+@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
+#ifdef GLU
+@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
+@group(0) @binding(2) var<storage, read> x: array<X_TYPE>;           // (K,)
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (M,)
+#else
+#ifdef MERGE
+@group(0) @binding(1) var<storage, read> scratch: array<vec4<f32>>;  // attention's partials
+@group(0) @binding(STEP_BINDING) var<uniform> step: Step;
+#else
+@group(0) @binding(1) var<storage, read> x: array<X_TYPE>;           // (K,)
+#endif
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;      // (M,)
+#ifdef BIAS
+@group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
+#endif
+#endif
+
+#ifdef NORM
+@group(0) @binding(NORM_BINDING) var<storage, read> norm_w: array<X_TYPE>;  // (K,)
+#endif
+
+#include "weights.wgsl"
+
+// Which of elements e .. e+3 lie inside the row (all but a float row's tail)
+fn in_row(e: u32) -> vec4<bool> {
+    return vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
+}
+
+// dot of 4 weights with x[e .. e+3], elements past the row masked (float rows of any length)
+fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
+    if (ROW_TAIL) {
+        let inside = in_row(e);
+        return dot(select(vec4<f32>(0.0), wv, inside), select(vec4<f32>(0.0), x4(e), inside));
+    }
+    return dot(wv, x4(e));
+}
+
+// dot(W[row, unit u], x[the unit's elements])
+fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
+    let v = unit_values(src, row_byte, u);
+    return group_dot(v[0], group_elem(u, 0u)) + group_dot(v[1], group_elem(u, 1u))
+         + group_dot(v[2], group_elem(u, 2u)) + group_dot(v[3], group_elem(u, 3u));
+}
+
+// What a thread sums for its row: the dot product, or the GLU's (gate, up) pair side by side
+#ifdef GLU
+alias Sums = vec2<f32>;
+
+fn unit_sums(row_byte: u32, u: u32) -> Sums {
+    return Sums(unit_dot(0u, row_byte, u), unit_dot(1u, row_byte, u));
+}
+#else
+alias Sums = f32;
+
+fn unit_sums(row_byte: u32, u: u32) -> Sums {
+    return unit_dot(0u, row_byte, u);
+}
+#endif
+
+// row_sum(value): the sum of `value` over the TPR threads of lid's row, in the row's lane 0
+// (with SUBGROUPS in every lane). Call from uniform control flow.
+#ifdef SUBGROUPS
+// A row's lanes are an aligned run of TPR invocations, and subgroups are aligned runs of
+// sg_size (reduce.wgsl): a butterfly over xor offsets below min(TPR, sg_size) adds within
+// one row, never across the rows sharing a subgroup. A row wider than a subgroup then adds
+// its TPR / sg_size subgroup sums through workgroup memory.
+var<workgroup> row_partial: array<Sums, WG / 4u>;   // one per subgroup (of 4 or more)
+
+fn row_sum(lid: u32, sg_size: u32, value: Sums) -> Sums {
+    var sum = value;
+    for (var s = 1u; s < min(TPR, sg_size); s <<= 1u) {
+        sum += subgroupShuffleXor(sum, s);
+    }
+    if (TPR > sg_size) {
+        if (lid % sg_size == 0u) {
+            row_partial[lid / sg_size] = sum;
+        }
+        workgroupBarrier();
+        let first = lid / TPR * (TPR / sg_size);
+        sum = row_partial[first];
+        for (var i = 1u; i < TPR / sg_size; i++) {
+            sum += row_partial[first + i];
+        }
+    }
+    return sum;
+}
+#else
+var<workgroup> row_partial: array<Sums, WG>;
+
+fn row_sum(lid: u32, value: Sums) -> Sums {
+    let lane = lid % TPR;
+    row_partial[lid] = value;
+    workgroupBarrier();
+    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            row_partial[lid] += row_partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    return row_partial[lid];
+}
+#endif
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32,
+#ifdef SUBGROUPS
+        @builtin(subgroup_size) sg_size: u32,
+#endif
+        @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lane = lid % TPR;
+    let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
+
+    var inv_rms = 1.0;
+#ifdef X_STAGED
+#ifdef MERGE
+    let live = split_range(0u);
+#endif
+    var squares = 0.0;
+    for (var i = lid; i < UNITS_PER_ROW * 4u; i += WG) {   // xs[i]: elements 4i .. 4i+3
+#ifdef MERGE
+        var v = vec4<f32>(0.0);
+        if (i < K / 4u) {   // head i / D4, vec4 column i % D4
+            let merged = merge_splits(0u, i / D4, i % D4, live.x, 1u, live.y);
+            v = merged.o / merged.l;
+        }
+        xs[i] = v;
+#else
+        let v = select(vec4<f32>(0.0), x_raw(4u * i), in_row(4u * i));
+#ifdef NORM
+        squares += dot(v, v);
+        xs[i] = v * norm4(4u * i);
+#else
+        xs[i] = v;
+#endif
+#endif
+    }
+    workgroupBarrier();
+#endif
+#ifdef NORM
+#ifndef X_STAGED
+    var squares = 0.0;
+    for (var e = lid * 4u; e < K; e += WG * 4u) {
+        let v = select(vec4<f32>(0.0), x_raw(e), in_row(e));
+        squares += dot(v, v);
+    }
+#endif
+#ifdef SUBGROUPS
+    inv_rms = inverseSqrt(workgroup_sum(lid, sg_size, squares) / f32(K) + EPS);
+#else
+    inv_rms = inverseSqrt(workgroup_sum(lid, squares) / f32(K) + EPS);
+#endif
+#endif
+
+    var acc = Sums(0.0);
+    if (r < M) {
+        let row_byte = r * ROW_BYTES;
+        // units lane, lane + TPR, ...: a fixed number of whole trips (so the compiler can
+        // unroll them and issue their loads together), then one more for lanes below the rest
+        for (var trip = 0u; trip < UNITS_PER_ROW / TPR; trip++) {
+            acc += unit_sums(row_byte, lane + trip * TPR);
+        }
+        if (lane < UNITS_PER_ROW % TPR) {
+            acc += unit_sums(row_byte, UNITS_PER_ROW / TPR * TPR + lane);
+        }
+    }
+#ifdef SUBGROUPS
+    let sums = row_sum(lid, sg_size, acc) * inv_rms;
+#else
+    let sums = row_sum(lid, acc) * inv_rms;
+#endif
+
+    if (lane == 0u && r < M) {
+#ifdef GLU
+        var y = SCALE * glu_act(vec4<f32>(sums.x)).x * sums.y;
+#else
+        var y = SCALE * sums;
+#endif
+#ifdef BIAS
+        y += bias[r];
+#endif
+#ifdef ACCUMULATE
+        y += out[r];
+#endif
+        out[r] = y;
+    }
+}
