@@ -1,7 +1,7 @@
 """Throwaway A/B of decode variants in one process: each variant patches shader sources and/or
 builder knobs, loads the model afresh, and reports the step's GPU time in one pass, pipelined
 greedy tok/s, and per-family marginal GPU time. Variants alternate over rounds."""
-import asyncio, collections, sys, time, functools, os
+import asyncio, collections, sys, time, os
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import numpy as np
 import profile_decode as pd
@@ -13,12 +13,11 @@ from cera.gpu.state import pack_step
 from cera.native import NativeDevice
 
 HERE = os.path.dirname(__file__)
-orig_src = dict(K._sources)
 orig_matvec = matmul.matvec
-orig_tpr = matmul.threads_per_row
-orig_hpw = layers._attention_heads_per_workgroup
+SERIAL_KEYS, SPLIT = layers.ATTENTION_SERIAL_KEYS, layers.ATTENTION_SPLIT   # the engine's own
 
 def tpr_rule(budget, pairs):
+    # matmul.threads_per_row's rule with its thread budget and units (pairs: two a thread) as inputs
     def rule(wtype, k, m, workgroup=matmul.WORKGROUP):
         units = matmul.units_per_row(wtype, k) // (2 if pairs else 1)
         tpr = 16 if matmul.GGML_QUANT_SIZES[matmul.T(wtype)][0] == 1 else 4
@@ -46,8 +45,8 @@ def variant(name, src=None, pairs=False, budget=1 << 19, serial=None, split=None
             K._sources[k] = open(os.path.join(HERE, v)).read()
         matmul.threads_per_row = tpr_rule(budget, pairs)
         matmul.matvec = knobbed(pairs, tpr_of, stage)
-        layers.ATTENTION_SERIAL_KEYS = serial or 16
-        sp = split or 64
+        layers.ATTENTION_SERIAL_KEYS = serial or SERIAL_KEYS
+        sp = split or SPLIT
         layers.attention_scratch_bytes.__kwdefaults__["split"] = sp
         layers.attention_partials.__kwdefaults__["split"] = sp
     return name, apply
@@ -75,8 +74,6 @@ def measure(path, reps=int(os.environ.get("REPS", 120))):
     return 1 / wall, whole / 1e6, fam
 
 OLD = {"matvec.wgsl": "matvec_old.wgsl", "attention.wgsl": "attention_old.wgsl", "attention_merge.wgsl": "merge_old.wgsl"}
-def but(**new):
-    d = dict(OLD); d.update({k.replace("_", ".") + ".wgsl" if False else k: v for k, v in new.items()}); return d
 VARIANTS = dict([
     variant("old", OLD),
     variant("base"),
