@@ -20,6 +20,15 @@
 // NVIDIA (measured: 30% slower). For the float types the last unit may run past K
 // (ROW_TAIL): the includer masks elements >= K. Everything that depends on the type
 // stays in this file.
+//
+// The loads of a unit and its arithmetic, apart, for a caller that issues a unit's loads long
+// before it needs its values (the prefill matmul fetches its next K slice while it multiplies
+// the current one):
+//     unit_words(src, row_byte, u) -> UnitWords    the unit's storage loads, nothing else
+//     unit_decode(w, row_byte, u) -> Unit          its arithmetic, no loads
+// unit_values(src, row_byte, u) is unit_decode(unit_words(src, row_byte, u), row_byte, u).
+// The types with flag UNIT_WORDS (cera.gpu.matmul.weight_flags) define the two; for the
+// others unit_words is unit_values itself (their loads are used as soon as they are made).
 
 alias Unit = array<vec4<f32>, 4>;
 
@@ -33,14 +42,25 @@ alias WeightWords = u32;
 // Rows of 18-, 22-, 34-, 66-, 74-, 82-, 98-, 110- and 210-byte blocks (and f16 rows of odd
 // length) start at 2-byte boundaries, so every field read here is at an even byte offset.
 
-// 4 bytes at an even byte offset.
-fn load_u32(src: u32, byte: u32) -> u32 {
-    let lo = wword(src, byte >> 2u);
+// 4 bytes at an even byte offset: the word(s) holding them (words_at: the second only where
+// rows may be unaligned), joined (joined: no loads).
+fn words_at(src: u32, byte: u32) -> vec2<u32> {
+    let i = byte >> 2u;
     if (WORD_ALIGNED) {
-        return lo;
+        return vec2<u32>(wword(src, i), 0u);
     }
-    let hi = wword(src, (byte >> 2u) + 1u);
-    return select((lo >> 16u) | (hi << 16u), lo, (byte & 2u) == 0u);
+    return vec2<u32>(wword(src, i), wword(src, i + 1u));
+}
+
+fn joined(w: vec2<u32>, byte: u32) -> u32 {
+    if (WORD_ALIGNED) {
+        return w.x;
+    }
+    return select((w.x >> 16u) | (w.y << 16u), w.x, (byte & 2u) == 0u);
+}
+
+fn load_u32(src: u32, byte: u32) -> u32 {
+    return joined(words_at(src, byte), byte);
 }
 
 // 2 bytes at an even byte offset, in the low half.
@@ -48,8 +68,18 @@ fn load_u16(src: u32, byte: u32) -> u32 {
     return (wword(src, byte >> 2u) >> ((byte & 2u) * 8u)) & 0xFFFFu;
 }
 
+// The f16 at an even byte offset, from the word holding it (half_at: no loads).
+fn half_at(word: u32, byte: u32) -> f32 {
+    return unpack2x16float(word >> ((byte & 2u) * 8u)).x;
+}
+
 fn load_f16(src: u32, byte: u32) -> f32 {
-    return unpack2x16float(load_u16(src, byte)).x;
+    return half_at(wword(src, byte >> 2u), byte);
+}
+
+// Words 2k, 2k+1 of a quad (k 0 or 1).
+fn quad_pair(q: vec4<u32>, k: u32) -> vec2<u32> {
+    return select(q.xy, q.zw, k != 0u);
 }
 
 // The four bytes of a word, low to high, and their nibbles.
@@ -142,11 +172,23 @@ fn iq2_levels(e: u32, j: u32) -> vec4<f32> {
 const BLOCK_ELEMS = 32u;
 const BLOCK_BYTES = 18u;   // d: f16 | qs: 16 bytes (element j: low nibble of qs[j]; j+16: high nibble)
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+alias UnitWords = array<vec2<u32>, 3>;   // words_at d, q0, q1
+
+fn unit_bytes(row_byte: u32, u: u32) -> vec3<u32> {   // where d, q0, q1 are
     let blk = row_byte + (u / 2u) * BLOCK_BYTES;
-    let d = load_f16(src, blk);
-    let q0 = load_u32(src, blk + 2u + (u % 2u) * 8u);
-    let q1 = load_u32(src, blk + 6u + (u % 2u) * 8u);
+    return vec3<u32>(blk, blk + 2u + (u % 2u) * 8u, blk + 6u + (u % 2u) * 8u);
+}
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    let at = unit_bytes(row_byte, u);
+    return UnitWords(words_at(src, at.x), words_at(src, at.y), words_at(src, at.z));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let at = unit_bytes(row_byte, u);
+    let d = half_at(w[0].x, at.x);
+    let q0 = joined(w[1], at.y);
+    let q1 = joined(w[2], at.z);
     return Unit(d * to_f32(lo_nibbles(q0), 8.0), d * to_f32(lo_nibbles(q1), 8.0),
                 d * to_f32(hi_nibbles(q0), 8.0), d * to_f32(hi_nibbles(q1), 8.0));
 }
@@ -160,13 +202,17 @@ fn group_elem(u: u32, g: u32) -> u32 {
 const BLOCK_ELEMS = 32u;
 const BLOCK_BYTES = 20u;   // d: f16 | m: f16 | qs: 16 bytes; x = d * q + m
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+alias UnitWords = vec3<u32>;   // words d|m, q0, q1 (20-byte blocks: whole words)
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
     let word = (row_byte + (u / 2u) * BLOCK_BYTES) >> 2u;
-    let dm = unpack2x16float(wword(src, word));
-    let q0 = wword(src, word + 1u + (u % 2u) * 2u);
-    let q1 = wword(src, word + 2u + (u % 2u) * 2u);
-    return Unit(dm.x * to_f32(lo_nibbles(q0), 0.0) + dm.y, dm.x * to_f32(lo_nibbles(q1), 0.0) + dm.y,
-                dm.x * to_f32(hi_nibbles(q0), 0.0) + dm.y, dm.x * to_f32(hi_nibbles(q1), 0.0) + dm.y);
+    return UnitWords(wword(src, word), wword(src, word + 1u + (u % 2u) * 2u), wword(src, word + 2u + (u % 2u) * 2u));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let dm = unpack2x16float(w.x);
+    return Unit(dm.x * to_f32(lo_nibbles(w.y), 0.0) + dm.y, dm.x * to_f32(lo_nibbles(w.z), 0.0) + dm.y,
+                dm.x * to_f32(hi_nibbles(w.y), 0.0) + dm.y, dm.x * to_f32(hi_nibbles(w.z), 0.0) + dm.y);
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
@@ -222,12 +268,24 @@ fn group_elem(u: u32, g: u32) -> u32 {
 const BLOCK_ELEMS = 32u;
 const BLOCK_BYTES = 34u;   // d: f16 | qs: 32 x i8; x = d * q
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+alias UnitWords = array<vec2<u32>, 5>;   // words_at d, then the unit's 4 quant words
+
+fn unit_bytes(row_byte: u32, u: u32) -> vec2<u32> {   // where d and the unit's 16 quants are
     let blk = row_byte + (u / 2u) * BLOCK_BYTES;
-    let d = load_f16(src, blk);
-    let qs = blk + 2u + (u % 2u) * 16u;
-    return Unit(d * i8x4(load_u32(src, qs)), d * i8x4(load_u32(src, qs + 4u)),
-                d * i8x4(load_u32(src, qs + 8u)), d * i8x4(load_u32(src, qs + 12u)));
+    return vec2<u32>(blk, blk + 2u + (u % 2u) * 16u);
+}
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    let at = unit_bytes(row_byte, u);
+    return UnitWords(words_at(src, at.x), words_at(src, at.y), words_at(src, at.y + 4u),
+                     words_at(src, at.y + 8u), words_at(src, at.y + 12u));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let at = unit_bytes(row_byte, u);
+    let d = half_at(w[0].x, at.x);
+    return Unit(d * i8x4(joined(w[1], at.y)), d * i8x4(joined(w[2], at.y + 4u)),
+                d * i8x4(joined(w[3], at.y + 8u)), d * i8x4(joined(w[4], at.y + 12u)));
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
@@ -312,15 +370,22 @@ const BLOCK_BYTES = 144u;  // d: f16 | dmin: f16 | scales: 12 bytes | qs: 128 by
 // 2j) and 64j + 32 + l (high nibble, sub-block 2j+1); x = d * sc * q - dmin * m.
 // Unit (j, i): qs[32j + 8i .. +7].
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
-    let word = (row_byte + (u / 16u) * BLOCK_BYTES) >> 2u;
+// A unit's words: its block's first quad (d, dmin | 12 scale bytes), then the quad holding
+// its 8 quant bytes (144-byte blocks: whole quads).
+alias UnitWords = array<vec4<u32>, 2>;
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    let quad = (row_byte + (u / 16u) * BLOCK_BYTES) >> 4u;
+    return UnitWords(wquad(src, quad), wquad(src, quad + 1u + 2u * ((u % 16u) / 4u) + (u % 4u) / 2u));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
     let j = (u % 16u) / 4u;
-    let i = u % 4u;
-    let head = wquad(src, word >> 2u);              // d, dmin | 12 scale bytes
+    let head = w[0];
     let dd = unpack2x16float(head.x);
     let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
     let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
-    let q = wpair(src, word + 4u + 8u * j + 2u * i);
+    let q = quad_pair(w[1], u % 2u);
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;
@@ -343,16 +408,25 @@ fn qh_bits(h: u32, bit: u32) -> vec4<u32> {
     return ((vec4<u32>(h) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(bit))) & vec4<u32>(1u)) << vec4<u32>(4u);
 }
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
-    let word = (row_byte + (u / 16u) * BLOCK_BYTES) >> 2u;
-    let j = (u % 16u) / 4u;
+// A unit's words: its block's first quad (d, dmin | 12 scale bytes), the quad holding its 8
+// qh bytes, the quad holding its 8 quant bytes (176-byte blocks: whole quads).
+alias UnitWords = array<vec4<u32>, 3>;
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    let quad = (row_byte + (u / 16u) * BLOCK_BYTES) >> 4u;
     let i = u % 4u;
-    let head = wquad(src, word >> 2u);              // d, dmin | 12 scale bytes
+    return UnitWords(wquad(src, quad), wquad(src, quad + 1u + i / 2u),
+                     wquad(src, quad + 3u + 2u * ((u % 16u) / 4u) + i / 2u));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let j = (u % 16u) / 4u;
+    let head = w[0];
     let dd = unpack2x16float(head.x);
     let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
     let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
-    let h = wpair(src, word + 4u + 2u * i);
-    let q = wpair(src, word + 12u + 8u * j + 2u * i);
+    let h = quad_pair(w[1], u % 2u);
+    let q = quad_pair(w[2], u % 2u);
     let d_lo = dd.x * sm_lo.x;
     let m_lo = dd.y * sm_lo.y;
     let d_hi = dd.x * sm_hi.x;
@@ -383,17 +457,33 @@ fn q6_high(h: u32, shift: u32) -> vec4<u32> {
     return ((vec4<u32>(h) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(3u)) << vec4<u32>(4u);
 }
 
-fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+alias UnitWords = array<vec2<u32>, 6>;   // words_at qa, qb, qh, sc0, sc1, d
+
+// Where a unit's fields are: qa (ql[64h + 4i ..]), qb (ql[64h + 32 + 4i ..]), qh, sc0
+// (scales[8h .. 8h+3]), sc1 (scales[8h+4 .. 8h+7]), d
+fn unit_bytes(row_byte: u32, u: u32) -> array<u32, 6> {
     let blk = row_byte + (u / 16u) * BLOCK_BYTES;
     let h = (u % 16u) / 8u;
     let i = u % 8u;
-    let qa = load_u32(src, blk + 64u * h + 4u * i);
-    let qb = load_u32(src, blk + 64u * h + 32u + 4u * i);
-    let qh = load_u32(src, blk + 128u + 32u * h + 4u * i);
-    let sc0 = load_u32(src, blk + 192u + 8u * h);   // scales[8h .. 8h+3]
-    let sc1 = load_u32(src, blk + 196u + 8u * h);   // scales[8h+4 .. 8h+7]
-    let d = load_f16(src, blk + 208u);
-    let is = i / 4u;
+    return array<u32, 6>(blk + 64u * h + 4u * i, blk + 64u * h + 32u + 4u * i, blk + 128u + 32u * h + 4u * i,
+                         blk + 192u + 8u * h, blk + 196u + 8u * h, blk + 208u);
+}
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    let at = unit_bytes(row_byte, u);
+    return UnitWords(words_at(src, at[0]), words_at(src, at[1]), words_at(src, at[2]),
+                     words_at(src, at[3]), words_at(src, at[4]), words_at(src, at[5]));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let at = unit_bytes(row_byte, u);
+    let qa = joined(w[0], at[0]);
+    let qb = joined(w[1], at[1]);
+    let qh = joined(w[2], at[2]);
+    let sc0 = joined(w[3], at[3]);
+    let sc1 = joined(w[4], at[4]);
+    let d = half_at(w[5].x, at[5]);
+    let is = (u % 8u) / 4u;
     return Unit(d * i8_of(sc0, is) * to_f32(lo_nibbles(qa) | q6_high(qh, 0u), 32.0),
                 d * i8_of(sc0, is + 2u) * to_f32(lo_nibbles(qb) | q6_high(qh, 2u), 32.0),
                 d * i8_of(sc1, is) * to_f32(hi_nibbles(qa) | q6_high(qh, 4u), 32.0),
@@ -671,4 +761,20 @@ const WORD_ALIGNED = BLOCK_BYTES % 4u == 0u;
 const ROW_TAIL = false;
 #endif
 #endif
+#endif
+
+#ifdef UNIT_WORDS
+fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
+    return unit_decode(unit_words(src, row_byte, u), row_byte, u);
+}
+#else
+alias UnitWords = Unit;
+
+fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
+    return unit_values(src, row_byte, u);
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    return w;
+}
 #endif

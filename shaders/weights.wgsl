@@ -18,8 +18,7 @@ fn wword(src: u32, i: u32) -> u32 {
 }
 
 fn wpair(src: u32, i: u32) -> vec2<u32> {   // words i, i+1 (i even)
-    let q = wquad(src, i >> 2u);
-    return select(q.xy, q.zw, (i & 2u) != 0u);
+    return quad_pair(wquad(src, i >> 2u), i & 2u);
 }
 #else
 fn wword(src: u32, i: u32) -> u32 {

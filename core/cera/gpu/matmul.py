@@ -33,14 +33,17 @@ STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory
 
 
 QUAD_TYPES = frozenset({T.Q4_K, T.Q5_K})   # blocks of a multiple of 16 bytes: bound as vec4<u32>
+# Types whose quant.wgsl section splits a unit's loads from its arithmetic (unit_words, unit_decode)
+UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
 
 
 def weight_flags(t: T) -> dict:
     """The defines naming a weight type for shaders/quant.wgsl: its flag, and WEIGHT_QUADS where
     its blocks are whole 16-byte words (the weights are then bound as array<vec4<u32>> and a
     block's fields arrive in 16-byte loads: fewer storage accesses, each bounds-checked in a
-    browser)."""
-    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES})
+    browser), and UNIT_WORDS where quant.wgsl splits its unit_values into unit_words and
+    unit_decode."""
+    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES})
 
 
 def _type(wtype: int) -> T:
