@@ -76,6 +76,9 @@ fn norm4(e: u32) -> vec4<f32> {
 // workgroup memory, zero past K: the row loops then read no x, nor norm weights, from storage.
 #ifdef X_STAGED
 var<workgroup> xs: array<vec4<f32>, UNITS_PER_ROW * 4u>;
+#ifdef UNIT_AFFINE
+var<workgroup> xsums: array<vec2<f32>, UNITS_PER_ROW * 2u>;   // sums of x[4i .. 4i+3] at [i / 2][i % 2]
+#endif
 
 fn x4(e: u32) -> vec4<f32> {
     return xs[e >> 2u];
@@ -128,12 +131,24 @@ fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
     return dot(wv, x4(e));
 }
 
-// dot(W[row, unit u], x[the unit's elements])
+// dot(W[row, unit u], x[the unit's elements]); with UNIT_AFFINE (and X_STAGED) factored as
+// quant.wgsl's UnitAffine says, with the pairs' sums of x staged in xsums.
+#ifdef UNIT_AFFINE
+fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
+    let v = unit_affine(src, row_byte, u);
+    let lo = group_elem(u, 0u);
+    let hi = group_elem(u, 2u);
+    let fx = vec2<f32>(dot(v.f[0], x4(lo)) + dot(v.f[1], x4(lo + 4u)), dot(v.f[2], x4(hi)) + dot(v.f[3], x4(hi + 4u)));
+    let sums = vec2<f32>(dot(xsums[lo / 8u], vec2<f32>(1.0)), dot(xsums[hi / 8u], vec2<f32>(1.0)));
+    return dot(v.a, fx) + dot(v.b, sums);
+}
+#else
 fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
     let v = unit_values(src, row_byte, u);
     return group_dot(v[0], group_elem(u, 0u)) + group_dot(v[1], group_elem(u, 1u))
          + group_dot(v[2], group_elem(u, 2u)) + group_dot(v[3], group_elem(u, 3u));
 }
+#endif
 
 // What a thread sums for its row: the dot product, or the GLU's (gate, up) pair side by side
 #ifdef GLU
@@ -217,15 +232,19 @@ fn main(@builtin(local_invocation_index) lid: u32,
             let merged = merge_splits(0u, i / D4, i % D4, live.x, 1u, live.y);
             v = merged.o / merged.l;
         }
-        xs[i] = v;
+        let staged = v;
 #else
         let v = select(vec4<f32>(0.0), x_raw(4u * i), in_row(4u * i));
 #ifdef NORM
         squares += dot(v, v);
-        xs[i] = v * norm4(4u * i);
+        let staged = v * norm4(4u * i);
 #else
-        xs[i] = v;
+        let staged = v;
 #endif
+#endif
+        xs[i] = staged;
+#ifdef UNIT_AFFINE
+        xsums[i / 2u][i % 2u] = dot(staged, vec4<f32>(1.0));
 #endif
     }
     workgroupBarrier();

@@ -32,6 +32,18 @@
 
 alias Unit = array<vec4<f32>, 4>;
 
+// A unit as affine maps of exact floats, for the decode matvec's factored dot (unit_affine:
+// Q4_K, cera.gpu.matmul.UNIT_AFFINE_TYPES; flag UNIT_AFFINE): element c of group g is
+// a[g / 2] * f[g][c] + b[g / 2], the groups of a pair (0-1, 2-3) being 8 consecutive elements,
+// group_elem(u, 2p) a multiple of 8. The f are small integers in the mantissa of 1.0 (1 + n/16),
+// so a dot with x needs no conversion or scaling per element:
+// dot(unit, x) = a . (f . x) + b . (the pairs' sums of x).
+struct UnitAffine {
+    f: Unit,
+    a: vec2<f32>,
+    b: vec2<f32>,
+}
+
 #ifdef WEIGHT_QUADS
 alias WeightWords = vec4<u32>;
 #else
@@ -80,6 +92,18 @@ fn load_f16(src: u32, byte: u32) -> f32 {
 // Words 2k, 2k+1 of a quad (k 0 or 1).
 fn quad_pair(q: vec4<u32>, k: u32) -> vec2<u32> {
     return select(q.xy, q.zw, k != 0u);
+}
+
+// The low (high: hi_nibbles_f) nibbles n of a word's 4 bytes as the exact floats 1 + n/16: n
+// moved into the top mantissa bits of 1.0 (a shift and a mask each, no subtraction).
+fn lo_nibbles_f(q: u32) -> vec4<f32> {
+    let at = vec4<u32>(q << 19u, q << 11u, q << 3u, q >> 5u) & vec4<u32>(0x780000u);
+    return bitcast<vec4<f32>>(at | vec4<u32>(0x3F800000u));
+}
+
+fn hi_nibbles_f(q: u32) -> vec4<f32> {
+    let at = vec4<u32>(q << 15u, q << 7u, q >> 1u, q >> 9u) & vec4<u32>(0x780000u);
+    return bitcast<vec4<f32>>(at | vec4<u32>(0x3F800000u));
 }
 
 // The four bytes of a word, low to high, and their nibbles.
@@ -379,19 +403,33 @@ fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
     return UnitWords(wquad(src, quad), wquad(src, quad + 1u + 2u * ((u % 16u) / 4u) + (u % 4u) / 2u));
 }
 
-fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+// A unit's scales d and mins m (low nibbles' sub-block, high's) and its two quant words
+struct K4Unit {
+    d: vec2<f32>,
+    m: vec2<f32>,
+    q: vec2<u32>,
+}
+
+fn k4_unit(w: UnitWords, u: u32) -> K4Unit {
     let j = (u % 16u) / 4u;
-    let head = w[0];
-    let dd = unpack2x16float(head.x);
-    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
-    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
-    let q = quad_pair(w[1], u % 2u);
-    let d_lo = dd.x * sm_lo.x;
-    let m_lo = dd.y * sm_lo.y;
-    let d_hi = dd.x * sm_hi.x;
-    let m_hi = dd.y * sm_hi.y;
-    return Unit(d_lo * to_f32(lo_nibbles(q.x), 0.0) - m_lo, d_lo * to_f32(lo_nibbles(q.y), 0.0) - m_lo,
-                d_hi * to_f32(hi_nibbles(q.x), 0.0) - m_hi, d_hi * to_f32(hi_nibbles(q.y), 0.0) - m_hi);
+    let dd = unpack2x16float(w[0].x);
+    let sm_lo = scale_min_k4(2u * j, w[0].y, w[0].z, w[0].w);
+    let sm_hi = scale_min_k4(2u * j + 1u, w[0].y, w[0].z, w[0].w);
+    return K4Unit(dd.x * vec2<f32>(sm_lo.x, sm_hi.x), dd.y * vec2<f32>(sm_lo.y, sm_hi.y), quad_pair(w[1], u % 2u));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let k = k4_unit(w, u);
+    return Unit(k.d.x * to_f32(lo_nibbles(k.q.x), 0.0) - k.m.x, k.d.x * to_f32(lo_nibbles(k.q.y), 0.0) - k.m.x,
+                k.d.y * to_f32(hi_nibbles(k.q.x), 0.0) - k.m.y, k.d.y * to_f32(hi_nibbles(k.q.y), 0.0) - k.m.y);
+}
+
+// x = d n - m = 16 d * f - (16 d + m) for f = 1 + n/16 (unit_affine)
+fn unit_affine(src: u32, row_byte: u32, u: u32) -> UnitAffine {
+    let k = k4_unit(unit_words(src, row_byte, u), u);
+    let a = 16.0 * k.d;
+    return UnitAffine(Unit(lo_nibbles_f(k.q.x), lo_nibbles_f(k.q.y), hi_nibbles_f(k.q.x), hi_nibbles_f(k.q.y)),
+                      a, -(a + k.m));
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {

@@ -35,6 +35,9 @@ STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory
 QUAD_TYPES = frozenset({T.Q4_K, T.Q5_K})   # blocks of a multiple of 16 bytes: bound as vec4<u32>
 # Types whose quant.wgsl section splits a unit's loads from its arithmetic (unit_words, unit_decode)
 UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
+# Types quant.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
+# dot then needs no conversion per element (matvec.wgsl UNIT_AFFINE)
+UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
 
 
 def weight_flags(t: T) -> dict:
@@ -68,10 +71,12 @@ def units_per_row(wtype: int, k: int) -> int:
     return -(-k // UNIT_ELEMS)
 
 
-def staged_x_fits(device, k: int) -> bool:
+def staged_x_fits(device, k: int, sums: bool = False) -> bool:
     """Whether matvec.wgsl can stage a k-element x in workgroup memory (X_STAGED: 16 floats a
-    unit) beside its reductions' own (at most STAGE_SCRATCH bytes)."""
-    return 4 * UNIT_ELEMS * -(-k // UNIT_ELEMS) + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
+    unit, 2 more with the sums UNIT_AFFINE reads) beside its reductions' own (at most
+    STAGE_SCRATCH bytes)."""
+    floats = UNIT_ELEMS + (2 if sums else 0)
+    return 4 * floats * -(-k // UNIT_ELEMS) + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
 def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
@@ -113,7 +118,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
-           workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None) -> Dispatch:
+           workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
+           affine: bool = True) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
@@ -127,7 +133,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     None: subgroups where the device has them; `workgroup`: invocations per workgroup (a
     power of two <= 256; workgroup / tpr rows each); `two_units`: each thread decodes two
     units per loop iteration; `stage`: each workgroup stages x (normalized) in workgroup memory
-    first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages).
+    first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages); `affine`:
+    a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine).
 
     Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
     vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105)."""
@@ -148,14 +155,15 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     merge = not isinstance(x, Binding)   # layers.Partials
+    sums = affine and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     if stage is None:
-        stage = (merge or norm is not None) and staged_x_fits(device, k)
+        stage = (merge or norm is not None) and staged_x_fits(device, k, sums)
     if merge and not stage:
         raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
-    if stage and not staged_x_fits(device, k):
+    if stage and not staged_x_fits(device, k, sums):
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage))
+    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums))
     if merge:
         if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "

@@ -275,7 +275,7 @@ class DecodeBuilder(Builder):
             shape.update(rope=self.rope(i), kv_offsets=((k.offset - q.offset) // 4, (v.offset - q.offset) // 4))
         else:
             steps.append(self.rope_kv(i, q, k, v))
-        if cfg.head_dim % 4 or not matmul.staged_x_fits(self.device, cfg.q_dim):
+        if cfg.head_dim % 4 or not matmul.staged_x_fits(self.device, cfg.q_dim, sums=True):   # any type's
             return steps + layers.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
                 self.act.att
         first, partials = layers.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
