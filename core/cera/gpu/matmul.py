@@ -137,7 +137,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine).
 
     Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
-    vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105)."""
+    vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105);
+    the factored Q4_K dot (affine): step GPU time 1.817-1.828 -> 1.787-1.795 ms (docs/PERFORMANCE.md)."""
     t = _type(wtype)
     if w_up is not None and bias is not None:
         raise Unsupported("matvec: GLU with a bias is not supported")
