@@ -7,7 +7,6 @@
 // The includer provides the weight fetches (weights.wgsl), so one shader can read two matrices
 // of the same type (the gate and up projections of a GLU), bound as `array<WeightWords>`:
 //     fn wword(src: u32, i: u32) -> u32            // word i of weight matrix `src`
-//     fn wpair(src: u32, i: u32) -> vec2<u32>      // words i, i+1 (i even)
 //     fn wquad(src: u32, q: u32) -> vec4<u32>      // words 4q .. 4q+3
 // With WEIGHT_QUADS (Q4_K, Q5_K: cera.gpu.matmul.weight_flags) the binding holds vec4<u32> and
 // the wider fetches are single loads.

@@ -16,10 +16,6 @@ fn wquad(src: u32, q: u32) -> vec4<u32> {   // words 4q .. 4q+3
 fn wword(src: u32, i: u32) -> u32 {
     return wquad(src, i >> 2u)[i & 3u];
 }
-
-fn wpair(src: u32, i: u32) -> vec2<u32> {   // words i, i+1 (i even)
-    return quad_pair(wquad(src, i >> 2u), i & 2u);
-}
 #else
 fn wword(src: u32, i: u32) -> u32 {
 #ifdef GLU
@@ -33,9 +29,5 @@ fn wword(src: u32, i: u32) -> u32 {
 fn wquad(src: u32, q: u32) -> vec4<u32> {
     let i = 4u * q;
     return vec4<u32>(wword(src, i), wword(src, i + 1u), wword(src, i + 2u), wword(src, i + 3u));
-}
-
-fn wpair(src: u32, i: u32) -> vec2<u32> {
-    return vec2<u32>(wword(src, i), wword(src, i + 1u));
 }
 #endif
