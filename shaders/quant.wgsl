@@ -147,6 +147,21 @@ fn scale_min_k4(is: u32, s0: u32, s1: u32, s2: u32) -> vec2<f32> {
     return vec2<f32>(f32((b2 & 0xFu) | ((b0 >> 6u) << 4u)), f32((b2 >> 4u) | ((b1 >> 6u) << 4u)));
 }
 
+// Q4_K / Q5_K: the scales d and mins m of unit u's two sub-blocks (its low nibbles' 2j, its high
+// nibbles' 2j+1) from its block's first quad (d, dmin | 12 scale bytes)
+struct SubScales {
+    d: vec2<f32>,
+    m: vec2<f32>,
+}
+
+fn sub_scales_k(head: vec4<u32>, u: u32) -> SubScales {
+    let j = (u % 16u) / 4u;
+    let dd = unpack2x16float(head.x);
+    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
+    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
+    return SubScales(dd.x * vec2<f32>(sm_lo.x, sm_hi.x), dd.y * vec2<f32>(sm_lo.y, sm_hi.y));
+}
+
 // The field at bit `shift` of each byte of a word, `mask` wide (Q2_K, Q3_K: 2-bit quants and
 // the 3rd bits of 8 groups packed in one byte).
 fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
@@ -402,33 +417,21 @@ fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
     return UnitWords(wquad(src, quad), wquad(src, quad + 1u + 2u * ((u % 16u) / 4u) + (u % 4u) / 2u));
 }
 
-// A unit's scales d and mins m (low nibbles' sub-block, high's) and its two quant words
-struct K4Unit {
-    d: vec2<f32>,
-    m: vec2<f32>,
-    q: vec2<u32>,
-}
-
-fn k4_unit(w: UnitWords, u: u32) -> K4Unit {
-    let j = (u % 16u) / 4u;
-    let dd = unpack2x16float(w[0].x);
-    let sm_lo = scale_min_k4(2u * j, w[0].y, w[0].z, w[0].w);
-    let sm_hi = scale_min_k4(2u * j + 1u, w[0].y, w[0].z, w[0].w);
-    return K4Unit(dd.x * vec2<f32>(sm_lo.x, sm_hi.x), dd.y * vec2<f32>(sm_lo.y, sm_hi.y), quad_pair(w[1], u % 2u));
-}
-
 fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
-    let k = k4_unit(w, u);
-    return Unit(k.d.x * to_f32(lo_nibbles(k.q.x), 0.0) - k.m.x, k.d.x * to_f32(lo_nibbles(k.q.y), 0.0) - k.m.x,
-                k.d.y * to_f32(hi_nibbles(k.q.x), 0.0) - k.m.y, k.d.y * to_f32(hi_nibbles(k.q.y), 0.0) - k.m.y);
+    let s = sub_scales_k(w[0], u);
+    let q = quad_pair(w[1], u % 2u);
+    return Unit(s.d.x * to_f32(lo_nibbles(q.x), 0.0) - s.m.x, s.d.x * to_f32(lo_nibbles(q.y), 0.0) - s.m.x,
+                s.d.y * to_f32(hi_nibbles(q.x), 0.0) - s.m.y, s.d.y * to_f32(hi_nibbles(q.y), 0.0) - s.m.y);
 }
 
 // x = d n - m = 16 d * f - (16 d + m) for f = 1 + n/16 (unit_affine)
 fn unit_affine(src: u32, row_byte: u32, u: u32) -> UnitAffine {
-    let k = k4_unit(unit_words(src, row_byte, u), u);
-    let a = 16.0 * k.d;
-    return UnitAffine(Unit(lo_nibbles_f(k.q.x), lo_nibbles_f(k.q.y), hi_nibbles_f(k.q.x), hi_nibbles_f(k.q.y)),
-                      a, -(a + k.m));
+    let w = unit_words(src, row_byte, u);
+    let s = sub_scales_k(w[0], u);
+    let q = quad_pair(w[1], u % 2u);
+    let a = 16.0 * s.d;
+    return UnitAffine(Unit(lo_nibbles_f(q.x), lo_nibbles_f(q.y), hi_nibbles_f(q.x), hi_nibbles_f(q.y)),
+                      a, -(a + s.m));
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
@@ -458,20 +461,13 @@ fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
 
 fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
     let j = (u % 16u) / 4u;
-    let head = w[0];
-    let dd = unpack2x16float(head.x);
-    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
-    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
+    let s = sub_scales_k(w[0], u);
     let h = quad_pair(w[1], u % 2u);
     let q = quad_pair(w[2], u % 2u);
-    let d_lo = dd.x * sm_lo.x;
-    let m_lo = dd.y * sm_lo.y;
-    let d_hi = dd.x * sm_hi.x;
-    let m_hi = dd.y * sm_hi.y;
-    return Unit(d_lo * to_f32(lo_nibbles(q.x) | qh_bits(h.x, 2u * j), 0.0) - m_lo,
-                d_lo * to_f32(lo_nibbles(q.y) | qh_bits(h.y, 2u * j), 0.0) - m_lo,
-                d_hi * to_f32(hi_nibbles(q.x) | qh_bits(h.x, 2u * j + 1u), 0.0) - m_hi,
-                d_hi * to_f32(hi_nibbles(q.y) | qh_bits(h.y, 2u * j + 1u), 0.0) - m_hi);
+    return Unit(s.d.x * to_f32(lo_nibbles(q.x) | qh_bits(h.x, 2u * j), 0.0) - s.m.x,
+                s.d.x * to_f32(lo_nibbles(q.y) | qh_bits(h.y, 2u * j), 0.0) - s.m.x,
+                s.d.y * to_f32(hi_nibbles(q.x) | qh_bits(h.x, 2u * j + 1u), 0.0) - s.m.y,
+                s.d.y * to_f32(hi_nibbles(q.y) | qh_bits(h.y, 2u * j + 1u), 0.0) - s.m.y);
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
