@@ -7,7 +7,7 @@ import tempfile
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
 
-from cera.device import WANTED_FEATURES, Binding, Copy, Device, Limits, Pass  # noqa: E402
+from cera.device import PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Limits, Pass  # noqa: E402
 from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
@@ -104,7 +104,7 @@ class NativeDevice(Device):
                                                    required_limits=dict(adapter.limits))
         info = adapter.info
         super().__init__(f"{info['device']} via {info['backend_type']}",
-                         Limits.read(lambda name: self._device.limits[_kebab(name)]), frozenset(features))
+                         Limits.read(lambda name: self._device.limits[_kebab(name)]), frozenset(features + [PACKED_DOT]))
 
     def _buffer(self, size, label, usage):
         return self._device.create_buffer(size=size, usage=_USAGE[usage], label=label)

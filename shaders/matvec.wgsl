@@ -20,6 +20,10 @@
 //               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
 //               output projection with attention's combine folded in. K = N_HEADS * HEAD_DIM,
 //               HEAD_DIM a multiple of 4; not with GLU or NORM.
+//   X_Q8        each workgroup quantizes x (as the dot products see it, from xs with X_STAGED)
+//               to 8 bits per 256-element block in workgroup memory, as llama.cpp's CPU backend
+//               does (Q8_K), and the rows take quant.wgsl's integer dot products (item_dot_q8,
+//               K a multiple of 256; cera.gpu.matmul.X_Q8_TYPES).
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
@@ -93,6 +97,49 @@ fn x4(e: u32) -> vec4<f32> {
 }
 #endif
 
+#ifdef X_Q8
+// x as quant.wgsl's X_Q8 section reads it; xsum holds each group's max |x| (bitcast) until the
+// block scales are set, then its sum of quants
+var<workgroup> xq: array<vec4<u32>, K / 16u>;
+var<workgroup> xsum: array<i32, K / 16u>;
+var<workgroup> xd: array<f32, K / 256u>;
+var<workgroup> x_inv: array<f32, K / 256u>;   // 1 / xd (0 where the block is all 0)
+
+// Quantize x4(4g .. 4g+15) per 256-element block into xq, xsum, xd: first each 16-element
+// group's max |x|, then each block's, then the quants. Call from uniform control flow.
+fn stage_q8(lid: u32) {
+    for (var g = lid; g < K / 16u; g += WG) {
+        let e = 16u * g;
+        let m = max(max(abs(x4(e)), abs(x4(e + 4u))), max(abs(x4(e + 8u)), abs(x4(e + 12u))));
+        xsum[g] = bitcast<i32>(max(max(m.x, m.y), max(m.z, m.w)));
+    }
+    workgroupBarrier();
+    for (var b = lid; b < K / 256u; b += WG) {
+        var m = 0.0;
+        for (var g = 16u * b; g < 16u * b + 16u; g++) {
+            m = max(m, bitcast<f32>(xsum[g]));
+        }
+        let inv = select(0.0, 127.0 / m, m > 0.0);   // llama.cpp's iscale (there of the signed max)
+        x_inv[b] = inv;
+        xd[b] = select(0.0, 1.0 / inv, m > 0.0);
+    }
+    workgroupBarrier();
+    for (var g = lid; g < K / 16u; g += WG) {
+        let e = 16u * g;
+        let inv = x_inv[g / 16u];
+        let q = array<vec4<i32>, 4>(quant4(e, inv), quant4(e + 4u, inv), quant4(e + 8u, inv), quant4(e + 12u, inv));
+        xq[g] = vec4<u32>(pack4xI8(q[0]), pack4xI8(q[1]), pack4xI8(q[2]), pack4xI8(q[3]));
+        xsum[g] = dot(q[0] + q[1] + q[2] + q[3], vec4<i32>(1));
+    }
+    workgroupBarrier();
+}
+
+// x[e .. e+3] as integers of step 1 / inv (ties to even, as llama.cpp's nearest_int)
+fn quant4(e: u32, inv: f32) -> vec4<i32> {
+    return vec4<i32>(min(round(x4(e) * inv), vec4<f32>(127.0)));
+}
+#endif
+
 @group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
 #ifdef GLU
 @group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
@@ -150,18 +197,33 @@ fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
 }
 #endif
 
+// The work items a row's threads stride over: units, or with X_Q8 quant.wgsl's items
+#ifdef X_Q8
+const ITEMS_PER_ROW = UNITS_PER_ROW / ITEM_UNITS;
+
+fn item_dot(src: u32, row_byte: u32, u: u32) -> f32 {
+    return item_dot_q8(src, row_byte, u);
+}
+#else
+const ITEMS_PER_ROW = UNITS_PER_ROW;
+
+fn item_dot(src: u32, row_byte: u32, u: u32) -> f32 {
+    return unit_dot(src, row_byte, u);
+}
+#endif
+
 // What a thread sums for its row: the dot product, or the GLU's (gate, up) pair side by side
 #ifdef GLU
 alias Sums = vec2<f32>;
 
-fn unit_sums(row_byte: u32, u: u32) -> Sums {
-    return Sums(unit_dot(0u, row_byte, u), unit_dot(1u, row_byte, u));
+fn item_sums(row_byte: u32, u: u32) -> Sums {
+    return Sums(item_dot(0u, row_byte, u), item_dot(1u, row_byte, u));
 }
 #else
 alias Sums = f32;
 
-fn unit_sums(row_byte: u32, u: u32) -> Sums {
-    return unit_dot(0u, row_byte, u);
+fn item_sums(row_byte: u32, u: u32) -> Sums {
+    return item_dot(0u, row_byte, u);
 }
 #endif
 
@@ -264,18 +326,22 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #endif
 #endif
 
+#ifdef X_Q8
+    stage_q8(lid);
+#endif
+
     var acc = Sums(0.0);
     if (r < M) {
         let row_byte = r * ROW_BYTES;
         var u = lane;
 #ifdef TWO_UNITS
-        for (; u + TPR < UNITS_PER_ROW; u += 2u * TPR) {   // both units' loads in flight at once
-            let first = unit_sums(row_byte, u);
-            acc += first + unit_sums(row_byte, u + TPR);
+        for (; u + TPR < ITEMS_PER_ROW; u += 2u * TPR) {   // both items' loads in flight at once
+            let first = item_sums(row_byte, u);
+            acc += first + item_sums(row_byte, u + TPR);
         }
 #endif
-        for (; u < UNITS_PER_ROW; u += TPR) {
-            acc += unit_sums(row_byte, u);
+        for (; u < ITEMS_PER_ROW; u += TPR) {
+            acc += item_sums(row_byte, u);
         }
     }
 #ifdef SUBGROUPS

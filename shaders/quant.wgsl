@@ -136,15 +136,15 @@ fn bits4(q: u32, b: u32) -> vec4<u32> {
 
 // Q4_K / Q5_K: scale and min of sub-block `is` (0..7) from the 12 packed scale bytes
 // s0 (bytes 0-3), s1 (4-7), s2 (8-11): 6 bits each, sub-blocks 4-7 split across bytes.
-fn scale_min_k4(is: u32, s0: u32, s1: u32, s2: u32) -> vec2<f32> {
+fn scale_min_k4(is: u32, s0: u32, s1: u32, s2: u32) -> vec2<u32> {
     let sh = (is & 3u) * 8u;
     let b0 = (s0 >> sh) & 0xFFu;
     let b1 = (s1 >> sh) & 0xFFu;
     let b2 = (s2 >> sh) & 0xFFu;
     if (is < 4u) {
-        return vec2<f32>(f32(b0 & 63u), f32(b1 & 63u));
+        return vec2<u32>(b0 & 63u, b1 & 63u);
     }
-    return vec2<f32>(f32((b2 & 0xFu) | ((b0 >> 6u) << 4u)), f32((b2 >> 4u) | ((b1 >> 6u) << 4u)));
+    return vec2<u32>((b2 & 0xFu) | ((b0 >> 6u) << 4u), (b2 >> 4u) | ((b1 >> 6u) << 4u));
 }
 
 // Q4_K / Q5_K: the scales d and mins m of unit u's two sub-blocks (its low nibbles' 2j, its high
@@ -157,8 +157,8 @@ struct SubScales {
 fn sub_scales_k(head: vec4<u32>, u: u32) -> SubScales {
     let j = (u % 16u) / 4u;
     let dd = unpack2x16float(head.x);
-    let sm_lo = scale_min_k4(2u * j, head.y, head.z, head.w);
-    let sm_hi = scale_min_k4(2u * j + 1u, head.y, head.z, head.w);
+    let sm_lo = vec2<f32>(scale_min_k4(2u * j, head.y, head.z, head.w));
+    let sm_hi = vec2<f32>(scale_min_k4(2u * j + 1u, head.y, head.z, head.w));
     return SubScales(dd.x * vec2<f32>(sm_lo.x, sm_hi.x), dd.y * vec2<f32>(sm_lo.y, sm_hi.y));
 }
 
@@ -167,6 +167,23 @@ fn sub_scales_k(head: vec4<u32>, u: u32) -> SubScales {
 fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
     return (vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(mask);
 }
+
+#ifdef X_Q8
+// ---- dot products with x quantized to 8 bits (matvec.wgsl X_Q8) ----------------------------
+// The includer stages x as llama.cpp's CPU backend quantizes the activations of its k-quant dot
+// products (Q8_K): per 256-element block a scale xd[b] and integers q = round(x / xd[b]) in
+// -127..127; xq[g] holds the q of elements 16g .. 16g+15 (four to a word, low byte first) and
+// xsum[g] their sum. A type with X_Q8 support (cera.gpu.matmul.X_Q8_TYPES) defines
+//     const ITEM_UNITS                               units per work item (the item: ITEM_UNITS * 16 elements)
+//     fn item_dot_q8(src, row_byte, p) -> f32      dot(W[row, item p], x as staged)
+// with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call).
+
+// The dot of 16 packed signed bytes (four words) with the q of x's group g
+fn dot16_q8(w: vec4<u32>, g: u32) -> i32 {
+    let x = xq[g];
+    return dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y) + dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w);
+}
+#endif
 
 // IQ4_NL / IQ4_XS: the 16 non-uniform levels a 4-bit index selects (ggml's kvalues_iq4nl).
 // A `var<private>` never written, not a `const`: naga copies a dynamically indexed `const`
@@ -359,6 +376,37 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
+#ifdef X_Q8
+
+// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
+// each group's products less 32 times its sum of x, times its scale; in integers but for d.
+const ITEM_UNITS = 1u;
+
+// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
+fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
+    let x = xq[xw / 4u][xw % 4u];
+    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
+    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
+}
+
+fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
+    let w = unit_words(src, row_byte, u);
+    let at = unit_bytes(row_byte, u);
+    let qa = joined(w[0], at[0]);
+    let qb = joined(w[1], at[1]);
+    let qh = joined(w[2], at[2]);
+    let sc0 = joined(w[3], at[3]);
+    let sc1 = joined(w[4], at[4]);
+    let nibbles = 0x0F0F0F0Fu;
+    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
+          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let is = (u % 8u) / 4u;
+    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
+    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
+            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
+    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
+}
+#endif
 #endif
 
 #ifdef Q3_K
@@ -399,6 +447,37 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
+#ifdef X_Q8
+
+// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
+// each group's products less 32 times its sum of x, times its scale; in integers but for d.
+const ITEM_UNITS = 1u;
+
+// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
+fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
+    let x = xq[xw / 4u][xw % 4u];
+    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
+    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
+}
+
+fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
+    let w = unit_words(src, row_byte, u);
+    let at = unit_bytes(row_byte, u);
+    let qa = joined(w[0], at[0]);
+    let qb = joined(w[1], at[1]);
+    let qh = joined(w[2], at[2]);
+    let sc0 = joined(w[3], at[3]);
+    let sc1 = joined(w[4], at[4]);
+    let nibbles = 0x0F0F0F0Fu;
+    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
+          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let is = (u % 8u) / 4u;
+    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
+    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
+            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
+    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
+}
+#endif
 #endif
 
 #ifdef Q4_K
@@ -437,6 +516,29 @@ fn unit_affine(src: u32, row_byte: u32, u: u32) -> UnitAffine {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 4u) * 64u + (u % 4u) * 8u + (g & 1u) * 4u + (g >> 1u) * 32u;
 }
+#ifdef X_Q8
+
+// Item p: quant quad k = p % 8 of block p / 8, 16 low nibbles (sub-block 2j, j = k / 2, x's
+// group 4j + k % 2 of the block) and their 16 high nibbles (sub-block 2j + 1, group + 2). As
+// llama.cpp's: d * sum(sc * q.x) - dmin * sum(m * sum(x)), in integers but for d and dmin.
+const ITEM_UNITS = 2u;
+
+fn item_dot_q8(src: u32, row_byte: u32, p: u32) -> f32 {
+    let blk = p / 8u;
+    let quad = (row_byte + blk * BLOCK_BYTES) >> 4u;
+    let head = wquad(src, quad);
+    let q = wquad(src, quad + 1u + p % 8u);
+    let j = (p % 8u) / 2u;
+    let g = blk * 16u + 4u * j + p % 2u;
+    let sm_lo = vec2<i32>(scale_min_k4(2u * j, head.y, head.z, head.w));
+    let sm_hi = vec2<i32>(scale_min_k4(2u * j + 1u, head.y, head.z, head.w));
+    let nibbles = vec4<u32>(0x0F0F0F0Fu);
+    let qs = sm_lo.x * dot16_q8(q & nibbles, g) + sm_hi.x * dot16_q8((q >> vec4<u32>(4u)) & nibbles, g + 2u);
+    let mins = sm_lo.y * xsum[g] + sm_hi.y * xsum[g + 2u];
+    let dd = unpack2x16float(head.x);
+    return xd[blk] * (dd.x * f32(qs) - dd.y * f32(mins));
+}
+#endif
 #endif
 
 #ifdef Q5_K
@@ -526,6 +628,37 @@ fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
+#ifdef X_Q8
+
+// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
+// each group's products less 32 times its sum of x, times its scale; in integers but for d.
+const ITEM_UNITS = 1u;
+
+// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
+fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
+    let x = xq[xw / 4u][xw % 4u];
+    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
+    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
+}
+
+fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
+    let w = unit_words(src, row_byte, u);
+    let at = unit_bytes(row_byte, u);
+    let qa = joined(w[0], at[0]);
+    let qb = joined(w[1], at[1]);
+    let qh = joined(w[2], at[2]);
+    let sc0 = joined(w[3], at[3]);
+    let sc1 = joined(w[4], at[4]);
+    let nibbles = 0x0F0F0F0Fu;
+    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
+          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let is = (u % 8u) / 4u;
+    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
+    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
+            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
+    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
+}
+#endif
 #endif
 
 #ifdef IQ4_NL

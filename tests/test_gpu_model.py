@@ -9,6 +9,7 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
+from cera.gpu import matmul
 from cera.gpu.model import greedy_batches
 from cera.gpu.state import GREEDY_BATCH
 from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
@@ -56,6 +57,25 @@ def test_greedy_matches_llama_cpp(engines, name):
     own top two logits are closer than the engines' measured logit difference (a near-tie its
     activation rounding decides)."""
     gpu, _, golden = engines(name)
+    check_greedy(gpu, golden, name)
+
+
+@pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma3_q4_k_m"])
+def test_int8_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name):
+    """$CERA_DECODE_INT8 (matmul.DECODE_INT8): the Q4_K and Q6_K matvecs whose x is staged (a fused
+    norm, attention's merge) take 8-bit x, as llama.cpp's CPU backend does, the others f32 x;
+    greedy decoding still agrees with llama.cpp as the f32 path must."""
+    monkeypatch.setattr(matmul, "DECODE_INT8", True)
+    golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
+    gpu = asyncio.run(Engine.load(synth_gguf(name), device, ctx=64))
+    matvecs = [s.label for s in gpu.backend.decode_plan.steps if s.label.startswith("matvec")]
+    q8 = [label for label in matvecs if label.endswith(" q8")]
+    assert q8 and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label) for label in q8)
+    assert all(not label.endswith(" q8") for label in matvecs if " xs" not in label and "merge" not in label)
+    check_greedy(gpu, golden, name)
+
+
+def check_greedy(gpu, golden, name):
     for seq in golden["sequences"]:
         got_logits = asyncio.run(gpu.logits(seq["tokens"]))[seq["logits_positions"]]
         want_logits = np.array(seq["logits"], np.float32)[:, : got_logits.shape[1]]

@@ -56,20 +56,26 @@ def shapes(t):
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
                 tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False,
-                stage=None):
+                stage=None, int8=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
-    gate activation."""
+    gate activation; int8: x quantized to 8 bits as the kernel stages it (ops.q8_k of x, normed
+    but for the 1 / rms factor the kernel applies to the row sums)."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, two_units=two_units, stage=stage)
+              workgroup=workgroup, two_units=two_units, stage=stage, int8=int8)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
         kw.update(norm=Binding(upload(gpu, norm_w, "norm_w")), eps=1e-5)
-        x = ops.rms_norm(x, norm_w, 1e-5)
+        if int8:
+            x = ops.q8_k(x * norm_w) / np.sqrt(np.mean(x * x) + 1e-5)
+        else:
+            x = ops.rms_norm(x, norm_w, 1e-5)
+    elif int8:
+        x = ops.q8_k(x)
     want = w.astype(np.float64) @ x
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
@@ -86,8 +92,9 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     dispatch = matmul.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
                              Binding(upload(gpu, x_gpu, "x")), **kw)
     if subgroups is not None:
-        assert dispatch.label.endswith(" sg") == subgroups
-    staged = (norm and matmul.staged_x_fits(gpu.device, k)) if stage is None else stage
+        assert ("sg" in dispatch.label.split(" ")) == subgroups
+    staged = (norm and matmul.staged_x_fits(gpu.device, k, q8=bool(int8))) if stage is None else stage
+    assert dispatch.label.endswith(" q8") == bool(int8)
     assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
@@ -346,3 +353,69 @@ def test_unsupported_type(gpu):
         matmul.units_per_row(T.TQ1_0, 256)
     with pytest.raises(ValueError, match="multiple"):
         matmul.row_bytes(T.Q4_K, 100)
+
+
+Q8_CASES = [(T.Q4_K, 67, 1536), (T.Q4_K, 5, 8960), (T.Q6_K, 70, 768), (T.Q6_K, 300, 256)]
+
+
+@pytest.mark.parametrize("t,m,k", Q8_CASES, ids=[f"{t.name}-{m}x{k}" for t, m, k in Q8_CASES])
+def test_matvec_int8_x(gpu, t, m, k, subgroups):
+    """x quantized to 8 bits per 256-element block (llama.cpp's Q8_K, ops.q8_k) and integer dot
+    products: exact but for the float scales, so as tight as the f32 path against W @ q8_k(x);
+    plain, a fused norm (staged as floats first), a GLU, scale + bias + accumulate, and an
+    8960-element x (Qwen2.5-1.5B's down projection) too big to stage as floats."""
+    rng = np.random.default_rng(70 + int(t) + k)
+    for kw in [{}, dict(norm=True, bias=True), dict(norm=True, glu=True), dict(glu=True),
+               dict(scale=0.375, bias=True, accumulate=True), dict(norm=True, stage=False)]:
+        if kw.get("stage") is False and matmul.staged_x_fits(gpu.device, k, floats=False, q8=True) is False:
+            continue
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, int8=True, **kw)
+        check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} {m}x{k} int8 {kw}")
+
+
+def test_int8_x_moves_results_as_llama_cpp_does(gpu):
+    """The 8-bit x path is not the f32 one: against W @ x its error is quantization's (about 1%
+    of |W||x| / sqrt(k)), well outside the f32 path's tolerance, and against W @ q8_k(x) it is
+    rounding's: the test above is not passing by accident."""
+    rng = np.random.default_rng(5)
+    raw, w = random_rows(T.Q4_K, 64, 1536, rng)
+    x = rng.standard_normal(1536).astype(np.float32)
+    out = upload(gpu, np.zeros(64, np.float32), "out")
+    d = matmul.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
+                      Binding(upload(gpu, x, "x")), wtype=T.Q4_K, k=1536, m=64, int8=True)
+    got = run(gpu, [d], out, 64)
+    exact, quantized = w.astype(np.float64) @ x, w.astype(np.float64) @ ops.q8_k(x)
+    assert np.abs(got - quantized).max() < 1e-4 * np.abs(exact).max()
+    assert np.abs(got - exact).max() > 1e-3 * np.abs(exact).max()
+
+
+def test_int8_x_checked(gpu):
+    buf = Binding(gpu.device.buffer(4096, "x"))
+    with pytest.raises(ValueError, match="no 8-bit x dot product for Q8_0"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, int8=True)
+    no_dot = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
+    with pytest.raises(ValueError, match="packed_4x8_integer_dot_product"):
+        matmul.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, int8=True)
+    with pytest.raises(ValueError, match="two_units applies to f32 x"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, int8=True, two_units=True)
+
+
+def test_q8_k_is_llama_cpps():
+    """ops.q8_k against a transcription of ggml's quantize_row_q8_K_ref (signed max, negated
+    scale, nearest_int by the 1.5 * 2^23 trick) on random blocks, one all zero, one with ties."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 256)).astype(np.float32) * 3
+    x[1] = 0
+    x[2, :6] = [0.5, 1.5, 2.5, -0.5, -2.5, 127]   # scale 1: ties at .5
+    want = []
+    for block in x:
+        i = int(np.argmax(np.abs(block)))
+        mx = block[i]
+        if mx == 0:
+            want.append(np.zeros(256, np.float32))
+            continue
+        iscale = np.float32(-127.0) / mx
+        v = ((iscale * block).astype(np.float32) + np.float32(12582912.0)).astype(np.float32)
+        q = np.minimum((v.view(np.int32) & 0x007FFFFF) - 0x00400000, 127)
+        want.append(q.astype(np.float32) * (np.float32(1.0) / iscale))
+    np.testing.assert_array_equal(ops.q8_k(x.ravel()).reshape(4, 256), np.array(want))

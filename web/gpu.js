@@ -35,7 +35,9 @@ export async function openGpu(wantedFeatures) {
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "unknown GPU";
-  return new GpuHost(device, name, requiredFeatures);
+  // a WGSL language feature the core plans with, beside the device features (cera.device.PACKED_DOT)
+  const languageFeatures = [...(navigator.gpu.wgslLanguageFeatures || [])].filter((f) => f === "packed_4x8_integer_dot_product");
+  return new GpuHost(device, name, [...requiredFeatures, ...languageFeatures]);
 }
 
 const USAGE = {

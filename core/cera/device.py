@@ -21,6 +21,9 @@ from cera.errors import GpuError, ShaderError, TooLarge
 UPLOAD_CHUNK = 32 << 20   # bytes per upload call (a Blob slice in the browser, a file read natively)
 UPLOAD_DRAIN = 256 << 20  # wait for the queue after this many uploaded bytes: bounds the host's staging memory
 WANTED_FEATURES = ("shader-f16", "subgroups", "timestamp-query")   # requested where the adapter has them
+# The WGSL language feature of dot4I8Packed and pack4xI8, named in Device.features where the
+# host's shader compiler has it (Chromium: navigator.gpu.wgslLanguageFeatures; naga: always)
+PACKED_DOT = "packed_4x8_integer_dot_product"
 DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU device grants (Apple, SwiftShader: no more)
 
 

@@ -133,3 +133,19 @@ def shortconv(bcx: np.ndarray, conv_w: np.ndarray, state: np.ndarray) -> tuple[n
     y = (c * conv).astype(np.float32)
     new_state = window[T:].copy()                                                 # (kernel-1, hidden)
     return y, new_state
+
+
+def q8_k(x: np.ndarray) -> np.ndarray:
+    """x as llama.cpp's CPU backend feeds it to a k-quant dot product: quantized to 8 bits per
+    256-element block (ggml's quantize_row_q8_K), returned as the floats d * q it stands for.
+
+    Per block: d = 1 / (127 / max|x|) (llama.cpp takes the signed max and negates d and q, which
+    gives the same products), q = round(x * 127 / max|x|), ties to even, at most 127; an all-zero
+    block stays 0. x (..., n), n a multiple of 256."""
+    blocks = x.astype(np.float32).reshape(*x.shape[:-1], -1, 256)
+    amax = np.abs(blocks).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        d = np.where(amax > 0, np.float32(1.0) / inv, np.float32(0.0)).astype(np.float32)
+    q = np.minimum(np.rint(blocks * inv), 127)
+    return (q * d).reshape(x.shape).astype(np.float32)

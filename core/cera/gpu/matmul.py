@@ -9,13 +9,14 @@ head) is split into row tiles bound at aligned offsets: `row_tiles`, `matvec_til
 """
 from __future__ import annotations
 
+import os
 from math import gcd
 from typing import TYPE_CHECKING
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_GELU, FFN_SILU
-from cera.device import Binding, Dispatch
+from cera.device import PACKED_DOT, Binding, Dispatch
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.kernels import flags
 
@@ -38,6 +39,11 @@ UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
 # Types quant.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
 # dot then needs no conversion per element (matvec.wgsl UNIT_AFFINE)
 UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
+# Types quant.wgsl also dots with x quantized to 8 bits per 256 elements, as llama.cpp's CPU
+# backend does (item_dot_q8: integer products, dot4I8Packed; matvec.wgsl X_Q8)
+X_Q8_TYPES = frozenset({T.Q4_K, T.Q6_K})
+X_Q8_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 1}   # quant.wgsl's ITEM_UNITS
+DECODE_INT8 = os.environ.get("CERA_DECODE_INT8", "0") == "1"   # use_x_q8's default
 
 
 def weight_flags(t: T) -> dict:
@@ -71,15 +77,44 @@ def units_per_row(wtype: int, k: int) -> int:
     return -(-k // UNIT_ELEMS)
 
 
-def staged_x_fits(device, k: int, sums: bool = False) -> bool:
-    """Whether matvec.wgsl can stage a k-element x in workgroup memory (X_STAGED: 16 floats a
-    unit, 2 more with the sums UNIT_AFFINE reads) beside its reductions' own (at most
-    STAGE_SCRATCH bytes)."""
-    floats = UNIT_ELEMS + (2 if sums else 0)
-    return 4 * floats * -(-k // UNIT_ELEMS) + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
+def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, q8: bool = False) -> bool:
+    """Whether matvec.wgsl can stage a k-element x in workgroup memory beside its reductions'
+    own (at most STAGE_SCRATCH bytes): as floats (X_STAGED: 16 a unit, 2 more with the sums
+    UNIT_AFFINE reads) and/or quantized (q8, X_Q8: a byte an element, a sum per 16, two floats
+    per 256)."""
+    units = -(-k // UNIT_ELEMS)
+    size = 4 * (UNIT_ELEMS + (2 if sums else 0)) * units if floats else 0
+    if q8:
+        size += k + 4 * units + 8 * -(-k // 256)
+    return size + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
-def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
+def use_x_q8(device, wtype: int, k: int, wanted: bool | None, floats: bool) -> bool:
+    """Whether a matvec quantizes x to 8 bits (X_Q8): `wanted`, or (None) with $CERA_DECODE_INT8=1
+    where x is staged as floats anyway (`floats`: a fused norm or a merge) and the type, the
+    device's compiler and its workgroup memory allow. Off by default: the results are then
+    llama.cpp's integer dot products of 8-bit activations, not the f32 dot of the dequantized
+    weights the reference computes (Qwen2.5-1.5B's greedy tokens: 14 of 16 on one golden prompt,
+    then a near-tie).
+
+    Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, docs/PERFORMANCE.md): the GLU 425 ->
+    333 us a token, the LM head 148 -> 100; the down projections, whose x (8960) is not staged,
+    1.1x slower (each of their many workgroups quantizes all of x), so they keep f32 x."""
+    t = T(wtype)
+    if wanted is None:
+        return DECODE_INT8 and floats and t in X_Q8_TYPES and PACKED_DOT in device.features \
+            and staged_x_fits(device, k, q8=True)
+    if not wanted:
+        return False
+    if t not in X_Q8_TYPES:
+        raise Unsupported(f"matvec: no 8-bit x dot product for {t.name} (only "
+                          f"{', '.join(sorted(x.name for x in X_Q8_TYPES))})")
+    if PACKED_DOT not in device.features:
+        raise Unsupported(f"matvec: 8-bit x needs WGSL's {PACKED_DOT}, which this device's compiler lacks")
+    return True
+
+
+def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP, item_units: int = 1) -> int:
     """Threads per row, a power of two up to `workgroup` (workgroup / tpr rows per
     workgroup): about 2^19 threads in all, no more than the row has units, and at
     least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
@@ -88,8 +123,9 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
     per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row; 2^19
     rather than 2^18 threads gives Qwen2.5-1.5B's 8960-row GLU 32 per row, not 16 (18.1-18.4 ->
     17.3-17.6 us per layer, decode 494 -> 501-504 tok/s; docs/PERFORMANCE.md).
-    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
-    units = units_per_row(wtype, k)
+    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives. `item_units`: units
+    per work item (X_Q8's items are quant.wgsl's ITEM_UNITS units)."""
+    units = units_per_row(wtype, k) // item_units
     tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
     while tpr < workgroup and tpr * 2 * m <= 1 << 19 and tpr * 2 <= units:
         tpr *= 2
@@ -119,7 +155,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
            workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-           affine: bool = True) -> Dispatch:
+           affine: bool = True, int8: bool | None = None) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
@@ -134,7 +170,10 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     power of two <= 256; workgroup / tpr rows each); `two_units`: each thread decodes two
     units per loop iteration; `stage`: each workgroup stages x (normalized) in workgroup memory
     first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages); `affine`:
-    a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine).
+    a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine);
+    `int8` (X_Q8_TYPES, a device with PACKED_DOT): each workgroup quantizes x (normalized or
+    merged as it is staged) to 8 bits per 256-element block, as llama.cpp's CPU backend does, and
+    the rows take integer dot products (not with two_units); None: `use_x_q8`'s default.
 
     Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
     vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105);
@@ -144,7 +183,11 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
         raise Unsupported("matvec: GLU with a bias is not supported")
     gelu = gelu_flag(act, w_up)
     subgroups = use_subgroups(device, subgroups)
-    tpr = tpr or threads_per_row(t, k, m, workgroup)
+    merge = not isinstance(x, Binding)   # layers.Partials
+    q8 = use_x_q8(device, t, k, int8, floats=merge or norm is not None)
+    if q8 and two_units:
+        raise InvalidArgument("matvec: two_units applies to f32 x, not int8")
+    tpr = tpr or threads_per_row(t, k, m, workgroup, X_Q8_ITEM_UNITS[t] if q8 else 1)
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
                               f"(expected a power of two from {tpr} to {WORKGROUP})")
@@ -155,16 +198,15 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
                                               TWO_UNITS=two_units))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    merge = not isinstance(x, Binding)   # layers.Partials
-    sums = affine and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
+    sums = affine and not q8 and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     if stage is None:
-        stage = (merge or norm is not None) and staged_x_fits(device, k, sums)
+        stage = (merge or norm is not None) and staged_x_fits(device, k, sums, q8=q8)
     if merge and not stage:
         raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
-    if stage and not staged_x_fits(device, k, sums):
+    if not staged_x_fits(device, k, sums, floats=stage, q8=q8):
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums))
+    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_Q8=q8))
     if merge:
         if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
@@ -182,7 +224,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
         + (" +=" if accumulate else "") + (" xs" if stage and not merge else "") + (" sg" if subgroups else "") \
-        + (" merge" if merge else "")
+        + (" merge" if merge else "") + (" q8" if q8 else "")
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
     reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
@@ -235,12 +277,14 @@ def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partial
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
                  limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
-                 workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None) -> list[Dispatch]:
+                 workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
+                 int8: bool | None = None) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
-    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage)
+    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage,
+                 int8=int8)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
                        accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
