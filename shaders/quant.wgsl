@@ -376,37 +376,6 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
-#ifdef X_Q8
-
-// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
-// each group's products less 32 times its sum of x, times its scale; in integers but for d.
-const ITEM_UNITS = 1u;
-
-// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
-fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
-    let x = xq[xw / 4u][xw % 4u];
-    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
-    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
-}
-
-fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
-    let w = unit_words(src, row_byte, u);
-    let at = unit_bytes(row_byte, u);
-    let qa = joined(w[0], at[0]);
-    let qb = joined(w[1], at[1]);
-    let qh = joined(w[2], at[2]);
-    let sc0 = joined(w[3], at[3]);
-    let sc1 = joined(w[4], at[4]);
-    let nibbles = 0x0F0F0F0Fu;
-    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
-          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    let is = (u % 8u) / 4u;
-    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
-    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
-            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
-    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
-}
-#endif
 #endif
 
 #ifdef Q3_K
@@ -447,37 +416,6 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
-#ifdef X_Q8
-
-// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
-// each group's products less 32 times its sum of x, times its scale; in integers but for d.
-const ITEM_UNITS = 1u;
-
-// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
-fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
-    let x = xq[xw / 4u][xw % 4u];
-    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
-    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
-}
-
-fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
-    let w = unit_words(src, row_byte, u);
-    let at = unit_bytes(row_byte, u);
-    let qa = joined(w[0], at[0]);
-    let qb = joined(w[1], at[1]);
-    let qh = joined(w[2], at[2]);
-    let sc0 = joined(w[3], at[3]);
-    let sc1 = joined(w[4], at[4]);
-    let nibbles = 0x0F0F0F0Fu;
-    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
-          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    let is = (u % 8u) / 4u;
-    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
-    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
-            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
-    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
-}
-#endif
 #endif
 
 #ifdef Q4_K
@@ -610,19 +548,29 @@ fn unit_words(src: u32, row_byte: u32, u: u32) -> UnitWords {
                      words_at(src, at[3]), words_at(src, at[4]), words_at(src, at[5]));
 }
 
-fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+// A unit's fields from its words (no loads)
+struct Q6Fields {
+    qa: u32,
+    qb: u32,
+    qh: u32,
+    sc0: u32,
+    sc1: u32,
+    d: f32,
+}
+
+fn q6_fields(w: UnitWords, row_byte: u32, u: u32) -> Q6Fields {
     let at = unit_bytes(row_byte, u);
-    let qa = joined(w[0], at[0]);
-    let qb = joined(w[1], at[1]);
-    let qh = joined(w[2], at[2]);
-    let sc0 = joined(w[3], at[3]);
-    let sc1 = joined(w[4], at[4]);
-    let d = half_at(w[5].x, at[5]);
+    return Q6Fields(joined(w[0], at[0]), joined(w[1], at[1]), joined(w[2], at[2]), joined(w[3], at[3]),
+                    joined(w[4], at[4]), half_at(w[5].x, at[5]));
+}
+
+fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
+    let f = q6_fields(w, row_byte, u);
     let is = (u % 8u) / 4u;
-    return Unit(d * i8_of(sc0, is) * to_f32(lo_nibbles(qa) | q6_high(qh, 0u), 32.0),
-                d * i8_of(sc0, is + 2u) * to_f32(lo_nibbles(qb) | q6_high(qh, 2u), 32.0),
-                d * i8_of(sc1, is) * to_f32(hi_nibbles(qa) | q6_high(qh, 4u), 32.0),
-                d * i8_of(sc1, is + 2u) * to_f32(hi_nibbles(qb) | q6_high(qh, 6u), 32.0));
+    return Unit(f.d * i8_of(f.sc0, is) * to_f32(lo_nibbles(f.qa) | q6_high(f.qh, 0u), 32.0),
+                f.d * i8_of(f.sc0, is + 2u) * to_f32(lo_nibbles(f.qb) | q6_high(f.qh, 2u), 32.0),
+                f.d * i8_of(f.sc1, is) * to_f32(hi_nibbles(f.qa) | q6_high(f.qh, 4u), 32.0),
+                f.d * i8_of(f.sc1, is + 2u) * to_f32(hi_nibbles(f.qb) | q6_high(f.qh, 6u), 32.0));
 }
 
 fn group_elem(u: u32, g: u32) -> u32 {
@@ -642,21 +590,15 @@ fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
 }
 
 fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
-    let w = unit_words(src, row_byte, u);
-    let at = unit_bytes(row_byte, u);
-    let qa = joined(w[0], at[0]);
-    let qb = joined(w[1], at[1]);
-    let qh = joined(w[2], at[2]);
-    let sc0 = joined(w[3], at[3]);
-    let sc1 = joined(w[4], at[4]);
+    let f = q6_fields(unit_words(src, row_byte, u), row_byte, u);
     let nibbles = 0x0F0F0F0Fu;
-    let q = vec4<u32>(qa & nibbles, qb & nibbles, (qa >> 4u) & nibbles, (qb >> 4u) & nibbles)
-          | (((vec4<u32>(qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let q = vec4<u32>(f.qa & nibbles, f.qb & nibbles, (f.qa >> 4u) & nibbles, (f.qb >> 4u) & nibbles)
+          | (((vec4<u32>(f.qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
     let is = (u % 8u) / 4u;
     let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
-    let sum = q6_group_q8(q.x, sc0, is, xw) + q6_group_q8(q.y, sc0, is + 2u, xw + 8u)
-            + q6_group_q8(q.z, sc1, is, xw + 16u) + q6_group_q8(q.w, sc1, is + 2u, xw + 24u);
-    return half_at(w[5].x, at[5]) * xd[u / 16u] * f32(sum);
+    let sum = q6_group_q8(q.x, f.sc0, is, xw) + q6_group_q8(q.y, f.sc0, is + 2u, xw + 8u)
+            + q6_group_q8(q.z, f.sc1, is, xw + 16u) + q6_group_q8(q.w, f.sc1, is + 2u, xw + 24u);
+    return f.d * xd[u / 16u] * f32(sum);
 }
 #endif
 #endif

@@ -114,7 +114,7 @@ def use_x_q8(device, wtype: int, k: int, wanted: bool | None, floats: bool) -> b
     return True
 
 
-def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP, item_units: int = 1) -> int:
+def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
     """Threads per row, a power of two up to `workgroup` (workgroup / tpr rows per
     workgroup): about 2^19 threads in all, no more than the row has units, and at
     least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
@@ -123,11 +123,29 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP, item
     per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row; 2^19
     rather than 2^18 threads gives Qwen2.5-1.5B's 8960-row GLU 32 per row, not 16 (18.1-18.4 ->
     17.3-17.6 us per layer, decode 494 -> 501-504 tok/s; docs/PERFORMANCE.md).
-    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives. `item_units`: units
-    per work item (X_Q8's items are quant.wgsl's ITEM_UNITS units)."""
-    units = units_per_row(wtype, k) // item_units
+    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
+    units = units_per_row(wtype, k)
     tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
     while tpr < workgroup and tpr * 2 * m <= 1 << 19 and tpr * 2 <= units:
+        tpr *= 2
+    return tpr
+
+
+def q8_threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
+    """Threads per row of an X_Q8 matvec (items of quant.wgsl's ITEM_UNITS units): at least two
+    items a thread and at most 2^18 threads in all, where threads_per_row takes one item a thread
+    and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups). Every
+    workgroup quantizes all of x first, so fewer, fatter workgroups pay for it less often.
+
+    Measured on an H200 (Qwen2.5-1.5B Q4_K_M clone, 8-bit x, docs/PERFORMANCE.md): 16 threads a
+    row instead of 32 takes the GLU from 333 to 250-253 us a token and the merging output
+    projection from 185-191 to 166-170; 8 gave the GLU nothing more (254), and the 256-row v
+    projection is slower with 16 (78-86 vs 60-68 us), hence the floor."""
+    items = units_per_row(wtype, k) // X_Q8_ITEM_UNITS[T(wtype)]
+    tpr = 4
+    while tpr < workgroup and tpr * 2 * m <= 1 << 18 and tpr * 4 <= items:
+        tpr *= 2
+    while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
         tpr *= 2
     return tpr
 
@@ -187,7 +205,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     q8 = use_x_q8(device, t, k, int8, floats=merge or norm is not None)
     if q8 and two_units:
         raise InvalidArgument("matvec: two_units applies to f32 x, not int8")
-    tpr = tpr or threads_per_row(t, k, m, workgroup, X_Q8_ITEM_UNITS[t] if q8 else 1)
+    tpr = tpr or (q8_threads_per_row if q8 else threads_per_row)(t, k, m, workgroup)
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
                               f"(expected a power of two from {tpr} to {WORKGROUP})")
