@@ -105,8 +105,8 @@ var<workgroup> xsum: array<i32, K / 16u>;
 var<workgroup> xd: array<f32, K / 256u>;
 var<workgroup> x_inv: array<f32, K / 256u>;   // 1 / xd (0 where the block is all 0)
 
-// Quantize x4(4g .. 4g+15) per 256-element block into xq, xsum, xd: first each 16-element
-// group's max |x|, then each block's, then the quants. Call from uniform control flow.
+// Quantize x (x4: as the dot products see it) per 256-element block into xq, xsum, xd: first
+// each 16-element group's max |x|, then each block's, then the quants. Call from uniform control flow.
 fn stage_q8(lid: u32) {
     for (var g = lid; g < K / 16u; g += WG) {
         let e = 16u * g;

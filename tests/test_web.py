@@ -23,11 +23,12 @@ import pytest
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from cera.config import ModelConfig
-from cera.device import Limits
+from cera import ops
+from cera.device import PACKED_DOT, Limits
 from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
-from cera.gpu.matmul import MATVEC_TYPES
+from cera.gpu.matmul import MATVEC_TYPES, X_Q8_TYPES
 from cera.gpu.model import DEFAULT_CHUNK, greedy_batches
 from cera.gpu.state import GREEDY_BATCH
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
@@ -183,6 +184,7 @@ from cera_web.app import _sessions
 dev = _sessions[0].device
 adapter = await navigator.gpu.requestAdapter()
 json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features),
+            "packed_dot": navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
             "adapter": {k: getattr(adapter.limits, v) for k, v in {
                 "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
                 "max_compute_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
@@ -193,6 +195,7 @@ json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features
         assert got["limits"][field] == value, field
     assert got["limits"]["max_compute_invocations_per_workgroup"] == 256   # SwiftShader
     assert "shader-f16" not in got["features"]
+    assert got["packed_dot"] and PACKED_DOT in got["features"]   # WGSL's language feature, as gpu.js reads it
 
 
 def test_kernel_from_shaders_runs_on_the_pyodide_device(page):
@@ -312,8 +315,10 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
 def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
-    row counts that are not multiples of the workgroups."""
+    row counts that are not multiples of the workgroups. The X_Q8_TYPES also dot 8-bit x
+    (matvec int8=True), against W @ ops.q8_k(x)."""
     t = GGMLQuantizationType[wtype]
+    q8 = t in X_Q8_TYPES
     m, k, tokens = 37, 4 * GGML_QUANT_SIZES[t][0], [36, 0, 17, 36, 5]
     n_tokens = len(tokens)
     rng = np.random.default_rng(int(t))
@@ -339,19 +344,24 @@ tokens = upload(np.array({tokens}, np.uint32).tobytes(), "tokens")
 step = dev.buffer(16, "step", uniform=True)
 dev.write(step, pack_step(0, {n_tokens}))
 vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
-emb = dev.buffer(4 * {n_tokens * k}, "emb")
-schedule = dev.schedule([
+emb, vec8 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8")
+int8 = [matmul.matvec(kernels, dev, Binding(vec8), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m},
+                      int8=True)] if {q8} else []
+schedule = dev.schedule(int8 + [
     matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
     batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
     matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
                  max_rows={n_tokens})])
 out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
-       "emb": await dev.read(emb, 0, 4 * {n_tokens * k})}}
+       "emb": await dev.read(emb, 0, 4 * {n_tokens * k}), "vec8": await dev.read(vec8, 0, 4 * {m})}}
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
-    vec, mat, emb = (np.frombuffer(base64.b64decode(got[n]), np.float32) for n in ("vec", "mat", "emb"))
+    vec, mat, emb, vec8 = (np.frombuffer(base64.b64decode(got[n]), np.float32) for n in ("vec", "mat", "emb", "vec8"))
     xs = x.astype(np.float64)
     assert_close(vec, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype}")
+    if t in X_Q8_TYPES:
+        x8 = ops.q8_k(x[0]).astype(np.float64)
+        assert_close(vec8, w @ x8, 1e-6 * (np.abs(w) @ np.abs(x8)) + 1e-6, 1e-5, f"matvec {wtype} int8")
     assert_close(mat.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
                  f"batched matmul {wtype}")
     assert_close(emb.reshape(n_tokens, k), w[tokens], 1e-6, 1e-6, f"embed {wtype}")

@@ -36,7 +36,8 @@ export async function openGpu(wantedFeatures) {
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "unknown GPU";
   // a WGSL language feature the core plans with, beside the device features (cera.device.PACKED_DOT)
-  const languageFeatures = [...(navigator.gpu.wgslLanguageFeatures || [])].filter((f) => f === "packed_4x8_integer_dot_product");
+  const packedDot = "packed_4x8_integer_dot_product";
+  const languageFeatures = navigator.gpu.wgslLanguageFeatures?.has(packedDot) ? [packedDot] : [];
   return new GpuHost(device, name, [...requiredFeatures, ...languageFeatures]);
 }
 
