@@ -20,10 +20,11 @@
 //               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
 //               output projection with attention's combine folded in. K = N_HEADS * HEAD_DIM,
 //               HEAD_DIM a multiple of 4; not with GLU or NORM.
-//   X_Q8        each workgroup quantizes x (as the dot products see it, from xs with X_STAGED)
-//               to 8 bits per 256-element block in workgroup memory, as llama.cpp's CPU backend
-//               does (Q8_K), and the rows take quant.wgsl's integer dot products (item_dot_q8,
-//               K a multiple of 256; cera.gpu.matmul.X_Q8_TYPES).
+//   X_INT       each workgroup turns x (as the dot products see it, from xs with X_STAGED) into
+//               integers per 256-element block in workgroup memory, X_PLANES bytes an element
+//               (1: 8 bits, as llama.cpp's CPU backend quantizes its activations (Q8_K); 3: 24
+//               bits, as precise as f32 x), and the rows take quant.wgsl's integer dot products
+//               (item_dot_int, K a multiple of 256; cera.gpu.matmul.X_INT_TYPES).
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
@@ -97,46 +98,54 @@ fn x4(e: u32) -> vec4<f32> {
 }
 #endif
 
-#ifdef X_Q8
-// x as quant.wgsl's X_Q8 section reads it; xsum holds each group's max |x| (bitcast) until the
-// block scales are set, then its sum of quants
-var<workgroup> xq: array<vec4<u32>, K / 16u>;
+#ifdef X_INT
+// x as quant.wgsl's X_INT section reads it: per 256-element block b a step xd[b] and integers
+// q = round(x / xd[b]) of at most X_RANGE, whose plane p (byte p of each q's X_PLANES, a signed
+// digit of base 256: q = sum of 256^p times byte p) holds elements 16g .. 16g+15 in
+// xq[p * K / 16 + g]; xsum[g] holds the group's sum of q.
+const X_RANGE = i32(127u * ((1u << (8u * X_PLANES)) - 1u) / 255u);   // 127 in every byte
+var<workgroup> xq: array<vec4<u32>, X_PLANES * K / 16u>;
 var<workgroup> xsum: array<i32, K / 16u>;
 var<workgroup> xd: array<f32, K / 256u>;
-var<workgroup> x_inv: array<f32, K / 256u>;   // 1 / xd (0 where the block is all 0)
+var<workgroup> gmax: array<vec4<f32>, K / 64u>;   // each 16-element group's max |x|, four to a vec4
 
-// Quantize x (x4: as the dot products see it) per 256-element block into xq, xsum, xd: first
-// each 16-element group's max |x|, then each block's, then the quants. Call from uniform control flow.
-fn stage_q8(lid: u32) {
+// Turn x (x4: as the dot products see it) into xq, xsum, xd, a thread per 16-element group: first
+// each group's max |x|, then each group its block's step (the max of its 16 groups') and its
+// integers. Call from uniform control flow.
+fn stage_x_int(lid: u32) {
     for (var g = lid; g < K / 16u; g += WG) {
         let e = 16u * g;
         let m = max(max(abs(x4(e)), abs(x4(e + 4u))), max(abs(x4(e + 8u)), abs(x4(e + 12u))));
-        xsum[g] = bitcast<i32>(max(max(m.x, m.y), max(m.z, m.w)));
-    }
-    workgroupBarrier();
-    for (var b = lid; b < K / 256u; b += WG) {
-        var m = 0.0;
-        for (var g = 16u * b; g < 16u * b + 16u; g++) {
-            m = max(m, bitcast<f32>(xsum[g]));
-        }
-        let inv = select(0.0, 127.0 / m, m > 0.0);   // llama.cpp's iscale (there of the signed max)
-        x_inv[b] = inv;
-        xd[b] = select(0.0, 1.0 / inv, m > 0.0);
+        gmax[g / 4u][g % 4u] = max(max(m.x, m.y), max(m.z, m.w));
     }
     workgroupBarrier();
     for (var g = lid; g < K / 16u; g += WG) {
+        let b = g / 16u;
+        let m4 = max(max(gmax[4u * b], gmax[4u * b + 1u]), max(gmax[4u * b + 2u], gmax[4u * b + 3u]));
+        let m = max(max(m4.x, m4.y), max(m4.z, m4.w));
+        let inv = select(0.0, f32(X_RANGE) / m, m > 0.0);   // llama.cpp's iscale (there of the signed max)
+        if (g % 16u == 0u) {
+            xd[b] = select(0.0, 1.0 / inv, m > 0.0);
+        }
         let e = 16u * g;
-        let inv = x_inv[g / 16u];
-        let q = array<vec4<i32>, 4>(quant4(e, inv), quant4(e + 4u, inv), quant4(e + 8u, inv), quant4(e + 12u, inv));
-        xq[g] = vec4<u32>(pack4xI8(q[0]), pack4xI8(q[1]), pack4xI8(q[2]), pack4xI8(q[3]));
+        var q = array<vec4<i32>, 4>(quant4(e, inv), quant4(e + 4u, inv), quant4(e + 8u, inv), quant4(e + 12u, inv));
         xsum[g] = dot(q[0] + q[1] + q[2] + q[3], vec4<i32>(1));
+        for (var p = 0u; p < X_PLANES; p++) {
+            var digits: array<vec4<i32>, 4>;
+            for (var i = 0u; i < 4u; i++) {
+                digits[i] = ((q[i] + 128) & vec4<i32>(255)) - 128;   // the signed digit, -128 .. 127
+                q[i] = (q[i] - digits[i]) >> vec4<u32>(8u);
+            }
+            xq[p * (K / 16u) + g] = vec4<u32>(pack4xI8(digits[0]), pack4xI8(digits[1]), pack4xI8(digits[2]),
+                                               pack4xI8(digits[3]));
+        }
     }
     workgroupBarrier();
 }
 
 // x[e .. e+3] as integers of step 1 / inv (ties to even, as llama.cpp's nearest_int)
 fn quant4(e: u32, inv: f32) -> vec4<i32> {
-    return vec4<i32>(min(round(x4(e) * inv), vec4<f32>(127.0)));
+    return vec4<i32>(clamp(round(x4(e) * inv), vec4<f32>(-f32(X_RANGE)), vec4<f32>(f32(X_RANGE))));
 }
 #endif
 
@@ -197,12 +206,12 @@ fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
 }
 #endif
 
-// The work items a row's threads stride over: units, or with X_Q8 quant.wgsl's items
-#ifdef X_Q8
+// The work items a row's threads stride over: units, or with X_INT quant.wgsl's items
+#ifdef X_INT
 const ITEMS_PER_ROW = UNITS_PER_ROW / ITEM_UNITS;
 
 fn item_dot(src: u32, row_byte: u32, u: u32) -> f32 {
-    return item_dot_q8(src, row_byte, u);
+    return item_dot_int(src, row_byte, u);
 }
 #else
 const ITEMS_PER_ROW = UNITS_PER_ROW;
@@ -326,8 +335,8 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #endif
 #endif
 
-#ifdef X_Q8
-    stage_q8(lid);
+#ifdef X_INT
+    stage_x_int(lid);
 #endif
 
     var acc = Sums(0.0);

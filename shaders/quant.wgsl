@@ -168,20 +168,32 @@ fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
     return (vec4<u32>(q) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(mask);
 }
 
-#ifdef X_Q8
-// ---- dot products with x quantized to 8 bits (matvec.wgsl X_Q8) ----------------------------
-// The includer stages x as llama.cpp's CPU backend quantizes the activations of its k-quant dot
-// products (Q8_K): per 256-element block a scale xd[b] and integers q = round(x / xd[b]) in
-// -127..127; xq[g] holds the q of elements 16g .. 16g+15 (four to a word, low byte first) and
-// xsum[g] their sum. A type with X_Q8 support (cera.gpu.matmul.X_Q8_TYPES) defines
+#ifdef X_INT
+// ---- dot products with x in integers (matvec.wgsl X_INT) -----------------------------------
+// The includer stages x per 256-element block b as a step xd[b] and integers q = round(x / xd[b])
+// in X_PLANES signed bytes each (8 bits as llama.cpp's CPU backend quantizes the activations of
+// its k-quant dot products (Q8_K), or 24); xq[p * K / 16 + g] holds byte p of the q of
+// elements 16g .. 16g+15 (four to a word, low byte first) and xsum[g] their sum. A type with
+// X_INT support (cera.gpu.matmul.X_INT_TYPES) defines
 //     const ITEM_UNITS                               units per work item (the item: ITEM_UNITS * 16 elements)
-//     fn item_dot_q8(src, row_byte, p) -> f32      dot(W[row, item p], x as staged)
-// with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call).
+//     fn item_dot_int(src, row_byte, p) -> f32     dot(W[row, item p], x as staged)
+// with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call),
+// summed per plane in integers and across planes in f32.
 
-// The dot of 16 packed signed bytes (four words) with the q of x's group g
-fn dot16_q8(w: vec4<u32>, g: u32) -> i32 {
-    let x = xq[g];
+// The dot of 16 packed signed bytes (four words) with plane p of x's group g
+fn dot16_int(w: vec4<u32>, g: u32, p: u32) -> i32 {
+    let x = xq[p * (K / 16u) + g];
     return dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y) + dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w);
+}
+
+// The word of plane p holding x's elements 4i .. 4i+3
+fn x_word(p: u32, i: u32) -> u32 {
+    return xq[p * (K / 16u) + i / 4u][i % 4u];
+}
+
+// plane p's integer sum as its share of the whole: 256^p * sum
+fn plane_value(sum: i32, p: u32) -> f32 {
+    return ldexp(f32(sum), i32(8u * p));
 }
 #endif
 
@@ -454,14 +466,14 @@ fn unit_affine(src: u32, row_byte: u32, u: u32) -> UnitAffine {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 4u) * 64u + (u % 4u) * 8u + (g & 1u) * 4u + (g >> 1u) * 32u;
 }
-#ifdef X_Q8
+#ifdef X_INT
 
 // Item p: quant quad k = p % 8 of block p / 8, 16 low nibbles (sub-block 2j, j = k / 2, x's
 // group 4j + k % 2 of the block) and their 16 high nibbles (sub-block 2j + 1, group + 2). As
 // llama.cpp's: d * sum(sc * q.x) - dmin * sum(m * sum(x)), in integers but for d and dmin.
 const ITEM_UNITS = 2u;
 
-fn item_dot_q8(src: u32, row_byte: u32, p: u32) -> f32 {
+fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let blk = p / 8u;
     let quad = (row_byte + blk * BLOCK_BYTES) >> 4u;
     let head = wquad(src, quad);
@@ -471,10 +483,15 @@ fn item_dot_q8(src: u32, row_byte: u32, p: u32) -> f32 {
     let sm_lo = vec2<i32>(scale_min_k4(2u * j, head.y, head.z, head.w));
     let sm_hi = vec2<i32>(scale_min_k4(2u * j + 1u, head.y, head.z, head.w));
     let nibbles = vec4<u32>(0x0F0F0F0Fu);
-    let qs = sm_lo.x * dot16_q8(q & nibbles, g) + sm_hi.x * dot16_q8((q >> vec4<u32>(4u)) & nibbles, g + 2u);
-    let mins = sm_lo.y * xsum[g] + sm_hi.y * xsum[g + 2u];
+    let lo = q & nibbles;
+    let hi = (q >> vec4<u32>(4u)) & nibbles;
+    var qs = 0.0;
+    for (var plane = 0u; plane < X_PLANES; plane++) {
+        qs += plane_value(sm_lo.x * dot16_int(lo, g, plane) + sm_hi.x * dot16_int(hi, g + 2u, plane), plane);
+    }
+    let mins = f32(sm_lo.y) * f32(xsum[g]) + f32(sm_hi.y) * f32(xsum[g + 2u]);
     let dd = unpack2x16float(head.x);
-    return xd[blk] * (dd.x * f32(qs) - dd.y * f32(mins));
+    return xd[blk] * (dd.x * qs - dd.y * mins);
 }
 #endif
 #endif
@@ -576,29 +593,32 @@ fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
-#ifdef X_Q8
+#ifdef X_INT
 
-// Item u: the unit's 4 groups of 4 quants (6 bits, 0..63: a signed byte each as they are),
-// each group's products less 32 times its sum of x, times its scale; in integers but for d.
+// Item u: the unit's 4 groups of 4 quants q (6 bits, as the signed bytes q - 32), each group's
+// products with x times its scale; in integers but for d.
 const ITEM_UNITS = 1u;
 
-// sc * dot(q - 32, x) for 4 quants q, the signed scale byte `byte` of word sc, and x's word xw
-fn q6_group_q8(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
-    let x = xq[xw / 4u][xw % 4u];
-    let scale = bitcast<i32>(sc << (24u - 8u * byte)) >> 24u;
-    return scale * (dot4I8Packed(q, x) - 32i * dot4I8Packed(0x01010101u, x));
+// sc * dot(q, x) for 4 signed quant bytes q, the signed scale byte `byte` of word sc, and x's word xw
+fn q6_group_int(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
+    return (bitcast<i32>(sc << (24u - 8u * byte)) >> 24u) * dot4I8Packed(q, xw);
 }
 
-fn item_dot_q8(src: u32, row_byte: u32, u: u32) -> f32 {
+fn item_dot_int(src: u32, row_byte: u32, u: u32) -> f32 {
     let f = q6_fields(unit_words(src, row_byte, u), row_byte, u);
     let nibbles = 0x0F0F0F0Fu;
-    let q = vec4<u32>(f.qa & nibbles, f.qb & nibbles, (f.qa >> 4u) & nibbles, (f.qb >> 4u) & nibbles)
-          | (((vec4<u32>(f.qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let q6 = vec4<u32>(f.qa & nibbles, f.qb & nibbles, (f.qa >> 4u) & nibbles, (f.qb >> 4u) & nibbles)
+           | (((vec4<u32>(f.qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    // q - 32 in each byte: q + 96 stays below 256, and flipping its top bit subtracts 128
+    let q = (q6 + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
     let is = (u % 8u) / 4u;
-    let xw = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
-    let sum = q6_group_q8(q.x, f.sc0, is, xw) + q6_group_q8(q.y, f.sc0, is + 2u, xw + 8u)
-            + q6_group_q8(q.z, f.sc1, is, xw + 16u) + q6_group_q8(q.w, f.sc1, is + 2u, xw + 24u);
-    return f.d * xd[u / 16u] * f32(sum);
+    let i = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
+    var sum = 0.0;
+    for (var p = 0u; p < X_PLANES; p++) {
+        sum += plane_value(q6_group_int(q.x, f.sc0, is, x_word(p, i)) + q6_group_int(q.y, f.sc0, is + 2u, x_word(p, i + 8u))
+                         + q6_group_int(q.z, f.sc1, is, x_word(p, i + 16u)) + q6_group_int(q.w, f.sc1, is + 2u, x_word(p, i + 24u)), p);
+    }
+    return f.d * xd[u / 16u] * sum;
 }
 #endif
 #endif

@@ -60,19 +60,31 @@ def test_greedy_matches_llama_cpp(engines, name):
     check_greedy(gpu, golden, name)
 
 
+@pytest.mark.parametrize("bits", [24, 8])
 @pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma3_q4_k_m"])
-def test_int8_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name):
-    """$CERA_DECODE_INT8 (matmul.DECODE_INT8): the Q4_K and Q6_K matvecs whose x is staged (a fused
-    norm, attention's merge) take 8-bit x, as llama.cpp's CPU backend does, the others f32 x;
-    greedy decoding still agrees with llama.cpp as the f32 path must."""
-    monkeypatch.setattr(matmul, "DECODE_INT8", True)
+def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name, bits):
+    """matmul.DECODE_X_BITS (24 by default, 8 with $CERA_DECODE_INT8=1): the Q4_K and Q6_K
+    matvecs whose x is staged (a fused norm, attention's merge) take x in integers, the others
+    f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones);
+    greedy decoding agrees with llama.cpp as the f32 path must, and with 24 bits the per-token
+    logits are the numpy reference's to the tolerance decode holds prefill to (tests/test_prefill.py)."""
+    monkeypatch.setattr(matmul, "DECODE_X_BITS", bits)
+    monkeypatch.setattr(matmul, "X_INT_MIN_ROWS", 0)
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
-    gpu = asyncio.run(Engine.load(synth_gguf(name), device, ctx=64))
+    g = synth_gguf(name)
+    gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1))
     matvecs = [s.label for s in gpu.backend.decode_plan.steps if s.label.startswith("matvec")]
-    q8 = [label for label in matvecs if label.endswith(" q8")]
-    assert q8 and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label) for label in q8)
-    assert all(not label.endswith(" q8") for label in matvecs if " xs" not in label and "merge" not in label)
+    integer = [label for label in matvecs if label.endswith(f" x{bits}")]
+    assert integer and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label)
+                           for label in integer)
+    assert all(" x8" not in label and " x24" not in label for label in matvecs if label not in integer)
+    assert all(label.split()[1] not in ("Q4_K", "Q6_K") for label in matvecs
+               if label not in integer and (" xs" in label or "merge" in label))
     check_greedy(gpu, golden, name)
+    if bits == 24:
+        tokens = golden["sequences"][0]["tokens"]
+        got, want = (asyncio.run(e.logits(tokens)) for e in (gpu, asyncio.run(Engine.load(g, None, ctx=64))))
+        assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) < 1e-4
 
 
 def check_greedy(gpu, golden, name):

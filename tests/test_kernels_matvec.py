@@ -56,25 +56,26 @@ def shapes(t):
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
                 tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False,
-                stage=None, int8=None):
+                stage=None, x_bits=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
-    gate activation; int8: x quantized to 8 bits as the kernel stages it (ops.q8_k of x, normed
-    but for the 1 / rms factor the kernel applies to the row sums)."""
+    gate activation; x_bits: matvec's knob (None: its default); with 8, want takes x quantized to
+    8 bits as the kernel stages it (ops.q8_k of x, normed but for the 1 / rms factor the kernel
+    applies to the row sums), with 24 (as precise as f32 x) and 0 the exact x."""
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, two_units=two_units, stage=stage, int8=int8)
+              workgroup=workgroup, two_units=two_units, stage=stage, x_bits=x_bits)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
         kw.update(norm=Binding(upload(gpu, norm_w, "norm_w")), eps=1e-5)
-        if int8:
+        if x_bits == 8:
             x = ops.q8_k(x * norm_w) / np.sqrt(np.mean(x * x) + 1e-5)
         else:
             x = ops.rms_norm(x, norm_w, 1e-5)
-    elif int8:
+    elif x_bits == 8:
         x = ops.q8_k(x)
     want = w.astype(np.float64) @ x
     if glu:
@@ -93,8 +94,11 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
                              Binding(upload(gpu, x_gpu, "x")), **kw)
     if subgroups is not None:
         assert ("sg" in dispatch.label.split(" ")) == subgroups
-    staged = (norm and matmul.staged_x_fits(gpu.device, k, q8=bool(int8))) if stage is None else stage
-    assert dispatch.label.endswith(" q8") == bool(int8)
+    default_int = norm and t in matmul.X_INT_TYPES and m >= matmul.X_INT_MIN_ROWS \
+        and matmul.staged_x_fits(gpu.device, k, x_bits=24)
+    bits = x_bits if x_bits is not None else 24 if default_int else 0
+    staged = (norm and matmul.staged_x_fits(gpu.device, k, x_bits=bits)) if stage is None else stage
+    assert dispatch.label.endswith(f" x{bits}") == bool(bits), dispatch.label
     assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
@@ -355,47 +359,61 @@ def test_unsupported_type(gpu):
         matmul.row_bytes(T.Q4_K, 100)
 
 
-Q8_CASES = [(T.Q4_K, 67, 1536), (T.Q4_K, 5, 8960), (T.Q6_K, 70, 768), (T.Q6_K, 300, 256)]
+X_INT_CASES = [(T.Q4_K, 67, 1536), (T.Q4_K, 5, 8960), (T.Q6_K, 70, 768), (T.Q6_K, 300, 256)]
 
 
-@pytest.mark.parametrize("t,m,k", Q8_CASES, ids=[f"{t.name}-{m}x{k}" for t, m, k in Q8_CASES])
-def test_matvec_int8_x(gpu, t, m, k, subgroups):
-    """x quantized to 8 bits per 256-element block (llama.cpp's Q8_K, ops.q8_k) and integer dot
-    products: exact but for the float scales, so as tight as the f32 path against W @ q8_k(x);
-    plain, a fused norm (staged as floats first), a GLU, scale + bias + accumulate, and an
-    8960-element x (Qwen2.5-1.5B's down projection) too big to stage as floats."""
+@pytest.mark.parametrize("bits", [24, 8])
+@pytest.mark.parametrize("t,m,k", X_INT_CASES, ids=[f"{t.name}-{m}x{k}" for t, m, k in X_INT_CASES])
+def test_matvec_integer_x(gpu, t, m, k, bits, subgroups):
+    """x in integers per 256-element block and integer dot products, exact but for the float
+    scales, so as tight as the f32 path: with 24 bits against W @ x, with 8 (llama.cpp's Q8_K)
+    against W @ q8_k(x); plain, a fused norm (staged as floats first), a GLU, scale + bias +
+    accumulate, and an 8960-element x (Qwen2.5-1.5B's down projection) too big to stage as floats
+    (and, with 24 bits, as integers in a device's 32 KiB of workgroup memory: a typed error)."""
     rng = np.random.default_rng(70 + int(t) + k)
+    if not matmul.staged_x_fits(gpu.device, k, floats=False, x_bits=bits):
+        with pytest.raises(ValueError, match=f"x of {k} elements does not fit"):
+            matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits)
+        return
     for kw in [{}, dict(norm=True, bias=True), dict(norm=True, glu=True), dict(glu=True),
                dict(scale=0.375, bias=True, accumulate=True), dict(norm=True, stage=False)]:
-        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, int8=True, **kw)
-        check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} {m}x{k} int8 {kw}")
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits, **kw)
+        check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} {m}x{k} x{bits} {kw}")
 
 
 def test_int8_x_moves_results_as_llama_cpp_does(gpu):
-    """The 8-bit x path is not the f32 one: against W @ x its error is quantization's (about 1%
-    of |W||x| / sqrt(k)), well outside the f32 path's tolerance, and against W @ q8_k(x) it is
-    rounding's: the test above is not passing by accident."""
+    """8-bit x is not f32 x: against W @ x its error is quantization's (about 1% of |W||x| /
+    sqrt(k)), well outside the f32 path's tolerance, and against W @ q8_k(x) it is rounding's:
+    the test above is not passing by accident. 24-bit x is within the f32 tolerance of W @ x."""
     rng = np.random.default_rng(5)
     raw, w = random_rows(T.Q4_K, 64, 1536, rng)
     x = rng.standard_normal(1536).astype(np.float32)
-    out = upload(gpu, np.zeros(64, np.float32), "out")
-    d = matmul.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
-                      Binding(upload(gpu, x, "x")), wtype=T.Q4_K, k=1536, m=64, int8=True)
-    got = run(gpu, [d], out, 64)
     exact, quantized = w.astype(np.float64) @ x, w.astype(np.float64) @ ops.q8_k(x)
-    assert np.abs(got - quantized).max() < 1e-4 * np.abs(exact).max()
-    assert np.abs(got - exact).max() > 1e-3 * np.abs(exact).max()
+    got = {}
+    for bits in (8, 24):
+        out = upload(gpu, np.zeros(64, np.float32), "out")
+        d = matmul.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
+                          Binding(upload(gpu, x, "x")), wtype=T.Q4_K, k=1536, m=64, x_bits=bits)
+        got[bits] = run(gpu, [d], out, 64)
+    assert np.abs(got[8] - quantized).max() < 1e-4 * np.abs(exact).max()
+    assert np.abs(got[8] - exact).max() > 1e-3 * np.abs(exact).max()
+    check_matvec(got[24], exact, np.abs(w) @ np.abs(x), "Q4_K x24")
 
 
-def test_int8_x_checked(gpu):
+def test_integer_x_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
-    with pytest.raises(ValueError, match="no 8-bit x dot product for Q8_0"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, int8=True)
+    with pytest.raises(ValueError, match="no integer x dot product for Q8_0"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, x_bits=24)
+    with pytest.raises(ValueError, match="x_bits 16: expected one of 0, 8, 24"):
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=16)
     no_dot = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
     with pytest.raises(ValueError, match="packed_4x8_integer_dot_product"):
-        matmul.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, int8=True)
+        matmul.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=8)
+    assert matmul.x_int_bits(no_dot, T.Q4_K, 256, 4096, None, floats=True) == 0   # the default falls back to f32 x
+    assert matmul.x_int_bits(gpu.device, T.Q4_K, 256, 4096, None, floats=True) == 24
+    assert matmul.x_int_bits(gpu.device, T.Q4_K, 256, matmul.X_INT_MIN_ROWS - 1, None, floats=True) == 0
     with pytest.raises(ValueError, match="two_units applies to f32 x"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, int8=True, two_units=True)
+        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=24, two_units=True)
 
 
 def test_q8_k_is_llama_cpps():

@@ -28,7 +28,7 @@ from cera.device import PACKED_DOT, Limits
 from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
-from cera.gpu.matmul import MATVEC_TYPES, X_Q8_TYPES
+from cera.gpu.matmul import MATVEC_TYPES, X_INT_TYPES
 from cera.gpu.model import DEFAULT_CHUNK, greedy_batches
 from cera.gpu.state import GREEDY_BATCH
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
@@ -315,10 +315,10 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
 def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
-    row counts that are not multiples of the workgroups. The X_Q8_TYPES also dot 8-bit x
-    (matvec int8=True), against W @ ops.q8_k(x)."""
+    row counts that are not multiples of the workgroups. The X_INT_TYPES also dot x in integers:
+    24 bits (matvec x_bits=24, decode's default) against W @ x, 8 against W @ ops.q8_k(x)."""
     t = GGMLQuantizationType[wtype]
-    q8 = t in X_Q8_TYPES
+    integer = t in X_INT_TYPES
     m, k, tokens = 37, 4 * GGML_QUANT_SIZES[t][0], [36, 0, 17, 36, 5]
     n_tokens = len(tokens)
     rng = np.random.default_rng(int(t))
@@ -344,24 +344,27 @@ tokens = upload(np.array({tokens}, np.uint32).tobytes(), "tokens")
 step = dev.buffer(16, "step", uniform=True)
 dev.write(step, pack_step(0, {n_tokens}))
 vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
-emb, vec8 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8")
-int8 = [matmul.matvec(kernels, dev, Binding(vec8), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m},
-                      int8=True)] if {q8} else []
-schedule = dev.schedule(int8 + [
+emb, vec8, vec24 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8"), dev.buffer(4 * {m}, "vec24")
+integer = [matmul.matvec(kernels, dev, Binding(out), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}, x_bits=bits)
+           for out, bits in ((vec8, 8), (vec24, 24))] if {integer} else []
+schedule = dev.schedule(integer + [
     matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
     batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
     matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
                  max_rows={n_tokens})])
 out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
-       "emb": await dev.read(emb, 0, 4 * {n_tokens * k}), "vec8": await dev.read(vec8, 0, 4 * {m})}}
+       "emb": await dev.read(emb, 0, 4 * {n_tokens * k}), "vec8": await dev.read(vec8, 0, 4 * {m}),
+       "vec24": await dev.read(vec24, 0, 4 * {m})}}
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
-    vec, mat, emb, vec8 = (np.frombuffer(base64.b64decode(got[n]), np.float32) for n in ("vec", "mat", "emb", "vec8"))
+    vec, mat, emb, vec8, vec24 = (np.frombuffer(base64.b64decode(got[n]), np.float32)
+                                  for n in ("vec", "mat", "emb", "vec8", "vec24"))
     xs = x.astype(np.float64)
     assert_close(vec, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype}")
-    if t in X_Q8_TYPES:
+    if integer:
         x8 = ops.q8_k(x[0]).astype(np.float64)
-        assert_close(vec8, w @ x8, 1e-6 * (np.abs(w) @ np.abs(x8)) + 1e-6, 1e-5, f"matvec {wtype} int8")
+        assert_close(vec8, w @ x8, 1e-6 * (np.abs(w) @ np.abs(x8)) + 1e-6, 1e-5, f"matvec {wtype} x8")
+        assert_close(vec24, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype} x24")
     assert_close(mat.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
                  f"batched matmul {wtype}")
     assert_close(emb.reshape(n_tokens, k), w[tokens], 1e-6, 1e-6, f"embed {wtype}")

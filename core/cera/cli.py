@@ -172,7 +172,8 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt,
                        epilog="Opt-ins that trade exactness against the numpy reference for speed (environment, "
                               "native): CERA_DECODE_INT8=1, decode matvecs of Q4_K/Q6_K weights with 8-bit "
-                              "activations as llama.cpp's CPU backend computes them; CERA_PREFILL_F16=1, f16 "
+                              "activations as llama.cpp's CPU backend computes them (by default 24-bit, as "
+                              "precise as f32); CERA_PREFILL_F16=1, f16 "
                               "prefill tiles where the device has shader-f16.")
     _run_args(b)
     b.add_argument("--prompt-tokens", type=int, default=DEFAULT_CHUNK, help="prompt length to prefill")

@@ -39,11 +39,14 @@ UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
 # Types quant.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
 # dot then needs no conversion per element (matvec.wgsl UNIT_AFFINE)
 UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
-# Types quant.wgsl also dots with x quantized to 8 bits per 256 elements, as llama.cpp's CPU
-# backend does (item_dot_q8: integer products, dot4I8Packed; matvec.wgsl X_Q8)
-X_Q8_TYPES = frozenset({T.Q4_K, T.Q6_K})
-X_Q8_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 1}   # quant.wgsl's ITEM_UNITS
-DECODE_INT8 = os.environ.get("CERA_DECODE_INT8", "0") == "1"   # use_x_q8's default
+# Types quant.wgsl also dots with x in integers per 256 elements (item_dot_int: integer products,
+# dot4I8Packed; matvec.wgsl X_INT), and x's bits: 24 as precise as f32 x (the default), 8 as
+# llama.cpp's CPU backend quantizes its activations (Q8_K, opt-in: $CERA_DECODE_INT8=1)
+X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
+X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 1}   # quant.wgsl's ITEM_UNITS
+X_BITS = (0, 8, 24)                          # f32 x, or X_INT's planes of a byte
+X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
+DECODE_X_BITS = 8 if os.environ.get("CERA_DECODE_INT8", "0") == "1" else 24   # x_int_bits' default
 
 
 def weight_flags(t: T) -> dict:
@@ -77,41 +80,51 @@ def units_per_row(wtype: int, k: int) -> int:
     return -(-k // UNIT_ELEMS)
 
 
-def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, q8: bool = False) -> bool:
+def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> bool:
     """Whether matvec.wgsl can stage a k-element x in workgroup memory beside its reductions'
     own (at most STAGE_SCRATCH bytes): as floats (X_STAGED: 16 a unit, 2 more with the sums
-    UNIT_AFFINE reads) and/or quantized (q8, X_Q8: a byte an element, a sum per 16, two floats
-    per 256)."""
+    UNIT_AFFINE reads) and/or in integers (X_INT: x_bits / 8 bytes an element, a sum and a max
+    per 16, a float per 256)."""
     units = -(-k // UNIT_ELEMS)
     size = 4 * (UNIT_ELEMS + (2 if sums else 0)) * units if floats else 0
-    if q8:
-        size += k + 4 * units + 8 * -(-k // 256)
+    if x_bits:
+        size += k * x_bits // 8 + 8 * units + 4 * -(-k // 256)
     return size + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
-def use_x_q8(device, wtype: int, k: int, wanted: bool | None, floats: bool) -> bool:
-    """Whether a matvec quantizes x to 8 bits (X_Q8): `wanted`, or (None) with $CERA_DECODE_INT8=1
-    where x is staged as floats anyway (`floats`: a fused norm or a merge) and the type, the
-    device's compiler and its workgroup memory allow. Off by default: the results are then
-    llama.cpp's integer dot products of 8-bit activations, not the f32 dot of the dequantized
-    weights that prefill and the reference compute, so decode no longer equals them bit for bit
-    (Qwen2.5-1.5B's greedy tokens still agree with llama.cpp's, 16 of 16 on the golden prompts).
+def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool) -> int:
+    """The bits of x's integers in a matvec's dot products (X_INT), or 0 for f32 x: `wanted`, or
+    (None) DECODE_X_BITS where x is staged as floats anyway (`floats`: a fused norm or a merge),
+    the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and its
+    workgroup memory allow.
 
-    Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, docs/PERFORMANCE.md): the GLU 425 ->
-    333 us a token, the LM head 148 -> 100; the down projections, whose x (8960) is not staged,
-    1.1x slower (each of their many workgroups quantizes all of x), so they keep f32 x."""
+    24 bits (the default) keep f32 x's precision: x in steps of 1/8355711 of its block's largest
+    |x| (f32's own rounding of that element is 1/16777216 of it), and each of the three bytes
+    dotted in integers, so the results stay within the f32 path's tolerances of the reference.
+    8 bits ($CERA_DECODE_INT8=1) are llama.cpp's integer dot products of 8-bit activations:
+    decode then no longer equals prefill or the reference to f32 precision (Qwen2.5-1.5B's greedy
+    tokens still agree with llama.cpp's, 16 of 16 on the golden prompts).
+
+    Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, docs/PERFORMANCE.md): 24 bits take the
+    step's GPU time from 1.79 to 1.66 ms, 8 bits to 1.54 (the GLU 425 -> 310 and 250 us a token);
+    the 256-row v projections are faster with f32 x (every workgroup converts all of x, for few
+    rows: the step 1.689 -> 1.672 ms without them), hence X_INT_MIN_ROWS; the down projections,
+    whose x (8960) is not staged, were 1.1x slower with 8 bits, so they keep f32 x."""
     t = T(wtype)
     if wanted is None:
-        return DECODE_INT8 and floats and t in X_Q8_TYPES and PACKED_DOT in device.features \
-            and staged_x_fits(device, k, q8=True)
+        fits = floats and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
+            and staged_x_fits(device, k, x_bits=DECODE_X_BITS)
+        return DECODE_X_BITS if fits else 0
+    if wanted not in X_BITS:
+        raise InvalidArgument(f"matvec: x_bits {wanted!r}: expected one of {', '.join(map(str, X_BITS))}")
     if not wanted:
-        return False
-    if t not in X_Q8_TYPES:
-        raise Unsupported(f"matvec: no 8-bit x dot product for {t.name} (only "
-                          f"{', '.join(sorted(x.name for x in X_Q8_TYPES))})")
+        return 0
+    if t not in X_INT_TYPES:
+        raise Unsupported(f"matvec: no integer x dot product for {t.name} (only "
+                          f"{', '.join(sorted(x.name for x in X_INT_TYPES))})")
     if PACKED_DOT not in device.features:
-        raise Unsupported(f"matvec: 8-bit x needs WGSL's {PACKED_DOT}, which this device's compiler lacks")
-    return True
+        raise Unsupported(f"matvec: integer x needs WGSL's {PACKED_DOT}, which this device's compiler lacks")
+    return wanted
 
 
 def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
@@ -131,19 +144,22 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
     return tpr
 
 
-def q8_threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
-    """Threads per row of an X_Q8 matvec (items of quant.wgsl's ITEM_UNITS units): at least two
-    items a thread and at most 2^18 threads in all, where threads_per_row takes one item a thread
-    and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups). Every
-    workgroup quantizes all of x first, so fewer, fatter workgroups pay for it less often.
+def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
+    """Threads per row of an X_INT matvec of `bits`-bit x (items of quant.wgsl's ITEM_UNITS
+    units): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
+    that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
+    item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
+    Every workgroup converts all of x first, so fewer, fatter workgroups pay for it less often.
 
-    Measured on an H200 (Qwen2.5-1.5B Q4_K_M clone, 8-bit x, docs/PERFORMANCE.md): 16 threads a
-    row instead of 32 takes the GLU from 333 to 250-253 us a token and the merging output
+    Measured on an H200 (Qwen2.5-1.5B Q4_K_M clone, docs/PERFORMANCE.md): with 8 bits, 16 threads
+    a row instead of 32 take the GLU from 333 to 250-253 us a token and the merging output
     projection from 185-191 to 166-170; 8 gave the GLU nothing more (254), and the 256-row v
-    projection is slower with 16 (78-86 vs 60-68 us), hence the floor."""
-    items = units_per_row(wtype, k) // X_Q8_ITEM_UNITS[T(wtype)]
+    projection is slower with 16 (78-86 vs 60-68 us), hence the floor. With 24 bits the GLU
+    runs best with 8 (the step 1.672 -> 1.658 ms), the other projections with 16 (8: 1.73-1.74)."""
+    items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
+    most = (1 << 18) * 8 // bits
     tpr = 4
-    while tpr < workgroup and tpr * 2 * m <= 1 << 18 and tpr * 4 <= items:
+    while tpr < workgroup and tpr * 2 * m <= most and tpr * 4 <= items:
         tpr *= 2
     while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
         tpr *= 2
@@ -173,7 +189,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
            workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-           affine: bool = True, int8: bool | None = None) -> Dispatch:
+           affine: bool = True, x_bits: int | None = None) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
@@ -189,9 +205,9 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     units per loop iteration; `stage`: each workgroup stages x (normalized) in workgroup memory
     first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages); `affine`:
     a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine);
-    `int8` (X_Q8_TYPES, a device with PACKED_DOT): each workgroup quantizes x (normalized or
-    merged as it is staged) to 8 bits per 256-element block, as llama.cpp's CPU backend does, and
-    the rows take integer dot products (not with two_units); None: `use_x_q8`'s default.
+    `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup turns x (normalized
+    or merged as it is staged) into integers of that many bits per 256-element block, and the
+    rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default.
 
     Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
     vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105);
@@ -202,10 +218,10 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     gelu = gelu_flag(act, w_up)
     subgroups = use_subgroups(device, subgroups)
     merge = not isinstance(x, Binding)   # layers.Partials
-    q8 = use_x_q8(device, t, k, int8, floats=merge or norm is not None)
-    if q8 and two_units:
-        raise InvalidArgument("matvec: two_units applies to f32 x, not int8")
-    tpr = tpr or (q8_threads_per_row if q8 else threads_per_row)(t, k, m, workgroup)
+    bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None)
+    if bits and two_units:
+        raise InvalidArgument("matvec: two_units applies to f32 x, not integer x")
+    tpr = tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
                               f"(expected a power of two from {tpr} to {WORKGROUP})")
@@ -216,15 +232,17 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
                                               TWO_UNITS=two_units))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    sums = affine and not q8 and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
+    sums = affine and not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     if stage is None:
-        stage = (merge or norm is not None) and staged_x_fits(device, k, sums, q8=q8)
+        stage = (merge or norm is not None) and staged_x_fits(device, k, sums, x_bits=bits)
     if merge and not stage:
         raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
-    if not staged_x_fits(device, k, sums, floats=stage, q8=q8):
+    if not staged_x_fits(device, k, sums, floats=stage, x_bits=bits):
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_Q8=q8))
+    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_INT=bool(bits)))
+    if bits:
+        defines["X_PLANES"] = bits // 8
     if merge:
         if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
@@ -242,7 +260,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
         + (" +=" if accumulate else "") + (" xs" if stage and not merge else "") + (" sg" if subgroups else "") \
-        + (" merge" if merge else "") + (" q8" if q8 else "")
+        + (" merge" if merge else "") + (f" x{bits}" if bits else "")
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
     reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
@@ -296,13 +314,13 @@ def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partial
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
                  limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
                  workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-                 int8: bool | None = None) -> list[Dispatch]:
+                 x_bits: int | None = None) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
     knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage,
-                 int8=int8)
+                 x_bits=x_bits)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
                        accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
