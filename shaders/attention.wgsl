@@ -18,7 +18,8 @@
 //      `rot`, and the split holding p also turns the step's key and writes key and value to
 //      slot p, which its own later loads see (storageBarrier). Workgroups of other splits never
 //      read slot p; workgroups sharing a kv head in that split write the same values.
-//   2. invocation i scores (head i / SPLIT, key i % SPLIT) into sc and red;          barrier
+//   2. SCORE_LANES invocations score each (head, key), a stripe of its vec4 columns each (so
+//      that neighbours load neighbouring bytes of a key), and their sums go to sc and red;  barriers
 //   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
 //   4. sc <- exp(sc - m);                                                            barrier
 //   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
@@ -26,7 +27,7 @@
 // Keys past p, and before the window, are never read (those slots may hold anything).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
-// HPW, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
+// HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
 // to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
 // first of [freq_factors] then [q_norm, k_norm] (Rope.bindings).
@@ -77,6 +78,8 @@ const NORM_BINDING = ROPE_BINDING;
 var<workgroup> qs: array<vec4<f32>, OUT4>;         // the HPW query rows * SCALE, zero-padded
 var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores, then exp(score - m)
 var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPLIT] = head hh's max
+const LANES = min(D4, SCORE_LANES);                // invocations a key's score takes
+var<workgroup> score_part: array<f32, HPW * SPLIT * LANES>;   // their partial sums
 var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j ...
 var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
 #ifdef ROPE
@@ -185,18 +188,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 #endif
 
-    // 2. Scores of (head hh, key k0 + j).
+    // 2. Scores of (head hh, key k0 + j): LANES invocations a key, columns lane, lane + LANES, ...
+    for (var i = lid; i < HPW * SPLIT * LANES; i += WG) {
+        let j = (i / LANES) % SPLIT;
+        var s4 = vec4<f32>(0.0);
+        if (j >= lo && j < n_live) {
+            let q0 = (i / (SPLIT * LANES)) * D4;
+            let base = (k0 + j) * SLOT + kv_off;
+            for (var c = i % LANES; c < D4; c += LANES) {
+                s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
+            }
+        }
+        score_part[i] = s4.x + s4.y + s4.z + s4.w;
+    }
+    workgroupBarrier();
     for (var i = lid; i < HPW * SPLIT; i += WG) {
         let j = i % SPLIT;
         var s = NEG_BIG;
         if (j >= lo && j < n_live) {
-            let q0 = (i / SPLIT) * D4;
-            let base = (k0 + j) * SLOT + kv_off;
-            var s4 = vec4<f32>(0.0);
-            for (var c = 0u; c < D4; c++) {
-                s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
+            s = 0.0;
+            for (var l = 0u; l < LANES; l++) {
+                s += score_part[i * LANES + l];
             }
-            s = s4.x + s4.y + s4.z + s4.w;
         }
         sc[i] = s;
         red[i] = s;

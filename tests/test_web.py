@@ -442,6 +442,29 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert calls["postMessage"] <= len(again["tokens"])
 
 
+def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):
+    """24-bit integer x in the page's decode matvecs (matmul.X_INT_MIN_ROWS lowered in the worker,
+    so that the synthetic model's short Q4_K/Q6_K matrices take it, on SwiftShader's packed dot
+    products): the native host's greedy text, token for token (f32 x there)."""
+    path, url = models["gemma3_q4_k_m"]
+    prompt = "Hello world, and the rest of it"
+    native = native_generate(path, prompt, 12, False)
+    rows = python_in_worker(page, "from cera.gpu import matmul\nrows, matmul.X_INT_MIN_ROWS = matmul.X_INT_MIN_ROWS, 0\n"
+                                  "str(rows)")
+    try:
+        page.evaluate("(url) => window.cera.load(url)", url)
+        result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
+        labels = python_in_worker(page, """
+import json
+from cera_web.app import _sessions
+json.dumps([s.label for s in _sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
+""")
+    finally:
+        python_in_worker(page, f"from cera.gpu import matmul\nmatmul.X_INT_MIN_ROWS = {rows}\n'{rows}'")
+    assert any(label.endswith(" x24") for label in labels), labels
+    assert result["tokens"] == native["tokens"]
+
+
 def test_lora_adapter_in_the_page_gives_the_native_text(browser, server, models, tmp_path):
     """A user loads a model, then a LoRA adapter through the page's file input: the greedy text
     with it is the native host's with --lora; a request that leaves it out (`lora: []`) gets the

@@ -30,6 +30,12 @@ ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup mem
 # KV 513): 16 (Qwen2.5-1.5B's 2 heads a workgroup) is slower than 8 (1 head: step GPU time 1.857
 # -> 1.816 ms), 13 (SmolLM2's 3 heads) faster than 4 (1 head: 0.829 -> 0.837 ms).
 ATTENTION_SERIAL_KEYS = 15
+# Invocations that score one key in attention.wgsl (each a stripe of its vec4 columns, so that a
+# key's bytes are loaded side by side). Measured on an H200 (decode at KV 513): one a key (the
+# loads of neighbouring invocations a cache slot apart) took Qwen2.5-1.5B's attention from 152 to
+# 257 us a token (step GPU time 1.473 vs 1.659 ms) and SmolLM2's 0.765 vs 0.803 ms; 2, 8 and 16
+# were no better than 4 on either (docs/PERFORMANCE.md).
+ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
@@ -156,7 +162,8 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: 
     d4 = -(-head_dim // 4)
     for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
         parts = max(1, WORKGROUP // (hpw * d4))
-        storage = 16 * hpw * d4 + 8 * hpw * split + (20 * WORKGROUP if parts > 1 else 20)
+        storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) \
+            + (20 * WORKGROUP if parts > 1 else 20)
         storage += 4 * (hpw + 1) * (head_dim + 1) if rope else 0
         if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
             return hpw
@@ -218,7 +225,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
     return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
                             reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
-                            SCALE=float(scale), HPW=hpw, **partials.attention_defines(), **fused), partials
+                            SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
+                            **partials.attention_defines(), **fused), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
