@@ -11,6 +11,7 @@
 #   bash scripts/h200/device.sh native X.hdr [...]    only the native bench and profile (another tree: run it
 #                                                     from that tree, with TAG=name to keep its files apart)
 #   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
+#                                                     (CHROME_FLAGS=... adds flags, TAG=-name keeps its files apart)
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
 R=$(pwd)
@@ -45,7 +46,7 @@ native() {   # cera native: bench (512-token prompt, 128 tokens), the decode pro
 
 browser() {  # cera in Chromium: the page served from dist/web, driven by browser_bench.py
   local n=$1 C=/opt/chr/chromium/chromium
-  local flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr"
+  local flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr ${CHROME_FLAGS:-}"
   [ -f dist/web/index.html ] && [ -x $C ] || { echo "no dist/web or no Chromium: browser bench of $n skipped"; return; }
   ln -sf $CLONES/$n.gguf dist/web/$n.gguf
   LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
