@@ -180,15 +180,20 @@ fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
 // with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call),
 // summed per plane in integers and across planes in f32.
 
+// Plane p of x's group g (elements 16g .. 16g+15)
+fn x_group(p: u32, g: u32) -> vec4<u32> {
+    return xq[p * (K / 16u) + g];
+}
+
 // The dot of 16 packed signed bytes (four words) with plane p of x's group g
 fn dot16_int(w: vec4<u32>, g: u32, p: u32) -> i32 {
-    let x = xq[p * (K / 16u) + g];
+    let x = x_group(p, g);
     return dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y) + dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w);
 }
 
 // The word of plane p holding x's elements 4i .. 4i+3
 fn x_word(p: u32, i: u32) -> u32 {
-    return xq[p * (K / 16u) + i / 4u][i % 4u];
+    return x_group(p, i / 4u)[i % 4u];
 }
 
 // plane p's integer sum as its share of the whole: 256^p * sum
@@ -539,8 +544,13 @@ const BLOCK_BYTES = 210u;  // ql: 128 bytes | qh: 64 bytes | scales: 16 x i8 | d
 // give elements 128h + l + {0, 32, 64, 96} (6 bits, minus 32), scaled by
 // d * scales[8h + l/16 + {0, 2, 4, 6}]. Unit (h, i): l = 4i .. 4i+3.
 
+// Byte k of w as a signed integer
+fn i8_at(w: u32, k: u32) -> i32 {
+    return bitcast<i32>(w << (24u - 8u * k)) >> 24u;
+}
+
 fn i8_of(w: u32, k: u32) -> f32 {
-    return f32(bitcast<i32>(w << (24u - 8u * k)) >> 24u);
+    return f32(i8_at(w, k));
 }
 
 fn q6_high(h: u32, shift: u32) -> vec4<u32> {
@@ -599,11 +609,6 @@ fn group_elem(u: u32, g: u32) -> u32 {
 // products with x times its scale; in integers but for d.
 const ITEM_UNITS = 1u;
 
-// sc * dot(q, x) for 4 signed quant bytes q, the signed scale byte `byte` of word sc, and x's word xw
-fn q6_group_int(q: u32, sc: u32, byte: u32, xw: u32) -> i32 {
-    return (bitcast<i32>(sc << (24u - 8u * byte)) >> 24u) * dot4I8Packed(q, xw);
-}
-
 fn item_dot_int(src: u32, row_byte: u32, u: u32) -> f32 {
     let f = q6_fields(unit_words(src, row_byte, u), row_byte, u);
     let nibbles = 0x0F0F0F0Fu;
@@ -612,11 +617,13 @@ fn item_dot_int(src: u32, row_byte: u32, u: u32) -> f32 {
     // q - 32 in each byte: q + 96 stays below 256, and flipping its top bit subtracts 128
     let q = (q6 + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
     let is = (u % 8u) / 4u;
+    let scales = vec4<i32>(i8_at(f.sc0, is), i8_at(f.sc0, is + 2u), i8_at(f.sc1, is), i8_at(f.sc1, is + 2u));
     let i = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
     var sum = 0.0;
     for (var p = 0u; p < X_PLANES; p++) {
-        sum += plane_value(q6_group_int(q.x, f.sc0, is, x_word(p, i)) + q6_group_int(q.y, f.sc0, is + 2u, x_word(p, i + 8u))
-                         + q6_group_int(q.z, f.sc1, is, x_word(p, i + 16u)) + q6_group_int(q.w, f.sc1, is + 2u, x_word(p, i + 24u)), p);
+        let dots = vec4<i32>(dot4I8Packed(q.x, x_word(p, i)), dot4I8Packed(q.y, x_word(p, i + 8u)),
+                             dot4I8Packed(q.z, x_word(p, i + 16u)), dot4I8Packed(q.w, x_word(p, i + 24u)));
+        sum += plane_value(dot(scales, dots), p);
     }
     return f.d * xd[u / 16u] * sum;
 }
