@@ -74,6 +74,17 @@ fn load_u32(src: u32, byte: u32) -> u32 {
     return joined(words_at(src, byte), byte);
 }
 
+// 16 bytes at an even byte offset, as 4 words: 4 word loads, or 5 where rows may be unaligned.
+fn span16(src: u32, byte: u32) -> vec4<u32> {
+    let i = byte >> 2u;
+    let a = vec4<u32>(wword(src, i), wword(src, i + 1u), wword(src, i + 2u), wword(src, i + 3u));
+    if (WORD_ALIGNED) {
+        return a;
+    }
+    let b = vec4<u32>(a.yzw, wword(src, i + 4u));
+    return select((a >> vec4<u32>(16u)) | (b << vec4<u32>(16u)), a, (byte & 2u) == 0u);
+}
+
 // 2 bytes at an even byte offset, in the low half.
 fn load_u16(src: u32, byte: u32) -> u32 {
     return (wword(src, byte >> 2u) >> ((byte & 2u) * 8u)) & 0xFFFFu;
@@ -189,11 +200,6 @@ fn x_group(p: u32, g: u32) -> vec4<u32> {
 fn dot16_int(w: vec4<u32>, g: u32, p: u32) -> i32 {
     let x = x_group(p, g);
     return dot4I8Packed(w.x, x.x) + dot4I8Packed(w.y, x.y) + dot4I8Packed(w.z, x.z) + dot4I8Packed(w.w, x.w);
-}
-
-// The word of plane p holding x's elements 4i .. 4i+3
-fn x_word(p: u32, i: u32) -> u32 {
-    return x_group(p, i / 4u)[i % 4u];
 }
 
 // plane p's integer sum as its share of the whole: 256^p * sum
@@ -605,27 +611,44 @@ fn group_elem(u: u32, g: u32) -> u32 {
 }
 #ifdef X_INT
 
-// Item u: the unit's 4 groups of 4 quants q (6 bits, as the signed bytes q - 32), each group's
-// products with x times its scale; in integers but for d.
-const ITEM_UNITS = 1u;
+// Item p: 4 units, i = 4k .. 4k+3 (k = p % 2) of half h = (p % 4) / 2: l = 16k .. 16k+15, so
+// its qa, qb and qh are 16 consecutive bytes each and its 4 units share their 4 scales. Its
+// fields in 3 spans (5 word loads each where blocks may be unaligned) and 3 words, where 4
+// single units take 24 loads. Each group's 16 products with x (the quants as q - 32) summed and
+// scaled in integers, then d.
+const ITEM_UNITS = 4u;
 
-fn item_dot_int(src: u32, row_byte: u32, u: u32) -> f32 {
-    let f = q6_fields(unit_words(src, row_byte, u), row_byte, u);
-    let nibbles = 0x0F0F0F0Fu;
-    let q6 = vec4<u32>(f.qa & nibbles, f.qb & nibbles, (f.qa >> 4u) & nibbles, (f.qb >> 4u) & nibbles)
-           | (((vec4<u32>(f.qh) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    // q - 32 in each byte: q + 96 stays below 256, and flipping its top bit subtracts 128
-    let q = (q6 + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
-    let is = (u % 8u) / 4u;
-    let scales = vec4<i32>(i8_at(f.sc0, is), i8_at(f.sc0, is + 2u), i8_at(f.sc1, is), i8_at(f.sc1, is + 2u));
-    let i = (u / 16u) * 64u + ((u % 16u) / 8u) * 32u + u % 8u;   // x's word of group 0; group g's: + 8g
+// 6-bit quants q to the signed bytes q - 32: q + 96 stays below 256, and flipping its top bit
+// subtracts 128
+fn q6_signed(q: vec4<u32>) -> vec4<u32> {
+    return (q + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
+}
+
+fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
+    let blk = row_byte + (p / 4u) * BLOCK_BYTES;
+    let h = (p % 4u) / 2u;
+    let k = p % 2u;
+    let qa = span16(src, blk + 64u * h + 16u * k);
+    let qb = span16(src, blk + 64u * h + 32u + 16u * k);
+    let qh = span16(src, blk + 128u + 32u * h + 16u * k);
+    let sc0 = load_u32(src, blk + 192u + 8u * h);
+    let sc1 = load_u32(src, blk + 196u + 8u * h);
+    let scales = vec4<i32>(i8_at(sc0, k), i8_at(sc0, k + 2u), i8_at(sc1, k), i8_at(sc1, k + 2u));
+    let nibbles = vec4<u32>(0x0F0F0F0Fu);
+    let high = vec4<u32>(0x30303030u);   // qh's 2 bits of each quant, moved to bits 4-5
+    // group g (elements + 32g) of the 4 units, word c unit c's
+    let q = array<vec4<u32>, 4>(q6_signed((qa & nibbles) | ((qh << vec4<u32>(4u)) & high)),
+                                q6_signed((qb & nibbles) | ((qh << vec4<u32>(2u)) & high)),
+                                q6_signed(((qa >> vec4<u32>(4u)) & nibbles) | (qh & high)),
+                                q6_signed(((qb >> vec4<u32>(4u)) & nibbles) | ((qh >> vec4<u32>(2u)) & high)));
+    let x = (p / 4u) * 16u + 8u * h + k;   // x's group of the item's group 0; group g's: + 2g
     var sum = 0.0;
-    for (var p = 0u; p < X_PLANES; p++) {
-        let dots = vec4<i32>(dot4I8Packed(q.x, x_word(p, i)), dot4I8Packed(q.y, x_word(p, i + 8u)),
-                             dot4I8Packed(q.z, x_word(p, i + 16u)), dot4I8Packed(q.w, x_word(p, i + 24u)));
-        sum += plane_value(dot(scales, dots), p);
+    for (var plane = 0u; plane < X_PLANES; plane++) {
+        let dots = vec4<i32>(dot16_int(q[0], x, plane), dot16_int(q[1], x + 2u, plane),
+                             dot16_int(q[2], x + 4u, plane), dot16_int(q[3], x + 6u, plane));
+        sum += plane_value(dot(scales, dots), plane);
     }
-    return f.d * xd[u / 16u] * sum;
+    return load_f16(src, blk + 208u) * xd[p / 4u] * sum;
 }
 #endif
 #endif

@@ -381,6 +381,17 @@ def test_matvec_integer_x(gpu, t, m, k, bits, subgroups):
         check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} {m}x{k} x{bits} {kw}")
 
 
+@pytest.mark.parametrize("tpr", [1, 2, 4, 32])
+def test_matvec_integer_x_threads_per_row(gpu, tpr, subgroups):
+    """Integer x with a whole row a thread (the LM head's geometry), or a few; rows of one
+    Q6_K item per thread and of several, with a fused norm and a GLU."""
+    rng = np.random.default_rng(90 + tpr)
+    for t, m, k in [(T.Q6_K, 70, 768), (T.Q4_K, 67, 1536)]:
+        for kw in [dict(norm=True), dict(norm=True, glu=True)]:
+            got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=24, tpr=tpr, **kw)
+            check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} tpr={tpr} {kw}")
+
+
 def test_int8_x_moves_results_as_llama_cpp_does(gpu):
     """8-bit x is not f32 x: against W @ x its error is quantization's (about 1% of |W||x| /
     sqrt(k)), well outside the f32 path's tolerance, and against W @ q8_k(x) it is rounding's:

@@ -43,7 +43,7 @@ UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
 # dot4I8Packed; matvec.wgsl X_INT), and x's bits: 24 as precise as f32 x (the default), 8 as
 # llama.cpp's CPU backend quantizes its activations (Q8_K, opt-in: $CERA_DECODE_INT8=1)
 X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
-X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 1}   # quant.wgsl's ITEM_UNITS
+X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # quant.wgsl's ITEM_UNITS
 X_BITS = (0, 8, 24)                          # f32 x, or X_INT's planes of a byte
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
 DECODE_X_BITS = 8 if os.environ.get("CERA_DECODE_INT8", "0") == "1" else 24   # x_int_bits' default
@@ -155,10 +155,12 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     a row instead of 32 take the GLU from 333 to 250-253 us a token and the merging output
     projection from 185-191 to 166-170; 8 gave the GLU nothing more (254), and the 256-row v
     projection is slower with 16 (78-86 vs 60-68 us), hence the floor. With 24 bits the GLU
-    runs best with 8 (the step 1.672 -> 1.658 ms), the other projections with 16 (8: 1.73-1.74)."""
+    runs best with 8 (the step 1.672 -> 1.658 ms), the other projections with 16 (8: 1.73-1.74).
+    The LM head (151936 rows of 24 Q6_K items) runs best with 2 (88 us a token; 4: 101-108, 1:
+    142, 8: 163), the least this starts from."""
     items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
     most = (1 << 18) * 8 // bits
-    tpr = 4
+    tpr = 2
     while tpr < workgroup and tpr * 2 * m <= most and tpr * 4 <= items:
         tpr *= 2
     while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
