@@ -611,7 +611,7 @@ fn group_elem(u: u32, g: u32) -> u32 {
 }
 #ifdef X_INT
 
-// Item p: 4 units, i = 4k .. 4k+3 (k = p % 2) of half h = (p % 4) / 2: l = 16k .. 16k+15, so
+// Item p: units u = 4p .. 4p+3, i = 4k .. 4k+3 of one half (k = p % 2): l = 16k .. 16k+15, so
 // its qa, qb and qh are 16 consecutive bytes each and its 4 units share their 4 scales. Its
 // fields in 3 spans (5 word loads each where blocks may be unaligned) and 3 words, where 4
 // single units take 24 loads. Each group's 16 products with x (the quants as q - 32) summed and
@@ -625,14 +625,13 @@ fn q6_signed(q: vec4<u32>) -> vec4<u32> {
 }
 
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
-    let blk = row_byte + (p / 4u) * BLOCK_BYTES;
-    let h = (p % 4u) / 2u;
+    let at = unit_bytes(row_byte, 4u * p);   // the first unit's fields: the item's spans start there
     let k = p % 2u;
-    let qa = span16(src, blk + 64u * h + 16u * k);
-    let qb = span16(src, blk + 64u * h + 32u + 16u * k);
-    let qh = span16(src, blk + 128u + 32u * h + 16u * k);
-    let sc0 = load_u32(src, blk + 192u + 8u * h);
-    let sc1 = load_u32(src, blk + 196u + 8u * h);
+    let qa = span16(src, at[0]);
+    let qb = span16(src, at[1]);
+    let qh = span16(src, at[2]);
+    let sc0 = load_u32(src, at[3]);
+    let sc1 = load_u32(src, at[4]);
     let scales = vec4<i32>(i8_at(sc0, k), i8_at(sc0, k + 2u), i8_at(sc1, k), i8_at(sc1, k + 2u));
     let nibbles = vec4<u32>(0x0F0F0F0Fu);
     let high = vec4<u32>(0x30303030u);   // qh's 2 bits of each quant, moved to bits 4-5
@@ -641,14 +640,14 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
                                 q6_signed((qb & nibbles) | ((qh << vec4<u32>(2u)) & high)),
                                 q6_signed(((qa >> vec4<u32>(4u)) & nibbles) | (qh & high)),
                                 q6_signed(((qb >> vec4<u32>(4u)) & nibbles) | ((qh >> vec4<u32>(2u)) & high)));
-    let x = (p / 4u) * 16u + 8u * h + k;   // x's group of the item's group 0; group g's: + 2g
+    let x = group_elem(4u * p, 0u) / 16u;   // x's group of the item's group 0; group g's: + 2g
     var sum = 0.0;
     for (var plane = 0u; plane < X_PLANES; plane++) {
         let dots = vec4<i32>(dot16_int(q[0], x, plane), dot16_int(q[1], x + 2u, plane),
                              dot16_int(q[2], x + 4u, plane), dot16_int(q[3], x + 6u, plane));
         sum += plane_value(dot(scales, dots), plane);
     }
-    return load_f16(src, blk + 208u) * xd[p / 4u] * sum;
+    return load_f16(src, at[5]) * xd[p / 4u] * sum;
 }
 #endif
 #endif
