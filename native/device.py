@@ -151,6 +151,23 @@ class NativeDevice(Device):
         index = _submit_for_index(self._device.queue, encoder.finish())
         return self._map(staging, None if read is None else read.size, index)
 
+    async def _time_passes(self, passes):
+        n = 2 * len(passes)
+        queries = self._device.create_query_set(type="timestamp", count=n)
+        resolved = self._device.create_buffer(size=8 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        staging = self._buffer(8 * n, "timestamps", "readback")
+        encoder = self._device.create_command_encoder()
+        for i, segment in enumerate(passes):
+            compute = encoder.begin_compute_pass(timestamp_writes={
+                "query_set": queries, "beginning_of_pass_write_index": 2 * i, "end_of_pass_write_index": 2 * i + 1})
+            _encode_pass(compute, _handles(segment))
+            compute.end()
+        encoder.resolve_query_set(queries, 0, n, resolved, 0)
+        encoder.copy_buffer_to_buffer(resolved, 0, staging, 0, 8 * n)
+        stamps = memoryview(await self._map(staging, 8 * n, _submit_for_index(self._device.queue, encoder.finish())))
+        stamps = stamps.cast("Q")
+        return [stamps[i + 1] - stamps[i] for i in range(0, n, 2)]
+
     async def _map(self, staging, size, index):
         if staging is None:
             return None

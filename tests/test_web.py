@@ -465,6 +465,37 @@ json.dumps([s.label for s in _sessions[0].engine.backend.decode_plan.steps if s.
     assert result["tokens"] == native["tokens"]
 
 
+def test_gpu_times_in_the_page(page, models):
+    """The page's host times passes with timestamp queries as the native one does
+    (test_profile.py): one span per group, the dispatches run on the bytes written just before;
+    and the profile's decode report has a marginal line for each kernel family of the plan."""
+    page.evaluate("(url) => window.cera.load(url)", models["llama_q4_0"][1])
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    got = python_in_worker(page, f"""
+import base64, json
+import numpy as np
+from cera.device import Binding
+from cera.gpu import matmul, profile
+from cera_web.app import _sessions
+model = _sessions[0].engine.backend
+dev = model.device
+logits, first, second = dev.buffer(256, "logits"), dev.buffer(4, "first"), dev.buffer(4, "second")
+dev.write(logits, base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}))
+whole = matmul.argmax(model.kernels, dev, Binding(first), Binding(logits), n=64)
+half = matmul.argmax(model.kernels, dev, Binding(second), Binding(logits, 0, 128), n=32)
+spans = await dev.time_passes([[whole], [half, half]])
+argmaxes = [int(np.frombuffer(await dev.read(b, 0, 4), np.uint32)[0]) for b in (first, second)]
+report = await profile.decode_report(model, 5, 2500.0, top=100)
+json.dumps(dict(spans=spans, argmaxes=argmaxes, report=report,
+                families=sorted({{profile.family(s) for s in model.decode_plan.steps}})))
+""")
+    assert len(got["spans"]) == 2 and all(isinstance(ns, int) and ns >= 0 for ns in got["spans"])
+    assert got["argmaxes"] == [np.argmax(x), np.argmax(x[:32])]
+    report = got["report"]
+    marginal = report[report.index(next(x for x in report if x.startswith("marginal"))) + 1:]
+    assert sorted({line.split("  ")[-1] for line in marginal if line.startswith("  ") and " MB " in line}) == got["families"]
+
+
 def test_lora_adapter_in_the_page_gives_the_native_text(browser, server, models, tmp_path):
     """A user loads a model, then a LoRA adapter through the page's file input: the greedy text
     with it is the native host's with --lora; a request that leaves it out (`lora: []`) gets the

@@ -149,6 +149,10 @@ export class GpuHost {
   // group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size).
   schedule(packed) {
     this.count("schedule");
+    return this.put(this.segments(packed));
+  }
+
+  segments(packed) {
     const segments = [];
     for (let i = 0; i < packed.length;) {
       if (packed[i] === 0) {
@@ -163,7 +167,7 @@ export class GpuHost {
         i += 6;
       }
     }
-    return this.put(segments);
+    return segments;
   }
 
   // The per-token call: queued writes, the whole schedule (0: none), and an optional copy of
@@ -179,15 +183,7 @@ export class GpuHost {
         encoder.copyBufferToBuffer(...segment.copy);
         continue;
       }
-      const pass = encoder.beginComputePass();
-      const d = segment.dispatches;
-      let current = null;
-      for (let i = 0; i < d.length; i += 5) {
-        if (d[i] !== current) pass.setPipeline(current = d[i]);
-        pass.setBindGroup(0, d[i + 1]);
-        pass.dispatchWorkgroups(d[i + 2], d[i + 3], d[i + 4]);
-      }
-      pass.end();
+      encodePass(encoder, segment.dispatches);
     }
     const staging = stagingId ? this.objects[stagingId] : null;
     if (staging) encoder.copyBufferToBuffer(this.objects[readId], readOffset, staging, 0, readSize);
@@ -205,6 +201,32 @@ export class GpuHost {
     const bytes = new Uint8Array(staging.getMappedRange(0, readSize).slice(0));
     staging.unmap();
     return this.raiseError(bytes);
+  }
+
+  // Compute passes packed as schedule() packs them, each timed by timestamps at its beginning
+  // and end, in one submission after the queued writes: resolves to each pass's ns (Float64Array).
+  async timePasses(packed, writes) {
+    this.count("timePasses");
+    if (writes) this.applyWrites(writes);
+    const passes = this.segments(packed), n = 2 * passes.length;
+    const querySet = this.device.createQuerySet({ type: "timestamp", count: n });
+    const resolved = this.device.createBuffer({ size: 8 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
+    const staging = this.device.createBuffer({ size: 8 * n, usage: USAGE.readback });
+    const encoder = this.device.createCommandEncoder();
+    passes.forEach((segment, i) => encodePass(encoder, segment.dispatches, {
+      querySet, beginningOfPassWriteIndex: 2 * i, endOfPassWriteIndex: 2 * i + 1 }));
+    encoder.resolveQuerySet(querySet, 0, n, resolved, 0);
+    encoder.copyBufferToBuffer(resolved, 0, staging, 0, 8 * n);
+    this.queue.submit([encoder.finish()]);
+    try {
+      await staging.mapAsync(GPUMapMode.READ);
+      const stamps = new BigUint64Array(staging.getMappedRange());
+      return Float64Array.from(passes, (_, i) => Number(stamps[2 * i + 1] - stamps[2 * i]));
+    } catch (err) {
+      throw new CeraError("GpuError", this.error || `reading timestamps back failed: ${err.message}`);
+    } finally {
+      for (const object of [querySet, resolved, staging]) object.destroy();
+    }
   }
 
   raiseError(value) {
@@ -249,4 +271,16 @@ export class GpuHost {
     this.device.destroy();
     this.objects = [null];
   }
+}
+
+// One compute pass of (pipeline, bind group, x, y, z) quintuples; timestampWrites optional.
+function encodePass(encoder, d, timestampWrites) {
+  const pass = encoder.beginComputePass(timestampWrites ? { timestampWrites } : undefined);
+  let current = null;
+  for (let i = 0; i < d.length; i += 5) {
+    if (d[i] !== current) pass.setPipeline(current = d[i]);
+    pass.setBindGroup(0, d[i + 1]);
+    pass.dispatchWorkgroups(d[i + 2], d[i + 3], d[i + 4]);
+  }
+  pass.end();
 }

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
-from cera.errors import GpuError, ShaderError, TooLarge
+from cera.errors import GpuError, ShaderError, TooLarge, Unsupported
 
 UPLOAD_CHUNK = 32 << 20   # bytes per upload call (a Blob slice in the browser, a file read natively)
 UPLOAD_DRAIN = 256 << 20  # wait for the queue after this many uploaded bytes: bounds the host's staging memory
@@ -25,6 +25,7 @@ WANTED_FEATURES = ("shader-f16", "subgroups", "timestamp-query")   # requested w
 # host's shader compiler has it (Chromium: navigator.gpu.wgslLanguageFeatures; naga: always)
 PACKED_DOT = "packed_4x8_integer_dot_product"
 DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU device grants (Apple, SwiftShader: no more)
+MAX_QUERIES = 4096   # timestamps one query set may hold (WebGPU's limit): two per timed pass
 
 
 def buffer_size(size: int) -> int:
@@ -189,6 +190,18 @@ class Device(ABC):
         """Read bytes back from a buffer, after the work queued so far."""
         return await self.run(None, Binding(buffer, offset, size))
 
+    async def time_passes(self, groups: Sequence[Sequence[Dispatch]]) -> list[int]:
+        """GPU nanoseconds of each group of dispatches, each group encoded as one compute pass
+        with timestamps written at its beginning and end, after the queued writes; up to
+        MAX_QUERIES / 2 passes a submission. Needs "timestamp-query" in `features`."""
+        if "timestamp-query" not in self.features:
+            raise Unsupported(f"{self.adapter_name} has no timestamp-query: GPU times cannot be measured here")
+        per_submission = MAX_QUERIES // 2
+        spans: list[int] = []
+        for start in range(0, len(groups), per_submission):
+            spans += await self._time_passes([Pass(tuple(g)) for g in groups[start:start + per_submission]])
+        return spans
+
     @staticmethod
     async def _readback(pending, idle: list, staging, n: int) -> bytes:
         try:
@@ -236,3 +249,8 @@ class Device(ABC):
     def _submit(self, schedule, read: Binding | None, staging) -> Awaitable[bytes | None]:
         """Encode `schedule` (None: nothing), copy `read` into `staging`, submit now; the
         awaitable maps `staging` and yields its bytes."""
+
+    @abstractmethod
+    async def _time_passes(self, passes: Sequence[Pass]) -> list[int]:
+        """Encode each pass with beginning and end timestamps (2 x len(passes) <= MAX_QUERIES),
+        submit, read the timestamps back: each pass's end minus its beginning, in ns."""

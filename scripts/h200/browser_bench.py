@@ -4,7 +4,10 @@ H200 machine has no Playwright) and time it the way `python -m cera bench` does:
 would otherwise reuse the cached prompt and prefill one token), best of 3 after a warm-up.
 
     python3 browser_bench.py CHROMIUM SITE_URL MODEL_URL [flags...]
-Prints one JSON object: adapter info, load result, bench figures, host calls.
+Prints one JSON object: adapter info, load result, bench figures, host calls. With PROFILE=1 in
+the environment, also the GPU-time report of `cera.gpu.profile` from inside the page (a decode
+step at KV length 513 and a 512-token prompt, as `scripts/profile_decode.py` prints natively),
+with Chromium's timestamp quantization off (100 us steps otherwise).
 """
 import asyncio
 import json
@@ -33,8 +36,21 @@ json.dumps({"prefill_tokens_per_s": max(r.prefill_tokens_per_s for r in runs),
             "adapter": e.backend.device.adapter_name})
 """
 
+PROFILE = """
+from cera.gpu import profile
+from cera_web.app import _sessions
+model = _sessions[-1].engine.backend
+lines = await profile.decode_report(model, 512, 2500.0, 12)
+model.reset()
+lines += await profile.prefill_report(model, list(range(1, 513)), 12)
+"\\n".join(lines)
+"""
+EXACT_TIMESTAMPS = ["--enable-webgpu-developer-features", "--disable-dawn-features=timestamp_quantization"]
+
 
 async def main(chromium, site, model, flags):
+    if os.environ.get("PROFILE"):
+        flags = [*flags, *EXACT_TIMESTAMPS]
     port = 9333
     proc = subprocess.Popen([chromium, f"--remote-debugging-port={port}", "--user-data-dir=/tmp/chrprof",
                              "--no-first-run", "--no-sandbox", *flags, "about:blank"],
@@ -95,6 +111,8 @@ async def main(chromium, site, model, flags):
                 out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)
                 out["bench"] = await js(f"window.cera.python({json.dumps(BENCH)})", 900)
                 out["stats"] = await js("window.cera.stats().then(s => JSON.stringify(s))", 60)
+                if os.environ.get("PROFILE"):
+                    out["profile"] = await js(f"window.cera.python({json.dumps(PROFILE)})", 900)
     finally:
         proc.terminate()
         print(json.dumps(out, indent=1))

@@ -126,16 +126,8 @@ class WebDevice(Device):
         return handle
 
     def _schedule(self, segments):
-        packed = array("d")
-        for s in segments:
-            if isinstance(s, Copy):
-                packed.extend((1, s.src.id, s.src_offset, s.dst.id, s.dst_offset, s.size))
-            else:
-                packed.extend((0, len(s.dispatches)))
-                for d in s.dispatches:
-                    packed.extend((d.kernel.id, d.bind_group.id, *d.groups))
         # keep the objects the segments name alive as long as the schedule is
-        handle = Handle(self, int(self._host.schedule(to_js(packed))), f"schedule of {len(segments)} segments")
+        handle = Handle(self, int(self._host.schedule(_pack(segments))), f"schedule of {len(segments)} segments")
         weakref.finalize(handle, lambda keep: None, list(segments))
         return handle
 
@@ -146,7 +138,11 @@ class WebDevice(Device):
         if read is None:
             return _settle(self._host.run(schedule_id, self._take_writes(), 0, 0, 0, 0))
         return _settle(self._host.run(schedule_id, self._take_writes(), read.buffer.id, read.offset, read.size,
-                                      staging.id), want_bytes=True)
+                                      staging.id), lambda js: js.to_bytes())
+
+    async def _time_passes(self, passes):
+        spans = await _settle(self._host.timePasses(_pack(passes), self._take_writes()), lambda js: js.to_py())
+        return [int(ns) for ns in spans]
 
     # --- bookkeeping ---------------------------------------------------------------------
     def calls(self) -> dict:
@@ -161,11 +157,26 @@ class WebDevice(Device):
 _BY_NAME = {cls.__name__: cls for cls in errors.ERRORS}
 
 
-async def _settle(promise, want_bytes: bool = False):
-    """Await a GpuHost promise; a JS error becomes the cera.errors type its name says."""
+def _pack(segments) -> object:
+    """Segments as GpuHost.segments() reads them: a pass is (0, n) then n times (kernel, bind
+    group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size)."""
+    packed = array("d")
+    for s in segments:
+        if isinstance(s, Copy):
+            packed.extend((1, s.src.id, s.src_offset, s.dst.id, s.dst_offset, s.size))
+        else:
+            packed.extend((0, len(s.dispatches)))
+            for d in s.dispatches:
+                packed.extend((d.kernel.id, d.bind_group.id, *d.groups))
+    return to_js(packed)
+
+
+async def _settle(promise, convert=None):
+    """Await a GpuHost promise and `convert` its value (None: drop it); a JS error becomes the
+    cera.errors type its name says."""
     try:
         data = await promise
     except JsException as err:
         message = str(getattr(err, "message", None) or err).removeprefix("Error: ")
         raise _BY_NAME.get(getattr(err, "name", ""), errors.GpuError)(message) from None
-    return data.to_bytes() if want_bytes else None
+    return convert(data) if convert else None
