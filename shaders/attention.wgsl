@@ -25,6 +25,7 @@
 //   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
 //      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
 // Keys past p, and before the window, are never read (those slots may hold anything).
+// Loops count up by one to a constant (matvec.wgsl says why).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
 // HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
@@ -93,13 +94,20 @@ var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factor
 #include "attention_window.wgsl"
 
 #ifdef ROPE
+const ELEM_ROUNDS = ((HPW + 1u) * HEAD_DIM + WG - 1u) / WG;   // rounds over the most rows staged
+
 // Step 1 with ROPE for the one row at position p: qs <- the HPW query heads from h0, [normed,]
 // rotated, pre-scaled; the split holding p writes the step's rotated key and its value to slot p.
 fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
     let own = p / SPLIT == split;                     // uniform: the whole workgroup
     let rows = HPW + select(0u, 1u, own);
     let kv_off = (h0 / GROUP) * HEAD_DIM;
-    for (var i = lid; i < rows * HEAD_DIM; i += WG) {
+    let elems = rows * HEAD_DIM;
+    for (var n = 0u; n < ELEM_ROUNDS; n++) {
+        let i = n * WG + lid;
+        if (i >= elems) {
+            break;
+        }
         let r = i / HEAD_DIM;
         rot[i] = qkv[select((h0 + r) * HEAD_DIM, K_OFF + kv_off, r == HPW) + i % HEAD_DIM];
     }
@@ -113,13 +121,22 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
         inv_rms[lid] = inverseSqrt(squares / f32(HEAD_DIM) + EPS);
     }
     workgroupBarrier();
-    for (var i = lid; i < rows * HEAD_DIM; i += WG) {
+    for (var n = 0u; n < ELEM_ROUNDS; n++) {
+        let i = n * WG + lid;
+        if (i >= elems) {
+            break;
+        }
         let e = i % HEAD_DIM;
         rot[i] *= inv_rms[i / HEAD_DIM] * select(q_norm[e], k_norm[e], i / HEAD_DIM == HPW);
     }
     workgroupBarrier();
 #endif
-    for (var i = lid; i < rows * (N_ROT / 2u); i += WG) {   // each invocation turns one pair
+    let pairs = rows * (N_ROT / 2u);
+    for (var n = 0u; n < ((HPW + 1u) * (N_ROT / 2u) + WG - 1u) / WG; n++) {   // each invocation turns one pair
+        let i = n * WG + lid;
+        if (i >= pairs) {
+            break;
+        }
         let pair = rope_pair(i % (N_ROT / 2u)) + vec2<u32>((i / (N_ROT / 2u)) * HEAD_DIM);
         let cs = rope_cos_sin(i % (N_ROT / 2u), f32(p));
         let x0 = rot[pair.x];
@@ -128,12 +145,20 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
         rot[pair.y] = x0 * cs.y + x1 * cs.x;
     }
     workgroupBarrier();
-    for (var i = lid; i < OUT4; i += WG) {
+    for (var n = 0u; n < (OUT4 + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= OUT4) {
+            break;
+        }
         qs[i] = rot4(i / D4, i % D4) * SCALE;
     }
     if (own) {
         let slot = p * SLOT + kv_off;
-        for (var c = lid; c < D4; c += WG) {
+        for (var n = 0u; n < (D4 + WG - 1u) / WG; n++) {
+            let c = n * WG + lid;
+            if (c >= D4) {
+                break;
+            }
             store_cache(false, slot, c, rot4(HPW, c));
             store_cache(true, slot, c, raw4(V_OFF + kv_off, c));
         }
@@ -182,27 +207,43 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #ifdef ROPE
     stage_rope(lid, step.pos, wid.y, h0);
 #else
-    for (var i = lid; i < OUT4; i += WG) {
+    for (var n = 0u; n < (OUT4 + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= OUT4) {
+            break;
+        }
         qs[i] = load_q((t * N_HEADS + h0 + i / D4) * HEAD_DIM, i % D4) * SCALE;
     }
     workgroupBarrier();
 #endif
 
     // 2. Scores of (head hh, key k0 + j): LANES invocations a key, columns lane, lane + LANES, ...
-    for (var i = lid; i < HPW * SPLIT * LANES; i += WG) {
+    for (var n = 0u; n < (HPW * SPLIT * LANES + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HPW * SPLIT * LANES) {
+            break;
+        }
         let j = (i / LANES) % SPLIT;
         var s4 = vec4<f32>(0.0);
         if (j >= lo && j < n_live) {
             let q0 = (i / (SPLIT * LANES)) * D4;
             let base = (k0 + j) * SLOT + kv_off;
-            for (var c = i % LANES; c < D4; c += LANES) {
+            for (var col = 0u; col < (D4 + LANES - 1u) / LANES; col++) {   // columns i % LANES, + LANES, ...
+                let c = i % LANES + col * LANES;
+                if (c >= D4) {
+                    break;
+                }
                 s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
             }
         }
         score_part[i] = s4.x + s4.y + s4.z + s4.w;
     }
     workgroupBarrier();
-    for (var i = lid; i < HPW * SPLIT; i += WG) {
+    for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HPW * SPLIT) {
+            break;
+        }
         let j = i % SPLIT;
         var s = NEG_BIG;
         if (j >= lo && j < n_live) {
@@ -217,8 +258,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 
     // 3. Each head's max over its SPLIT scores.
-    for (var w = SPLIT / 2u; w > 0u; w >>= 1u) {
-        for (var i = lid; i < HPW * SPLIT; i += WG) {
+    for (var halving = 1u; halving <= countTrailingZeros(SPLIT); halving++) {
+        let w = SPLIT >> halving;
+        for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
+            let i = n * WG + lid;
+            if (i >= HPW * SPLIT) {
+                break;
+            }
             if (i % SPLIT < w) {
                 red[i] = max(red[i], red[i + w]);
             }
@@ -227,14 +273,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 
     // 4. Probabilities relative to the split's max (unseen keys: exp(-huge) = 0, unread).
-    for (var i = lid; i < HPW * SPLIT; i += WG) {
+    for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HPW * SPLIT) {
+            break;
+        }
         sc[i] = exp(sc[i] - red[i - i % SPLIT]);
     }
     workgroupBarrier();
 
     // 5. o and l of (head hh, vec4 column c) over keys part, part + PARTS, ...
     let rec0 = (t * N_SPLITS + wid.y) * N_HEADS + h0;   // record of head h0
-    for (var i = lid; i < OUT4 * PARTS; i += WG) {
+    for (var n = 0u; n < (OUT4 * PARTS + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= OUT4 * PARTS) {
+            break;
+        }
         let o = i % OUT4;
         let hh = o / D4;
         let c = o % D4;

@@ -34,10 +34,15 @@ fn split_range(t: u32) -> vec2<u32> {
 // with an online rescale. They are read MERGE_AHEAD at a time, all their loads issued before the
 // first is merged; the reads past `end` are not made, and their merges are exact identities.
 const MERGE_AHEAD = 4u;
+const MERGE_ROUNDS = (N_SPLITS + MERGE_AHEAD - 1u) / MERGE_AHEAD;   // the most, at stride 1
 
 fn merge_splits(t: u32, h: u32, c: u32, first: u32, stride: u32, end: u32) -> Merged {
     var r = Merged(NEG_BIG, 0.0, vec4<f32>(0.0));
-    for (var s0 = first; s0 < end; s0 += MERGE_AHEAD * stride) {
+    for (var round = 0u; round < MERGE_ROUNDS; round++) {   // a constant bound (matvec.wgsl says why)
+        let s0 = first + round * MERGE_AHEAD * stride;
+        if (s0 >= end) {
+            break;
+        }
         var ml: array<vec4<f32>, MERGE_AHEAD>;
         var o: array<vec4<f32>, MERGE_AHEAD>;
         for (var i = 0u; i < MERGE_AHEAD; i++) {

@@ -32,6 +32,11 @@
 // with SUBGROUPS by a butterfly of subgroup shuffles, plus one barrier where a row spans
 // several subgroups. Workgroup ids may be 2-D (more than 65535 workgroups): they are
 // flattened row-major.
+//
+// Every loop counts up by one to a constant (strides are multiplied out in the body, shorter
+// trips break out): Chromium's shader compiler (Tint, as of Chromium 156) proves such loops
+// finite and leaves them alone, and guards every other loop with a 64-bit iteration counter,
+// which cost the page's matvecs 10-20% of their time on an H200 (docs/PERFORMANCE.md).
 #include "quant.wgsl"
 #include "reduce.wgsl"
 #ifdef GLU
@@ -112,14 +117,24 @@ var<workgroup> gmax: array<vec4<f32>, K / 64u>;   // each 16-element group's max
 // Turn x (x4: as the dot products see it) into xq, xsum, xd, a thread per 16-element group: first
 // each group's max |x|, then each group its block's step (the max of its 16 groups') and its
 // integers. Call from uniform control flow.
+const GROUP_ROUNDS = (K / 16u + WG - 1u) / WG;   // rounds of a thread per 16-element group
+
 fn stage_x_int(lid: u32) {
-    for (var g = lid; g < K / 16u; g += WG) {
+    for (var n = 0u; n < GROUP_ROUNDS; n++) {
+        let g = n * WG + lid;
+        if (g >= K / 16u) {
+            break;
+        }
         let e = 16u * g;
         let m = max(max(abs(x4(e)), abs(x4(e + 4u))), max(abs(x4(e + 8u)), abs(x4(e + 12u))));
         gmax[g / 4u][g % 4u] = max(max(m.x, m.y), max(m.z, m.w));
     }
     workgroupBarrier();
-    for (var g = lid; g < K / 16u; g += WG) {
+    for (var n = 0u; n < GROUP_ROUNDS; n++) {
+        let g = n * WG + lid;
+        if (g >= K / 16u) {
+            break;
+        }
         let b = g / 16u;
         let m4 = max(max(gmax[4u * b], gmax[4u * b + 1u]), max(gmax[4u * b + 2u], gmax[4u * b + 3u]));
         let m = max(max(m4.x, m4.y), max(m4.z, m4.w));
@@ -221,6 +236,8 @@ fn item_dot(src: u32, row_byte: u32, u: u32) -> f32 {
 }
 #endif
 
+const LANE_ITEMS = (ITEMS_PER_ROW + TPR - 1u) / TPR;   // items of a row's lane 0, the most a lane has
+
 // What a thread sums for its row: the dot product, or the GLU's (gate, up) pair side by side
 #ifdef GLU
 alias Sums = vec2<f32>;
@@ -247,17 +264,24 @@ var<workgroup> row_partial: array<Sums, WG / 4u>;   // one per subgroup (of 4 or
 
 fn row_sum(lid: u32, sg_size: u32, value: Sums) -> Sums {
     var sum = value;
-    for (var s = 1u; s < min(TPR, sg_size); s <<= 1u) {
-        sum += subgroupShuffleXor(sum, s);
+    for (var k = 0u; k < countTrailingZeros(TPR); k++) {
+        if ((1u << k) >= sg_size) {
+            break;
+        }
+        sum += subgroupShuffleXor(sum, 1u << k);
     }
     if (TPR > sg_size) {
         if (lid % sg_size == 0u) {
             row_partial[lid / sg_size] = sum;
         }
         workgroupBarrier();
-        let first = lid / TPR * (TPR / sg_size);
+        let parts = TPR / sg_size;
+        let first = lid / TPR * parts;
         sum = row_partial[first];
-        for (var i = 1u; i < TPR / sg_size; i++) {
+        for (var i = 1u; i < TPR / 4u; i++) {   // subgroups have at least 4 invocations
+            if (i >= parts) {
+                break;
+            }
             sum += row_partial[first + i];
         }
     }
@@ -270,7 +294,8 @@ fn row_sum(lid: u32, value: Sums) -> Sums {
     let lane = lid % TPR;
     row_partial[lid] = value;
     workgroupBarrier();
-    for (var s = TPR / 2u; s > 0u; s >>= 1u) {
+    for (var k = 1u; k <= countTrailingZeros(TPR); k++) {
+        let s = TPR >> k;
         if (lane < s) {
             row_partial[lid] += row_partial[lid + s];
         }
@@ -296,7 +321,11 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let live = split_range(0u);
 #endif
     var squares = 0.0;
-    for (var i = lid; i < UNITS_PER_ROW * 4u; i += WG) {   // xs[i]: elements 4i .. 4i+3
+    for (var n = 0u; n < (UNITS_PER_ROW * 4u + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;   // xs[i]: elements 4i .. 4i+3
+        if (i >= UNITS_PER_ROW * 4u) {
+            break;
+        }
 #ifdef MERGE
         var v = vec4<f32>(0.0);
         if (i < K / 4u) {   // head i / D4, vec4 column i % D4
@@ -323,7 +352,11 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #ifdef NORM
 #ifndef X_STAGED
     var squares = 0.0;
-    for (var e = lid * 4u; e < K; e += WG * 4u) {
+    for (var n = 0u; n < (K + 4u * WG - 1u) / (4u * WG); n++) {
+        let e = 4u * (n * WG + lid);
+        if (e >= K) {
+            break;
+        }
         let v = select(vec4<f32>(0.0), x_raw(e), in_row(e));
         squares += dot(v, v);
     }
@@ -342,16 +375,27 @@ fn main(@builtin(local_invocation_index) lid: u32,
     var acc = Sums(0.0);
     if (r < M) {
         let row_byte = r * ROW_BYTES;
-        var u = lane;
+        let items = (ITEMS_PER_ROW + TPR - 1u - lane) / TPR;   // the lane's: lane, lane + TPR, ...
 #ifdef TWO_UNITS
-        for (; u + TPR < ITEMS_PER_ROW; u += 2u * TPR) {   // both items' loads in flight at once
+        for (var pair = 0u; pair < LANE_ITEMS / 2u; pair++) {   // both items' loads in flight at once
+            if (2u * pair + 1u >= items) {
+                break;
+            }
+            let u = lane + 2u * pair * TPR;
             let first = item_sums(row_byte, u);
             acc += first + item_sums(row_byte, u + TPR);
         }
-#endif
-        for (; u < ITEMS_PER_ROW; u += TPR) {
-            acc += item_sums(row_byte, u);
+        if (items % 2u == 1u) {
+            acc += item_sums(row_byte, lane + (items - 1u) * TPR);
         }
+#else
+        for (var n = 0u; n < LANE_ITEMS; n++) {
+            if (n >= items) {
+                break;
+            }
+            acc += item_sums(row_byte, lane + n * TPR);
+        }
+#endif
     }
 #ifdef SUBGROUPS
     let sums = row_sum(lid, sg_size, acc) * inv_rms;

@@ -15,7 +15,11 @@ fn workgroup_sum(lid: u32, sg_size: u32, value: f32) -> f32 {
     }
     workgroupBarrier();
     var total = 0.0;
-    for (var i = 0u; i < (WG + sg_size - 1u) / sg_size; i++) {   // one subgroup where WG < sg_size
+    let subgroups = (WG + sg_size - 1u) / sg_size;   // one where WG < sg_size
+    for (var i = 0u; i < (WG + 3u) / 4u; i++) {        // a constant bound (matvec.wgsl says why)
+        if (i >= subgroups) {
+            break;
+        }
         total += subgroup_sums[i];
     }
     workgroupBarrier();   // everyone has read them before `subgroup_sums` is written again
@@ -27,7 +31,8 @@ var<workgroup> sum_partial: array<f32, WG>;
 fn workgroup_sum(lid: u32, value: f32) -> f32 {
     sum_partial[lid] = value;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var k = 1u; k <= countTrailingZeros(WG); k++) {
+        let s = WG >> k;
         if (lid < s) {
             sum_partial[lid] += sum_partial[lid + s];
         }

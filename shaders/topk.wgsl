@@ -19,6 +19,9 @@
 
 const DIGITS = 4u + IDX_DIGITS;
 const CAP = 1024u;   // gathered elements held in workgroup memory
+// Loops count up by one to a constant (strides multiplied out, shorter trips break out):
+// Chromium's compiler guards every other loop with an iteration counter (matvec.wgsl).
+const ROUNDS = (N + WG - 1u) / WG;   // an invocation's elements: lid + r * WG for r < ROUNDS
 
 // struct TopK params, packed by cera.gpu.layers.pack_top_k: k, n_watch, then n_watch ids
 @group(0) @binding(0) var<storage, read> logits: array<f32>;        // (N,)
@@ -67,7 +70,11 @@ fn share(lid: u32, value: u32) -> u32 {
 // Gather the elements whose key, under `mask`, reaches p, and that reach `bound`.
 fn gather(lid: u32, p: vec2<u32>, mask: vec2<u32>) {
     let all_bits = vec2<u32>(0xFFFFFFFFu, 0xFFFFFFFFu);
-    for (var i = lid; i < N; i += WG) {
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
         let key = key_at(i);
         if (reaches(key, p, mask) && reaches(key, bound, all_bits)) {
             let slot = atomicAdd(&n_cand, 1u);
@@ -86,13 +93,21 @@ fn radix_select(lid: u32, k: u32) -> array<vec2<u32>, 2> {
     var m = vec2<u32>(0u, 0u);
     var need = k;
     for (var d = 0u; d < DIGITS; d++) {
-        for (var b = lid; b < 256u; b += WG) {
+        for (var r = 0u; r < (256u + WG - 1u) / WG; r++) {
+            let b = r * WG + lid;
+            if (b >= 256u) {
+                break;
+            }
             atomicStore(&hist[b], 0u);
         }
         workgroupBarrier();
         let in_hi = d < 4u;
         let shift = select(8u * (DIGITS - 1u - d), 24u - 8u * d, in_hi);
-        for (var i = lid; i < N; i += WG) {
+        for (var r = 0u; r < ROUNDS; r++) {
+            let i = r * WG + lid;
+            if (i >= N) {
+                break;
+            }
             let key = key_at(i);
             if (all((key & m) == p) && reaches(key, bound, all_bits)) {
                 atomicAdd(&hist[(select(key.y, key.x, in_hi) >> shift) & 0xFFu], 1u);
@@ -101,10 +116,11 @@ fn radix_select(lid: u32, k: u32) -> array<vec2<u32>, 2> {
         workgroupBarrier();
         if (lid == 0u) {   // walk the byte values from the top until the k-th best is reached
             var taken = 0u;
-            for (var b = 255i; b >= 0i; b--) {
+            for (var down = 0u; down < 256u; down++) {
+                let b = 255u - down;
                 let count = atomicLoad(&hist[b]);
                 if (taken + count >= need) {
-                    pick = vec3<u32>(u32(b), need - taken, u32(taken + count == need));
+                    pick = vec3<u32>(b, need - taken, u32(taken + count == need));
                     break;
                 }
                 taken += count;
@@ -129,7 +145,11 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 
     // 1. the bound: the k-th best of the invocations' best keys (an invocation without elements: 0)
     var mine = vec2<u32>(0u, 0u);
-    for (var i = lid; i < N; i += WG) {
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
         let key = key_at(i);
         if (before(key, mine)) {
             mine = key;
@@ -159,10 +179,17 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     workgroupBarrier();
 
     // place each gathered element among the others; the first k are the answer
-    for (var i = lid; i < n; i += WG) {
+    for (var r = 0u; r < (CAP + WG - 1u) / WG; r++) {   // n <= CAP
+        let i = r * WG + lid;
+        if (i >= n) {
+            break;
+        }
         let key = vec2<u32>(cand_hi[i], cand_lo[i]);
         var place = 0u;
-        for (var j = 0u; j < n; j++) {
+        for (var j = 0u; j < CAP; j++) {
+            if (j >= n) {
+                break;
+            }
             place += u32(before(vec2<u32>(cand_hi[j], cand_lo[j]), key));
         }
         if (place < k) {

@@ -324,7 +324,7 @@ def test_embed_scale_and_tiles(gpu):
     assert_close(got, want, atol=1e-6, rtol=1e-6, what="embed tiled")
 
 
-@pytest.mark.parametrize("n", [1, 7, 256, 1000, 4099, 151936])
+@pytest.mark.parametrize("n", [1, 7, 256, 1000, 4099, 4100, 151936])
 def test_argmax(gpu, n):
     rng = np.random.default_rng(n)
     out = gpu.device.buffer(4, "argmax")
@@ -337,6 +337,9 @@ def test_argmax(gpu, n):
         late = np.zeros(n, np.float32)
         late[[300, 45]] = 1.0           # a tie where the later index sits in the lower thread
         cases.append(late)
+        rounds = np.zeros(n, np.float32)
+        rounds[[min(4 * (256 + 3), n - 2), 4 * 5 + 1, n - 1]] = 1.0   # a later load of a lower thread, the tail
+        cases.append(rounds)
         minus_inf = np.full(n, -np.inf, np.float32)
         minus_inf[n - 1] = -1e30
         cases.append(minus_inf)

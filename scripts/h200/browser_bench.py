@@ -7,7 +7,9 @@ would otherwise reuse the cached prompt and prefill one token), best of 3 after 
 Prints one JSON object: adapter info, load result, bench figures, host calls. With PROFILE=1 in
 the environment, also the GPU-time report of `cera.gpu.profile` from inside the page (a decode
 step at KV length 513 and a 512-token prompt, as `scripts/profile_decode.py` prints natively),
-with Chromium's timestamp quantization off (100 us steps otherwise).
+with Chromium's timestamp quantization off (100 us steps otherwise). With SHADERS=DIR, each
+DIR/NAME.wgsl replaces shaders/NAME.wgsl in the page before the model loads: an A/B of shader
+variants on one build.
 """
 import asyncio
 import json
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import aiohttp
 
@@ -44,6 +47,13 @@ lines = await profile.decode_report(model, 512, 2500.0, 12)
 model.reset()
 lines += await profile.prefill_report(model, list(range(1, 513)), 12)
 "\\n".join(lines)
+"""
+OVERRIDE = """
+import json
+from cera import kernels
+sources = json.loads(%r)
+kernels._sources.update(sources)
+json.dumps(sorted(sources))
 """
 EXACT_TIMESTAMPS = ["--enable-webgpu-developer-features", "--disable-dawn-features=timestamp_quantization"]
 
@@ -105,6 +115,9 @@ async def main(chromium, site, model, flags):
                 out["ready"] = await js("window.cera ? 1 : new Promise(r => { const i = setInterval(() => { if (window.cera) { clearInterval(i); r(1); } }, 100); })", 120)
                 out["info"] = await js("window.cera.ready.then(i => JSON.stringify(i))", 300)
                 out["startup_s"] = round(time.time() - t, 1)
+                if os.environ.get("SHADERS"):
+                    sources = {f.name: f.read_text() for f in sorted(Path(os.environ["SHADERS"]).glob("*.wgsl"))}
+                    out["shaders"] = await js(f"window.cera.python({json.dumps(OVERRIDE % json.dumps(sources))})", 60)
                 out["load"] = await js(f"window.cera.load({json.dumps(model)}).then(m => JSON.stringify(m))", 600)
                 if os.environ.get("NO_BENCH"):
                     return
