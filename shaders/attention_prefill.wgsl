@@ -22,6 +22,7 @@
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4).
+// Loops count up by one to a constant (matvec.wgsl says why), but the one over key tiles.
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
@@ -58,7 +59,11 @@ var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 // Keys and values j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into
 // ks and vs.
 fn stage_kv(lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
-    for (var i = lid; i < BKV * D4; i += WG) {
+    for (var n = 0u; n < (BKV * D4 + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= BKV * D4) {
+            break;
+        }
         let j = i / D4;
         let c = i % D4;
         var key = vec4<f32>(0.0);
@@ -113,7 +118,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = first_key(step.pos + r0 / GROUP);     // the first key its first row sees
 
     // Stage the query rows, pre-scaled.
-    for (var i = lid; i < BQ * D4; i += WG) {
+    for (var n = 0u; n < (BQ * D4 + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= BQ * D4) {
+            break;
+        }
         let r = r0 + i / D4;
         var v = vec4<f32>(0.0);
         if (r < n_rows) {
@@ -140,7 +149,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         stage_kv(lid, kh, j0, lo, n_keys);
         workgroupBarrier();
 
-        for (var i = lid; i < BQ * BKV; i += WG) {
+        for (var n = 0u; n < (BQ * BKV + WG - 1u) / WG; n++) {
+            let i = n * WG + lid;
+            if (i >= BQ * BKV) {
+                break;
+            }
             let qr = i / BKV;
             let j = i % BKV;
             var s4 = vec4<f32>(0.0);

@@ -27,7 +27,10 @@ fn store4(row: u32, e: u32, v: vec4<f32>) {
         out[row + e + 3u] = SCALE * v.w;
         return;
     }
-    for (var c = 0u; e + c < K; c++) {
+    for (var c = 0u; c < 3u; c++) {   // at most 3 of the 4 are inside
+        if (e + c >= K) {
+            break;
+        }
         out[row + e + c] = SCALE * v[c];
     }
 }

@@ -7,6 +7,7 @@
 // Defines: HEAD_DIM, N_KV_HEADS, N_ROT, THETA; flags NEOX, FREQ_FACTORS (see rope_rotate.wgsl).
 // Bindings: k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM), k_out, v_out (rows, N_KV_HEADS,
 // HEAD_DIM), shift, then [freq_factors].
+// Loops count up by one to a constant (matvec.wgsl says why).
 
 struct Shift {
     keep: u32,      // positions 0..keep-1 stay where they are
@@ -37,10 +38,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let src = (shift.keep + shift.dropped + j) * SLOT + wid.x * HEAD_DIM;
     let dst = j * SLOT + wid.x * HEAD_DIM;
-    for (var i = lid; i < HEAD_DIM; i += WG) {
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
         v_out[dst + i] = v_cache[src + i];
     }
-    for (var i = lid; i < N_ROT / 2u; i += WG) {
+    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= N_ROT / 2u) {
+            break;
+        }
         let pair = rope_pair(i);
         let cs = rope_cos_sin(i, -f32(shift.dropped));
         let x0 = k_cache[src + pair.x];
@@ -48,7 +57,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         k_out[dst + pair.x] = x0 * cs.x - x1 * cs.y;
         k_out[dst + pair.y] = x0 * cs.y + x1 * cs.x;
     }
-    for (var i = N_ROT + lid; i < HEAD_DIM; i += WG) {
+    for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
+        let i = N_ROT + n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
         k_out[dst + i] = k_cache[src + i];
     }
 }

@@ -257,7 +257,10 @@ fn store_col(t: u32, m: u32, n_tokens: u32, dots: vec4<f32>, dots_up: vec4<f32>)
 #endif
     out[o] = y;
 #else
-    for (var c = 0u; c < 4u && m + c < M; c++) {
+    for (var c = 0u; c < 4u; c++) {
+        if (m + c >= M) {
+            break;
+        }
         var yc = y[c];
 #ifdef BIAS
         yc += bias[m + c];

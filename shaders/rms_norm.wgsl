@@ -14,6 +14,8 @@
 @group(0) @binding(2) var<storage, read_write> out: array<f32>; // (rows, N)
 @group(0) @binding(3) var<uniform> step: Step;
 
+const ROUNDS = (N + WG - 1u) / WG;   // loops count up by one to a constant (matvec.wgsl says why)
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     if (wid.y >= step.n_tokens) {
@@ -22,13 +24,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = (wid.y * ROWS_PER_TOKEN + wid.x) * N;
 
     var sum = 0.0;
-    for (var i = lid; i < N; i += WG) {
+    for (var n = 0u; n < ROUNDS; n++) {
+        let i = n * WG + lid;
+        if (i >= N) {
+            break;
+        }
         let v = x[base + i];
         sum += v * v;
     }
     let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(N) + EPS);
 
-    for (var i = lid; i < N; i += WG) {
+    for (var n = 0u; n < ROUNDS; n++) {
+        let i = n * WG + lid;
+        if (i >= N) {
+            break;
+        }
 #ifdef ACCUMULATE
         out[base + i] += x[base + i] * scale * w[i];
 #else

@@ -15,6 +15,7 @@
 // read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
 // their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
+// Loops count up by one to a constant (matvec.wgsl says why).
 #include "common.wgsl"
 #include "reduce.wgsl"
 
@@ -66,7 +67,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let cache_base = (p * N_KV_HEADS + kh) * HEAD_DIM;
 
     var sum = 0.0;
-    for (var i = lid; i < HEAD_DIM; i += WG) {
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
         var value: f32;
         if (is_q) {
             value = q[q_in + i];
@@ -79,14 +84,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 #ifdef QK_NORM
     let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(HEAD_DIM) + EPS);
-    for (var i = lid; i < HEAD_DIM; i += WG) {
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
         row[i] = row[i] * scale * select(k_norm[i], q_norm[i], is_q);
     }
 #endif
     workgroupBarrier();
 
     // Rotate pairs; each invocation writes only its pair's two elements.
-    for (var i = lid; i < N_ROT / 2u; i += WG) {
+    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= N_ROT / 2u) {
+            break;
+        }
         let pair = rope_pair(i);
         let i0 = pair.x;
         let i1 = pair.y;
@@ -103,7 +116,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             k_cache[cache_base + i1] = y1;
         }
     }
-    for (var i = N_ROT + lid; i < HEAD_DIM; i += WG) {
+    for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
+        let i = N_ROT + n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
         if (is_q) {
             q_out[q_base + i] = row[i];
         } else {

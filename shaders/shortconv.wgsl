@@ -28,7 +28,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     for (var j = 0u; j < KERNEL; j++) {
         taps[j] = conv_w[ch * KERNEL + j];
     }
-    for (var j = 0u; j + 1u < KERNEL; j++) {
+    for (var j = 0u; j < KERNEL - 1u; j++) {
         window[j] = state[j * HIDDEN + ch];
     }
     for (var t = 0u; t < step.n_tokens; t++) {
@@ -39,11 +39,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             conv += taps[j] * window[j];
         }
         out[t * HIDDEN + ch] = bcx[row + HIDDEN + ch] * conv;
-        for (var j = 0u; j + 1u < KERNEL; j++) {
+        for (var j = 0u; j < KERNEL - 1u; j++) {
             window[j] = window[j + 1u];
         }
     }
-    for (var j = 0u; j + 1u < KERNEL; j++) {
+    for (var j = 0u; j < KERNEL - 1u; j++) {
         state[j * HIDDEN + ch] = window[j];
     }
 }

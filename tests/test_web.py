@@ -39,6 +39,9 @@ from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
 from synth import VARIANTS, write_lora, write_model  # noqa: E402
 
+sys.path.insert(0, str(REPO / "scripts"))
+import guarded_loops  # noqa: E402
+
 BOOT_MS = 120_000     # Pyodide + numpy + cera on a 2-core machine
 MODEL_MS = 600_000
 
@@ -494,6 +497,20 @@ json.dumps(dict(spans=spans, argmaxes=argmaxes, report=report,
     report = got["report"]
     marginal = report[report.index(next(x for x in report if x.startswith("marginal"))) + 1:]
     assert sorted({line.split("  ")[-1] for line in marginal if line.startswith("  ") and " MB " in line}) == got["families"]
+
+
+def test_no_kernel_loop_pays_chromiums_infinite_loop_guard(pw, site, synth, tmp_path):
+    """Tint guards every loop it cannot prove finite with an iteration counter (robustness), which
+    cost the page's decode 10-20% (docs/PERFORMANCE.md): in the SPIR-V Chromium compiles from the
+    kernels of a model's greedy and sampled decode and prefill (Q4_K, Q6_K, windowed attention),
+    the only guarded loops are the two with a runtime bound: prefill attention's loop over key
+    tiles and topk's over the watched tokens (one each a pipeline)."""
+    log = guarded_loops.run_page(pw.chromium, site, synth["gemma3_q4_k_m"], tmp_path / "chromium.log")
+    found = guarded_loops.guarded_loops(log)
+    assert {"matvec", "matmul", "attention", "attention_prefill", "argmax", "topk", "rms_norm", "rope"} <= set(found)
+    runtime_bound = {"attention_prefill", "topk"}
+    assert {name: c["guarded"] for name, c in found.items()} == {
+        name: c["pipelines"] if name in runtime_bound else 0 for name, c in found.items()}
 
 
 def test_lora_adapter_in_the_page_gives_the_native_text(browser, server, models, tmp_path):

@@ -12,6 +12,7 @@
 #                                                     from that tree, with TAG=name to keep its files apart)
 #   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
 #                                                     (CHROME_FLAGS=... adds flags, TAG=-name keeps its files apart)
+#   bash scripts/h200/device.sh peers X.hdr [...]     only llama.cpp CUDA and Vulkan (waits for a background lcpp)
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
 R=$(pwd)
@@ -52,6 +53,15 @@ browser() {  # cera in Chromium: the page served from dist/web, driven by browse
   LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
     python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
     > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
+}
+
+peers() {    # llama.cpp CUDA and Vulkan llama-bench, once a background `lcpp` build is done (or none runs)
+  local n=$1
+  for i in $(seq 60); do [ -e /tmp/lc/done ] || [ ! -d /tmp/lc ] && break; sleep 10; done
+  for b in cuda vk; do
+    L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
+    [ -x $L ] && $L -m $CLONES/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
+  done
 }
 
 serve() {    # dist/web on 127.0.0.1:8765 in the background; its pid in SRV
@@ -107,16 +117,17 @@ bench)
   python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
   names=$(clones "$@")
   serve
-  for i in $(seq 60); do [ -e /tmp/lc/done ] || [ ! -d /tmp/lc ] && break; sleep 10; done   # a background build
   for n in $names; do
     native $n
     browser $n
-    for b in cuda vk; do
-      L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
-      [ -x $L ] && $L -m $CLONES/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
-    done
+    peers $n
   done
   kill $SRV
+  python3 "$HERE/table.py" "$OUT" $names
+  ;;
+peers)
+  names=$(clones "$@")
+  for n in $names; do peers $n; done
   python3 "$HERE/table.py" "$OUT" $names
   ;;
 *)
