@@ -20,7 +20,9 @@ def sized(pick):   # pick(m, k, glu, merge, tpr) -> workgroup or None
         tpr = kw.get("tpr") or (matmul.x_int_threads_per_row(t, kw["k"], kw["m"], bits) if bits
                                 else matmul.threads_per_row(t, kw["k"], kw["m"]))
         wg = pick(kw["m"], kw["k"], kw.get("w_up") is not None, merge, tpr)
-        if wg:
+        if isinstance(wg, dict):   # keyword overrides
+            kw.update(wg)
+        elif wg:
             kw.update(tpr=tpr, workgroup=max(wg, tpr))
         return orig(kernels, device, out, w, x, **kw)
     return mv
@@ -60,11 +62,31 @@ def measure(path, reps=int(os.environ.get("REPS", 128))):
     lines = asyncio.run(profile.decode_report(model, POS, 2500.0))
     return f"{1 / best:7.1f} tok/s", lines
 
+from cera import kernels as K
+from pathlib import Path
+def edited(name, a, b):
+    src = Path("shaders", name).read_text()
+    assert a in src, a
+    return {name: src.replace(a, b)}
+FREE = edited("matvec.wgsl", "fn stage_x_int(lid: u32) {\n", "fn stage_x_int(lid: u32) {\n    if (K > 4096u) {\n        workgroupBarrier();\n        return;\n    }\n")
+down = lambda kw: (lambda m, k, g, mg, tpr: kw if k > 4 * m and m < 4096 else None)
+VARIANTS.update({
+    "d24": down(dict(x_bits=24)),
+    "d24t16": down(dict(x_bits=24, tpr=16)),
+    "d24t64": down(dict(x_bits=24, tpr=64)),
+    "d24free": down(dict(x_bits=24)),
+    "d24freet16": down(dict(x_bits=24, tpr=16)),
+    "d24freet64": down(dict(x_bits=24, tpr=64)),
+})
+SOURCES = {"d24free": FREE, "d24freet16": FREE, "d24freet64": FREE}
+
 if __name__ == "__main__":
     path, names = sys.argv[1], sys.argv[2].split(",")
     for r in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1):
         for name in names:
             matmul.matvec = sized(VARIANTS[name]) if VARIANTS[name] else orig
+            K._sources.clear()
+            K._sources.update(SOURCES.get(name, {}))
             try:
                 head, lines = measure(path)
             except Exception as e:
