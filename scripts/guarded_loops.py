@@ -109,6 +109,8 @@ def main(argv=None) -> None:
                         help="the built site (python -m pyodide_build; default dist/web)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    if not args.model.is_file():
+        parser.error(f"{args.model}: no such file")
     if not (args.site / "index.html").exists():
         parser.error(f"{args.site} holds no built site: run python -m pyodide_build")
     from playwright.sync_api import sync_playwright
