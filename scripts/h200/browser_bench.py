@@ -9,7 +9,8 @@ the environment, also the GPU-time report of `cera.gpu.profile` from inside the 
 step at KV length 513 and a 512-token prompt, as `scripts/profile_decode.py` prints natively),
 with Chromium's timestamp quantization off (100 us steps otherwise). With SHADERS=DIR, each
 DIR/NAME.wgsl replaces shaders/NAME.wgsl in the page before the model loads: an A/B of shader
-variants on one build.
+variants on one build. With PROBE_JS=FILE, FILE's expression (resolving to a JSON string, e.g.
+subgroup_matrix_probe.js) is evaluated in the page instead of the bench.
 """
 import asyncio
 import json
@@ -106,6 +107,10 @@ async def main(chromium, site, model, flags):
                 await call("Page.reload")      # the GPU process can fail its first start here (then restarts)
                 await asyncio.sleep(2)
                 t = time.time()
+                if os.environ.get("PROBE_JS"):
+                    await asyncio.sleep(1)
+                    out["probe"] = await js(Path(os.environ["PROBE_JS"]).read_text(), 300)
+                    return
                 if os.environ.get("PROBE"):
                     await asyncio.sleep(1)
                     out["adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
