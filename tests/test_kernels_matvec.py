@@ -395,6 +395,19 @@ def test_matvec_integer_x_threads_per_row(gpu, tpr, subgroups):
             check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} tpr={tpr} {kw}")
 
 
+@pytest.mark.parametrize("workgroup", [4, 32, 64])
+def test_matvec_integer_x_small_workgroups(gpu, workgroup, subgroups):
+    """x's integers staged by workgroups of fewer threads than a 256-element block has 16-element
+    groups (4, 32: a block's step from several rounds of its groups), or than a subgroup (4),
+    with 24 and 8 bits."""
+    rng = np.random.default_rng(110 + workgroup)
+    for t, m, k in [(T.Q4_K, 67, 1536), (T.Q6_K, 70, 768)]:
+        for bits in (24, 8):
+            got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits, norm=True,
+                                         workgroup=workgroup, tpr=min(workgroup, 4))
+            check_matvec(got, want, mag, f"{t.name} workgroup={workgroup} x{bits}")
+
+
 def test_int8_x_moves_results_as_llama_cpp_does(gpu):
     """8-bit x is not f32 x: against W @ x its error is quantization's (about 1% of |W||x| /
     sqrt(k)), well outside the f32 path's tolerance, and against W @ q8_k(x) it is rounding's:

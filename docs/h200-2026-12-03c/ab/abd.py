@@ -90,8 +90,22 @@ UNROLL = edited("matvec.wgsl", """        for (var n = 0u; n < LANE_ITEMS; n++) 
             let u = lane + n * TPR;
             acc += select(Sums(0.0), item_sums(row_byte, min(u, ITEMS_PER_ROW - 1u)), u < ITEMS_PER_ROW);
         }""")
-SOURCES.update({"unroll": UNROLL})
-VARIANTS.update({"unroll": lambda m, k, g, mg, tpr: None})
+def edits(name, *pairs):
+    src = Path("shaders", name).read_text()
+    for a, b in pairs:
+        assert a in src, a
+        src = src.replace(a, b)
+    return {name: src}
+X_FREE = ("fn stage_x_int(lid: u32) {\n", "fn stage_x_int(lid: u32) {\n    if (K == 1536u) {\n        workgroupBarrier();\n        return;\n    }\n")
+N_FREE = ("    inv_rms = inverseSqrt(workgroup_sum(lid, sg_size, squares) / f32(K) + EPS);", "    inv_rms = 1.0 + squares * 1e-30;")
+S_FREE = ("    for (var n = 0u; n < (UNITS_PER_ROW * 4u + WG - 1u) / WG; n++) {", "    for (var n = 0u; n < select(0u, 1u, K != 1536u) * (UNITS_PER_ROW * 4u + WG - 1u) / WG; n++) {")
+SOURCES.update({"xfree": edits("matvec.wgsl", X_FREE), "xnfree": edits("matvec.wgsl", X_FREE, N_FREE),
+                "allfree": edits("matvec.wgsl", X_FREE, N_FREE, S_FREE)})
+VARIANTS.update({"xfree": lambda *a: None, "xnfree": lambda *a: None, "allfree": lambda *a: None})
+SOURCES.update({"old": {"matvec.wgsl": Path(".varA/old/matvec.wgsl").read_text()}})
+VARIANTS.update({"old": lambda *a: None})
+SOURCES.update({"unroll": UNROLL, "unroll64": UNROLL, "unroll256": UNROLL})
+VARIANTS.update({"unroll": lambda m, k, g, mg, tpr: None, "unroll64": down(dict(tpr=64)), "unroll256": down(dict(tpr=256))})
 VARIANTS.update({
     "dt16": down(dict(tpr=16)), "dt32": down(dict(tpr=32)), "dt64": down(dict(tpr=64)),
     "ds": down(dict(stage=True)), "ds16": down(dict(stage=True, tpr=16)), "ds32": down(dict(stage=True, tpr=32)),
