@@ -1,6 +1,10 @@
-"""Throwaway decode A/B of matvec workgroup sizes (threads per row kept) in one process: per
-variant the pipelined greedy tok/s (KV 512) and cera.gpu.profile.decode_report's step, matvec
-and family lines.    python3 .varA/abd.py CLONE base,wg128,... [rounds]"""
+"""Throwaway decode A/B of matvec variants in one process: per variant the pipelined greedy tok/s
+(KV 512) and cera.gpu.profile.decode_report's step, matvec and family lines.
+    python3 abd.py CLONE base,wg128,... [rounds]
+Variants: workgroup sizes (threads per row kept), keyword overrides of matmul.matvec per family
+(the downs, the merging output projection, the small projections), and edits of matvec.wgsl
+(`unroll`, the prologue diagnostics `xfree` / `xnfree` / `allfree`, `warm`, `old`: another tree's
+matvec.wgsl at .varA/old/). The diagnostics leave x wrong: time only."""
 import asyncio, os, sys, time
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
@@ -102,8 +106,32 @@ S_FREE = ("    for (var n = 0u; n < (UNITS_PER_ROW * 4u + WG - 1u) / WG; n++) {"
 SOURCES.update({"xfree": edits("matvec.wgsl", X_FREE), "xnfree": edits("matvec.wgsl", X_FREE, N_FREE),
                 "allfree": edits("matvec.wgsl", X_FREE, N_FREE, S_FREE)})
 VARIANTS.update({"xfree": lambda *a: None, "xnfree": lambda *a: None, "allfree": lambda *a: None})
-SOURCES.update({"old": {"matvec.wgsl": Path(".varA/old/matvec.wgsl").read_text()}})
-VARIANTS.update({"old": lambda *a: None})
+WARM_A = ("    let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;\n", """    let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
+#ifdef X_INT
+#ifdef Q4_K
+    var warm = vec4<u32>(0u);
+    if (r < M && lane < ITEMS_PER_ROW) {   // the lane's first item's quads, loaded before the prologue
+        let quad = (r * ROW_BYTES + (lane / 8u) * BLOCK_BYTES) >> 4u;
+        warm = wquad(0u, quad) ^ wquad(0u, quad + 1u + lane % 8u);
+#ifdef GLU
+        warm ^= wquad(1u, quad) ^ wquad(1u, quad + 1u + lane % 8u);
+#endif
+    }
+#endif
+#endif
+""")
+WARM_B = ("    let sums = row_sum(lid, sg_size, acc) * inv_rms;", """#ifdef X_INT
+#ifdef Q4_K
+    acc += select(Sums(0.0), Sums(1e-30), all(warm == vec4<u32>(0x12345u, 0x6789u, 0x2468u, 0x1357u)));
+#endif
+#endif
+    let sums = row_sum(lid, sg_size, acc) * inv_rms;""")
+SOURCES.update({"warm": edits("matvec.wgsl", WARM_A, WARM_B)})
+VARIANTS.update({"warm": lambda *a: None})
+OLD = Path(".varA/old/matvec.wgsl")   # another tree's matvec.wgsl, carried along for `old`
+if OLD.exists():
+    SOURCES.update({"old": {"matvec.wgsl": OLD.read_text()}})
+    VARIANTS.update({"old": lambda *a: None})
 SOURCES.update({"unroll": UNROLL, "unroll64": UNROLL, "unroll256": UNROLL})
 VARIANTS.update({"unroll": lambda m, k, g, mg, tpr: None, "unroll64": down(dict(tpr=64)), "unroll256": down(dict(tpr=256))})
 VARIANTS.update({
