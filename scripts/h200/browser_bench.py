@@ -56,6 +56,9 @@ sources = json.loads(%r)
 kernels._sources.update(sources)
 json.dumps(sorted(sources))
 """
+ADAPTER = """(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
+    if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
+    device: i.device, description: i.description, features: [...a.features]}); })()"""
 EXACT_TIMESTAMPS = ["--enable-webgpu-developer-features", "--disable-dawn-features=timestamp_quantization"]
 
 
@@ -97,9 +100,7 @@ async def main(chromium, site, model, flags):
                                 or res["exceptionDetails"].get("text")}
                     return res.get("result", {}).get("value")
 
-                out["raw_adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
-                    if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
-                    device: i.device, description: i.description, features: [...a.features]}); })()""", 60)
+                out["raw_adapter"] = await js(ADAPTER, 60)
                 await call("Page.navigate", url=site)
                 await asyncio.sleep(3)
                 out["first_adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
@@ -113,9 +114,7 @@ async def main(chromium, site, model, flags):
                     return
                 if os.environ.get("PROBE"):
                     await asyncio.sleep(1)
-                    out["adapter"] = await js("""(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
-                        if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
-                        device: i.device, description: i.description, features: [...a.features]}); })()""", 60)
+                    out["adapter"] = await js(ADAPTER, 60)
                     return
                 out["ready"] = await js("window.cera ? 1 : new Promise(r => { const i = setInterval(() => { if (window.cera) { clearInterval(i); r(1); } }, 100); })", 120)
                 out["info"] = await js("window.cera.ready.then(i => JSON.stringify(i))", 300)
