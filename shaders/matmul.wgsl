@@ -49,16 +49,6 @@ enable f16;
 #include "glu.wgsl"
 #endif
 
-#ifndef SCALE
-const SCALE = 1.0f;
-#endif
-#ifndef OUT_STRIDE
-const OUT_STRIDE = M;
-#endif
-#ifndef ROW0
-const ROW0 = 0u;
-#endif
-
 const UPS = BK / 16u;                              // units per slice of a row
 const N_SLICES = (UNITS_PER_ROW + UPS - 1u) / UPS;
 const NM = TILE_M / RM;                            // invocations along M
@@ -120,6 +110,7 @@ var<workgroup> ws: array<vec4<tile_t>, N_MATS * BK * M4>;
 var<workgroup> xs: array<vec4<tile_t>, BK * T4>;
 
 #include "weights.wgsl"
+#include "matmul_out.wgsl"
 
 // ---- staging ------------------------------------------------------------------------------
 
@@ -235,53 +226,6 @@ fn stage(lid: u32, f: Fetched, m0: u32, slice: u32) {
 fn outer_fma(acc: mat4x4<tile_t>, w: vec4<tile_t>, x: vec4<tile_t>) -> mat4x4<tile_t> {
     return mat4x4<tile_t>(fma(w, vec4<tile_t>(x.x), acc[0]), fma(w, vec4<tile_t>(x.y), acc[1]),
                           fma(w, vec4<tile_t>(x.z), acc[2]), fma(w, vec4<tile_t>(x.w), acc[3]));
-}
-
-// Outputs m..m+3 of token t from the accumulated dot products (gate and up for GLU).
-fn store_col(t: u32, m: u32, n_tokens: u32, dots: vec4<f32>, dots_up: vec4<f32>) {
-    if (t >= n_tokens) {
-        return;
-    }
-#ifdef GLU
-    var y = SCALE * glu_act(dots) * dots_up;
-#else
-    var y = SCALE * dots;
-#endif
-#ifdef OUT_VEC4
-    let o = (t * OUT_STRIDE + m) / 4u;
-#ifdef BIAS
-    y += bias[m / 4u];
-#endif
-#ifdef ACCUMULATE
-    y += out[o];
-#endif
-    out[o] = y;
-#else
-    for (var c = 0u; c < 4u; c++) {
-        if (m + c >= M) {
-            break;
-        }
-        var yc = y[c];
-#ifdef BIAS
-        yc += bias[m + c];
-#endif
-#ifdef ACCUMULATE
-        yc += out[t * OUT_STRIDE + m + c];
-#endif
-        out[t * OUT_STRIDE + m + c] = yc;
-    }
-#endif
-}
-
-// A 4 x 4 block: tokens t..t+3 (columns) x rows m..m+3.
-fn store_block(t: u32, m: u32, n_tokens: u32, acc: mat4x4<f32>, up: mat4x4<f32>) {
-    if (m >= M) {
-        return;
-    }
-    store_col(t, m, n_tokens, acc[0], up[0]);
-    store_col(t + 1u, m, n_tokens, acc[1], up[1]);
-    store_col(t + 2u, m, n_tokens, acc[2], up[2]);
-    store_col(t + 3u, m, n_tokens, acc[3], up[3]);
 }
 
 @compute @workgroup_size(WG)

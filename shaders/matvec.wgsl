@@ -39,6 +39,9 @@
 // which cost the page's matvecs 10-20% of their time on an H200 (docs/PERFORMANCE.md).
 #include "quant.wgsl"
 #include "reduce.wgsl"
+#ifdef X_INT
+#include "x_int.wgsl"
+#endif
 #ifdef GLU
 #include "glu.wgsl"
 #endif
@@ -104,11 +107,9 @@ fn x4(e: u32) -> vec4<f32> {
 #endif
 
 #ifdef X_INT
-// x as quant.wgsl's X_INT section reads it: per 256-element block b a step xd[b] and integers
-// q = round(x / xd[b]) of at most X_RANGE, whose plane p (byte p of each q's X_PLANES, a signed
-// digit of base 256: q = sum of 256^p times byte p) holds elements 16g .. 16g+15 in
-// xq[p * K / 16 + g]; xsum[g] holds the group's sum of q.
-const X_RANGE = i32(127u * ((1u << (8u * X_PLANES)) - 1u) / 255u);   // 127 in every byte
+// x as quant.wgsl's X_INT section reads it (x_int.wgsl): per 256-element block b its step xd[b];
+// plane p of the integers of elements 16g .. 16g+15 in xq[p * K / 16 + g]; xsum[g] holds the
+// group's sum of q.
 var<workgroup> xq: array<vec4<u32>, X_PLANES * K / 16u>;
 var<workgroup> xsum: array<i32, K / 16u>;
 var<workgroup> xd: array<f32, K / 256u>;
@@ -138,29 +139,20 @@ fn stage_x_int(lid: u32) {
         let b = g / 16u;
         let m4 = max(max(gmax[4u * b], gmax[4u * b + 1u]), max(gmax[4u * b + 2u], gmax[4u * b + 3u]));
         let m = max(max(m4.x, m4.y), max(m4.z, m4.w));
-        let inv = select(0.0, f32(X_RANGE) / m, m > 0.0);   // llama.cpp's iscale (there of the signed max)
+        let inv = x_int_inv(m);   // llama.cpp's iscale (there of the signed max)
         if (g % 16u == 0u) {
-            xd[b] = select(0.0, 1.0 / inv, m > 0.0);
+            xd[b] = x_int_step(inv);
         }
         let e = 16u * g;
-        var q = array<vec4<i32>, 4>(quant4(e, inv), quant4(e + 4u, inv), quant4(e + 8u, inv), quant4(e + 12u, inv));
+        let q = array<vec4<i32>, 4>(x_int4(x4(e), inv), x_int4(x4(e + 4u), inv), x_int4(x4(e + 8u), inv),
+                                    x_int4(x4(e + 12u), inv));
         xsum[g] = dot(q[0] + q[1] + q[2] + q[3], vec4<i32>(1));
         for (var p = 0u; p < X_PLANES; p++) {
-            var digits: array<vec4<i32>, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                digits[i] = ((q[i] + 128) & vec4<i32>(255)) - 128;   // the signed digit, -128 .. 127
-                q[i] = (q[i] - digits[i]) >> vec4<u32>(8u);
-            }
-            xq[p * (K / 16u) + g] = vec4<u32>(pack4xI8(digits[0]), pack4xI8(digits[1]), pack4xI8(digits[2]),
-                                               pack4xI8(digits[3]));
+            xq[p * (K / 16u) + g] = vec4<u32>(x_int_plane(q[0], p), x_int_plane(q[1], p), x_int_plane(q[2], p),
+                                               x_int_plane(q[3], p));
         }
     }
     workgroupBarrier();
-}
-
-// x[e .. e+3] as integers of step 1 / inv (ties to even, as llama.cpp's nearest_int)
-fn quant4(e: u32, inv: f32) -> vec4<i32> {
-    return vec4<i32>(clamp(round(x4(e) * inv), vec4<f32>(-f32(X_RANGE)), vec4<f32>(f32(X_RANGE))));
 }
 #endif
 

@@ -208,6 +208,23 @@ fn plane_value(sum: i32, p: u32) -> f32 {
 }
 #endif
 
+#ifdef TILE_INT
+// ---- 32-element sub-blocks in integers (matmul_int.wgsl) --------------------------------
+// Sub-block j of a row, elements 32j .. 32j+31 (within one 256-element block), as signed 8-bit
+// quants: element 32j + 16h + 4c + i is byte i of q[h][c], and its weight is
+// d.x * sc[h] * q - d.y * m. A type with TILE_INT support (cera.gpu.batched.INT_TILE_TYPES)
+// defines, its loads apart from its arithmetic (as unit_words / unit_decode):
+//     alias SubWords
+//     fn sub_words(src, row_byte, j) -> SubWords
+//     fn sub_decode(w: SubWords, j) -> SubInt
+struct SubInt {
+    q: array<vec4<u32>, 2>,
+    sc: vec2<i32>,
+    m: i32,
+    d: vec2<f32>,
+}
+#endif
+
 // IQ4_NL / IQ4_XS: the 16 non-uniform levels a 4-bit index selects (ggml's kvalues_iq4nl).
 // A `var<private>` never written, not a `const`: naga copies a dynamically indexed `const`
 // array into a local variable at every access.
@@ -505,6 +522,27 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     return xd[blk] * (dd.x * qs - dd.y * mins);
 }
 #endif
+#ifdef TILE_INT
+
+// Sub-block j: s = j % 8 of its block, the low (s even) or high nibbles of qs[32 (s / 2) ..], two
+// quads; its block's first quad for d, dmin and the scales.
+alias SubWords = array<vec4<u32>, 3>;
+
+fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {
+    let quad = (row_byte + (j / 8u) * BLOCK_BYTES) >> 4u;
+    let chunk = quad + 1u + 2u * ((j % 8u) / 2u);
+    return SubWords(wquad(src, quad), wquad(src, chunk), wquad(src, chunk + 1u));
+}
+
+fn sub_decode(w: SubWords, j: u32) -> SubInt {
+    let s = j % 8u;
+    let shift = vec4<u32>(4u * (s % 2u));
+    let nibbles = vec4<u32>(0x0F0F0F0Fu);
+    let sm = vec2<i32>(scale_min_k4(s, w[0].y, w[0].z, w[0].w));
+    return SubInt(array<vec4<u32>, 2>((w[1] >> shift) & nibbles, (w[2] >> shift) & nibbles), vec2<i32>(sm.x),
+                  sm.y, unpack2x16float(w[0].x));
+}
+#endif
 #endif
 
 #ifdef Q5_K
@@ -609,6 +647,12 @@ fn unit_decode(w: UnitWords, row_byte: u32, u: u32) -> Unit {
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u / 16u) * 256u + ((u % 16u) / 8u) * 128u + (u % 8u) * 4u + g * 32u;
 }
+
+// 6-bit quants q to the signed bytes q - 32: q + 96 stays below 256, and flipping its top bit
+// subtracts 128
+fn q6_signed(q: vec4<u32>) -> vec4<u32> {
+    return (q + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
+}
 #ifdef X_INT
 
 // Item p: units u = 4p .. 4p+3, i = 4k .. 4k+3 of one half (k = p % 2): l = 16k .. 16k+15, so
@@ -617,12 +661,6 @@ fn group_elem(u: u32, g: u32) -> u32 {
 // single units take 24 loads. Each group's 16 products with x (the quants as q - 32) summed and
 // scaled in integers, then d.
 const ITEM_UNITS = 4u;
-
-// 6-bit quants q to the signed bytes q - 32: q + 96 stays below 256, and flipping its top bit
-// subtracts 128
-fn q6_signed(q: vec4<u32>) -> vec4<u32> {
-    return (q + vec4<u32>(0x60606060u)) ^ vec4<u32>(0x80808080u);
-}
 
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let at = unit_bytes(row_byte, 4u * p);   // the first unit's fields: the item's spans start there
@@ -648,6 +686,36 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
         sum += plane_value(dot(scales, dots), plane);
     }
     return load_f16(src, at[5]) * xd[p / 4u] * sum;
+}
+#endif
+#ifdef TILE_INT
+
+// Sub-block j: s = j % 8 of its block, half h = s / 4, i = s % 4: elements 128h + 32i + l (l <
+// 32) from bytes l of ql[64h + 32 (i % 2) ..] (nibble i / 2) and of qh[32h ..] (bits 2i, 2i+1),
+// scales[8h + 2i + l / 16]: two 16-byte spans each, a word of scales and d.
+alias SubWords = array<vec4<u32>, 5>;   // ql, ql, qh, qh, (scales, d)
+
+fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {
+    let blk = row_byte + (j / 8u) * BLOCK_BYTES;
+    let h = (j % 8u) / 4u;
+    let i = j % 4u;
+    let ql = blk + 64u * h + 32u * (i % 2u);
+    let qh = blk + 128u + 32u * h;
+    let sc = blk + 192u + 8u * h + 2u * i;
+    return SubWords(span16(src, ql), span16(src, ql + 16u), span16(src, qh), span16(src, qh + 16u),
+                    vec4<u32>(load_u32(src, sc), load_u16(src, blk + 208u), 0u, 0u));
+}
+
+fn sub_decode(w: SubWords, j: u32) -> SubInt {
+    let i = j % 4u;
+    let lo = vec4<u32>(4u * (i / 2u));
+    let hi = vec4<u32>(2u * i);
+    let nibbles = vec4<u32>(0x0F0F0F0Fu);
+    let bits = vec4<u32>(0x03030303u);
+    let q0 = q6_signed(((w[0] >> lo) & nibbles) | (((w[2] >> hi) & bits) << vec4<u32>(4u)));
+    let q1 = q6_signed(((w[1] >> lo) & nibbles) | (((w[3] >> hi) & bits) << vec4<u32>(4u)));
+    return SubInt(array<vec4<u32>, 2>(q0, q1), vec2<i32>(i8_at(w[4].x, 0u), i8_at(w[4].x, 1u)), 0,
+                  vec2<f32>(unpack2x16float(w[4].y).x, 0.0));
 }
 #endif
 #endif

@@ -21,7 +21,7 @@ from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import batched, layers
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload
+from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload, zeros
 from quantdata import random_rows
 
 TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
@@ -276,6 +276,124 @@ def test_matmul_errors(gpu):
                        bias=buf, w_up=buf)
     with pytest.raises(ValueError, match="multiple"):
         batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+
+
+# --- matmul with x in integers ----------------------------------------------------------------
+
+INT_TYPES = sorted(batched.INT_TILE_TYPES, key=lambda t: t.name)
+INT_IDS = [t.name for t in INT_TYPES]
+
+
+def x_int_rows(gpu, x, step):
+    """quantize_x of x (max_rows, k): (the buffer, its words (max_rows, x_int_stride(k)))."""
+    max_rows, k = x.shape
+    shape = (max_rows, batched.x_int_stride(k))
+    xi = zeros(gpu, shape, "xi")
+    d = batched.quantize_x(gpu.kernels, xi, upload(gpu, x, "x"), step, k=k, max_rows=max_rows)
+    return xi, run(gpu, [d], xi, shape, np.uint32)
+
+
+def test_quantize_x(gpu):
+    """quantize_x's record (x_int_record.wgsl) against ops.q8_k: every integer, each sub-block's
+    sum of them and each block's step (blocks of magnitudes 1e-3 .. 1e3, one all zero); rows
+    past n_tokens untouched."""
+    rng = np.random.default_rng(0)
+    k, max_rows, n_tokens = 768, 9, 7
+    x = rng.standard_normal((max_rows, k)) * np.exp(rng.uniform(-7, 7, (max_rows, k // 256))).repeat(256, 1)
+    x = x.astype(np.float32)
+    x[1, 256:512] = 0
+    _, words = x_int_rows(gpu, x, step_buffer(gpu, 0, n_tokens))
+    q = words[:, : k // 4].view(np.int8).astype(np.int64)
+    sums = words[:, k // 4: k // 4 + k // 32].view(np.int32)
+    steps = words[:, k // 4 + k // 32: k // 4 + k // 32 + k // 256].view(np.float32)
+    assert_close(q[:n_tokens] * steps[:n_tokens].repeat(256, 1), ops.q8_k(x[:n_tokens]), 0, 1e-6, "d * q")
+    assert (sums[:n_tokens] == q[:n_tokens].reshape(n_tokens, -1, 32).sum(-1)).all()
+    assert np.abs(q).max() == 127 and steps[1, 1] == 0 and not q[1, 256:512].any()
+    assert not words[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
+
+
+def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=False, accumulate=False,
+                    scale=None, tiles=None, act=FFN_SILU):
+    """One integer matmul against float64 numpy of W @ ops.q8_k(x): (got, want, sum |x w|)."""
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    step = step_buffer(gpu, 3, n_tokens)
+    xi, _ = x_int_rows(gpu, x, step)
+    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
+    out = upload(gpu, out0, "out")
+    xs = ops.q8_k(x[:n_tokens]).astype(np.float64)
+    want, mag = xs @ w.T.astype(np.float64), np.abs(xs) @ np.abs(w.T)
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
+    if glu:
+        raw_up, w_up = random_rows(t, m, k, rng)
+        kw["w_up"] = upload(gpu, raw_up, "w_up")
+        up = xs @ w_up.T.astype(np.float64)
+        mag = mag * (np.abs(xs) @ np.abs(w_up.T)) + mag * np.abs(up)
+        want = glu_act(want, act) * up
+    if scale is not None:
+        want, mag = want * scale, mag * abs(scale)
+    if bias:
+        b = rng.standard_normal(m).astype(np.float32)
+        kw["bias"] = upload(gpu, b, "bias")
+        want = want + b
+    if accumulate:
+        want = want + out0[:n_tokens]
+    got = run(gpu, [batched.matmul_int(gpu.kernels, gpu.device, out, upload(gpu, raw, "w"), xi, step, **kw)],
+              out, (max_rows, m))
+    assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
+    return got[:n_tokens], want, mag
+
+
+# (m, k, n_tokens, max_rows): one block, several; rows and tokens not multiples of a tile
+INT_CHUNKS = [(67, 256, 7, 9), (300, 768, 33, 40), (67, 512, 128, 128), (5, 256, 1, 4)]
+
+
+@pytest.mark.parametrize("t", INT_TYPES, ids=INT_IDS)
+def test_matmul_int(gpu, t):
+    """The integer matmul against W @ q8_k(x) in float64: the products of quants are exact, so
+    only f32 roundings of the scaling remain (check_matmul's f32 bound)."""
+    rng = np.random.default_rng(int(t))
+    for m, k, n_tokens, max_rows in INT_CHUNKS:
+        got, want, mag = matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng)
+        check_matmul(got, want, mag, f"{t.name} m={m} k={k} rows={n_tokens}/{max_rows}")
+
+
+INT_TILINGS = sorted(set(batched._INT_TILES + batched._INT_GLU_TILES) | {batched.IntTiles(64, 64, 256)},
+                     key=lambda t: (t.tile_m, t.tile_t, t.bk))
+
+
+@pytest.mark.parametrize("tiles", INT_TILINGS, ids=lambda t: f"{t.tile_m}x{t.tile_t}x{t.bk}")
+@pytest.mark.parametrize("t,flags", [(T.Q4_K, dict(glu=True)), (T.Q6_K, dict(glu=True, act=FFN_GELU)),
+                                     (T.Q4_K, dict(bias=True, scale=0.5)), (T.Q6_K, dict(accumulate=True))],
+                         ids=["Q4_K-glu", "Q6_K-gelu", "Q4_K-bias+scale", "Q6_K-accumulate"])
+def test_matmul_int_variants(gpu, t, flags, tiles):
+    """Every integer tiling the builder may pick (and whole-block slices), with the GLU, bias,
+    scale and accumulate variants."""
+    got, want, mag = matmul_int_case(gpu, t, 70, 512, 37, 40, np.random.default_rng(int(t)), tiles=tiles, **flags)
+    check_matmul(got, want, mag, f"{t.name} {flags}")
+
+
+def test_int_tile_choice(gpu, monkeypatch):
+    """Integer x only where it is switched on ($CERA_PREFILL_INT8=1), for its types and K; the
+    GLU's tiling fits Chromium's 32 KiB of workgroup memory."""
+    assert not batched.PREFILL_INT8, "8-bit x is opt-in: it changes results beyond the f32 tolerances"
+    assert not batched.int_tile(gpu.device, T.Q4_K, 1536)
+    monkeypatch.setattr(batched, "PREFILL_INT8", True)
+    assert batched.int_tile(gpu.device, T.Q4_K, 1536) and batched.int_tile(gpu.device, T.Q6_K, 256)
+    assert not batched.int_tile(gpu.device, T.Q4_0, 1536) and not batched.int_tile(gpu.device, T.Q4_K, 100)
+    assert batched._INT_GLU_TILES[0].storage(True) <= 32768
+    small = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
+    assert batched.int_tiles(small, True, 512, 8960).storage(True) <= 16384
+
+
+def test_matmul_int_errors(gpu):
+    buf = gpu.device.buffer(4096, "x")
+    with pytest.raises(ValueError, match="no integer matmul"):
+        batched.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_0, k=256, m=4, max_rows=4)
+    with pytest.raises(ValueError, match="no integer matmul"):
+        batched.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        batched.quantize_x(gpu.kernels, buf, buf, buf, k=100, max_rows=4)
 
 
 # --- prefill attention -------------------------------------------------------------------------

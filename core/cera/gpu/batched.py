@@ -38,7 +38,7 @@ from math import gcd
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_SILU, MAX_HEAD_DIM
-from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
+from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
 from cera.gpu.layers import window_define
@@ -211,6 +211,113 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
                             **defines)
 
 
+# --- matmul with x in integers ---------------------------------------------------------------
+
+# Weight types with an integer prefill matmul (shaders/matmul_int.wgsl; quant.wgsl TILE_INT): x
+# in 8 bits per 256-element block, as llama.cpp's CPU backend quantizes the activations of its
+# k-quant dot products (Q8_K). Opt-in ($CERA_PREFILL_INT8=1, like matmul.DECODE_X_BITS' 8): its
+# logits differ from the f32 tiles' by llama.cpp's own activation rounding (a few percent of the
+# largest on the synthetic models), beyond the tolerance prefill is held to against decode.
+INT_TILE_TYPES = frozenset({T.Q4_K, T.Q6_K})
+PREFILL_INT8 = os.environ.get("CERA_PREFILL_INT8", "0") == "1"
+
+
+def x_int_stride(k: int) -> int:
+    """u32 words of a row of x in 8-bit integers (shaders/x_int_record.wgsl), a multiple of 4."""
+    return -(-(k // 4 + k // 32 + k // 256) // 4) * 4
+
+
+def int_tile(device, wtype: int, k: int) -> bool:
+    """Whether the prefill matmul of `wtype` rows of k takes x in integers by default."""
+    return PREFILL_INT8 and T(wtype) in INT_TILE_TYPES and k % 256 == 0 and PACKED_DOT in device.features
+
+
+@dataclass(frozen=True)
+class IntTiles:
+    """matmul_int.wgsl's tile: tile_t tokens x tile_m rows, K in slices of bk (4x4 outputs an
+    invocation)."""
+    tile_m: int
+    tile_t: int
+    bk: int
+
+    def __post_init__(self):
+        if self.tile_m % 4 or self.tile_t % 4 or self.bk not in (32, 64, 128, 256):
+            raise ValueError(f"{self}: tile_m, tile_t must be multiples of 4 and bk 32, 64, 128 or 256")
+
+    @property
+    def invocations(self) -> int:
+        return self.tile_m * self.tile_t // 16
+
+    def storage(self, glu: bool) -> int:
+        """Workgroup memory in bytes: per matrix the quants (a byte each), 16-element scales,
+        mins and d | dmin of its rows; x's integers, sub-block sums and steps."""
+        subs, mats = self.bk // 32, 2 if glu else 1
+        return mats * self.tile_m * (self.bk + 4 * (3 * subs + 1)) + self.tile_t * (self.bk + 4 * (subs + 1))
+
+    def defines(self) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk)
+
+
+# Preferred first, as _MATMUL_TILES. Measured on an H200 (Qwen2.5-1.5B, docs/PERFORMANCE.md,
+# 2026-12-03): the GLU in 128-element slices (47 TFLOP/s; 64: 41), the others in 64 (the Q6_K
+# down 28 -> 31 TFLOP/s; the Q4_K ones the same); 32-token tiles slower (the GLU 35), 128-row
+# ones too (the Q6_K down 18.5). The GLU's 64x64x128 is 31.75 KiB: within Chromium's 32 KiB only
+# because d | dmin are staged as f16 pairs.
+_INT_TILES = [IntTiles(64, 64, 64), IntTiles(64, 32, 64), IntTiles(64, 32, 32)]
+_INT_GLU_TILES = [IntTiles(64, 64, 128), IntTiles(64, 64, 64), IntTiles(64, 32, 32)]
+
+
+def int_tiles(limits, glu: bool, max_rows: int, m: int) -> IntTiles:
+    budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
+    fitting = [t for t in (_INT_GLU_TILES if glu else _INT_TILES)
+               if t.storage(glu) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
+    if not fitting:
+        raise TooLarge("no integer matmul tiling fits this device's workgroup limits")
+    for tiles in fitting:
+        if _workgroups(tiles, m, max_rows) >= MIN_WORKGROUPS:
+            return tiles
+    return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
+
+
+def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "quantize_x") -> Dispatch:
+    """xi (rows, x_int_stride(k)) = x (rows, k) f32 in 8-bit integers (shaders/quantize_x.wgsl)
+    for rows < step.n_tokens <= max_rows; k a multiple of 256."""
+    if k % 256:
+        raise Unsupported(f"quantize_x: k {k} must be a multiple of 256")
+    stride = x_int_stride(k)
+    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (k // 256, max_rows, 1), label,
+                            reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
+
+
+def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,
+               scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+               out_stride: int | None = None, tiles: IntTiles | None = None, act: str = FFN_SILU,
+               label: str | None = None) -> Dispatch:
+    """batched `matmul` with x in 8-bit integers: xi (rows, x_int_stride(k)) as quantize_x wrote
+    it, W of INT_TILE_TYPES; the other arguments as matmul's."""
+    t = T(wtype)
+    if t not in INT_TILE_TYPES or k % 256:
+        raise Unsupported(f"no integer matmul for {t.name} rows of {k}")
+    if w_up is not None and bias is not None:
+        raise Unsupported("matmul: GLU with a bias is not supported")
+    glu, gelu = w_up is not None, gelu_flag(act, w_up)
+    tiles = tiles or int_tiles(device.limits, glu, max_rows, m)
+    stride = m if out_stride is None else out_stride
+    defines = dict(K=k, M=m, OUT_STRIDE=stride, X_PLANES=1, X_STRIDE=x_int_stride(k), **tiles.defines(),
+                   **weight_flags(t), **flags(TILE_INT=True, BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu,
+                                              GELU=gelu, OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
+    if scale is not None and scale != 1.0:
+        defines["SCALE"] = float(scale)
+    bindings = [w] + ([w_up] if glu else []) + [xi, out] + ([bias] if bias is not None else []) + [step]
+    y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
+    label = label or (f"matmul {t.name} {m}x{k} x8" + (" glu" if glu else "") + (" gelu" if gelu else "")
+                      + (" +=" if accumulate else ""))
+    weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
+    reads = weight_bytes + 4 * max_rows * (x_int_stride(k) + m * accumulate) + 4 * m * (bias is not None)
+    return kernels.dispatch("matmul_int.wgsl", bindings, (-(-max_rows // tiles.tile_t), y, z), label, reads=reads,
+                            writes=4 * max_rows * m, **defines)
+
+
 def _aligned_rows(align: int, *row_sizes: int) -> int:
     """The smallest row count whose multiples keep every row size's offsets aligned."""
     step = 1
@@ -237,16 +344,22 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                  out_stride: int | None = None, limits=None, act: str = FFN_SILU,
-                 half: bool | None = None) -> list[Dispatch]:
+                 half: bool | None = None, xi=None) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out, and token
     rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
     between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
-    bias must start at aligned offsets. `half`: as in matmul."""
+    bias must start at aligned offsets. `half`: as in matmul. Given `xi` (room for x in
+    integers), one that fits in a dispatch and takes integer x (`int_tile`) is quantize_x into
+    xi, then matmul_int."""
     limits = limits or device.limits
     stride = m if out_stride is None else out_stride
     col_tiles = row_tiles(wtype, k, m, limits)
     blocks = row_blocks(k, stride, max_rows, limits)
+    if xi is not None and int_tile(device, wtype, k) and len(col_tiles) == 1 and len(blocks) == 1:
+        return [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows),
+                matmul_int(kernels, device, out, w, xi, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
+                           scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride, act=act)]
     if len(col_tiles) == 1 and len(blocks) == 1:
         return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
                        scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride,

@@ -292,7 +292,8 @@ class PrefillBuilder(Builder):
         steps, x, _ = self.normed(x, norm)
         with _naming(m.name):
             steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
-                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, **kw)
+                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=self.act.xi,
+                                          **kw)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):

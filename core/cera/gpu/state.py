@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
-from cera.gpu import layers
+from cera.gpu import batched, layers
 
 STEP_BYTES = 16
 # Decode steps per greedy submission. A submission costs the host a fixed amount beyond encoding
@@ -53,12 +53,15 @@ class Activations:
     conv_out: Binding | None = None   # (rows, hidden)
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
+    xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (batched.quantize_x)
 
     @staticmethod
     def shapes(cfg: ModelConfig, rows: int) -> dict[str, tuple[int, ...]]:
         """field -> f32 shape of every buffer `allocate` makes for `rows` rows."""
         h, r = cfg.hidden, rows
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
+        if rows > 1 and batched.PREFILL_INT8:
+            a["xi"] = (r, batched.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),

@@ -1,0 +1,40 @@
+"""Throwaway prefill A/B of the integer matmul (CERA_PREFILL_X_BITS) and its tilings in one
+process: per variant a 512-token prompt's wall time (best of 6) and the prefill profile.
+    python3 .varA/abi.py CLONE f32,x16,x8,... [rounds]"""
+import asyncio, sys, time
+from cera.engine import Engine
+from cera.gguf_file import GGUFFile
+from cera.native import NativeDevice
+from cera.gpu import batched, profile
+from cera.gpu.batched import IntTiles as IT
+
+BASE, GLU = list(batched._INT_TILES), list(batched._INT_GLU_TILES)
+VARIANTS = {
+    "f32": dict(on=False), "x8": dict(on=True),
+    "x8glu64": dict(on=True, glu=[IT(64, 64, 64)]), "x8bk128": dict(on=True, tiles=[IT(64, 64, 128)]),
+}
+
+def measure(path, n=int(__import__("os").environ.get("N", 512))):
+    dev = NativeDevice()
+    model = asyncio.run(Engine.load(GGUFFile.open(path), dev, ctx=2048)).backend
+    tokens = list(range(1, n + 1))
+    best = 1e9
+    for _ in range(6):
+        model.reset()
+        t = time.perf_counter(); asyncio.run(model.forward(tokens, 0)); best = min(best, time.perf_counter() - t)
+    lines = asyncio.run(profile.prefill_report(model, tokens, top=10))
+    return f"{n / best:8.0f} tok/s wall {best * 1e3:6.2f} ms", lines
+
+if __name__ == "__main__":
+    path, names = sys.argv[1], sys.argv[2].split(",")
+    for r in range(int(sys.argv[3]) if len(sys.argv) > 3 else 1):
+        for name in names:
+            v = VARIANTS[name]
+            batched.PREFILL_INT8 = v["on"]
+            batched._INT_TILES, batched._INT_GLU_TILES = v.get("tiles", []) + BASE, v.get("glu", []) + GLU
+            try:
+                head, lines = measure(path)
+            except Exception as e:
+                print(f"== {name}: failed: {type(e).__name__}: {e}", flush=True); continue
+            print(f"== {name} round {r}: {head}")
+            print("\n".join(lines), flush=True)

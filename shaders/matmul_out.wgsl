@@ -1,0 +1,59 @@
+// The prefill matmuls' outputs (matmul.wgsl, matmul_int.wgsl): a 4 x 4 block of dot products
+// (tokens x weight rows) scaled, activated (GLU), biased or added into `out`, as the includer's
+// flags say. The includer declares `out` (and `bias`) as vec4 with OUT_VEC4, and defines M.
+#ifndef SCALE
+const SCALE = 1.0f;
+#endif
+#ifndef OUT_STRIDE
+const OUT_STRIDE = M;
+#endif
+#ifndef ROW0
+const ROW0 = 0u;
+#endif
+
+// Outputs m..m+3 of token t from the accumulated dot products (gate and up for GLU).
+fn store_col(t: u32, m: u32, n_tokens: u32, dots: vec4<f32>, dots_up: vec4<f32>) {
+    if (t >= n_tokens) {
+        return;
+    }
+#ifdef GLU
+    var y = SCALE * glu_act(dots) * dots_up;
+#else
+    var y = SCALE * dots;
+#endif
+#ifdef OUT_VEC4
+    let o = (t * OUT_STRIDE + m) / 4u;
+#ifdef BIAS
+    y += bias[m / 4u];
+#endif
+#ifdef ACCUMULATE
+    y += out[o];
+#endif
+    out[o] = y;
+#else
+    for (var c = 0u; c < 4u; c++) {
+        if (m + c >= M) {
+            break;
+        }
+        var yc = y[c];
+#ifdef BIAS
+        yc += bias[m + c];
+#endif
+#ifdef ACCUMULATE
+        yc += out[t * OUT_STRIDE + m + c];
+#endif
+        out[t * OUT_STRIDE + m + c] = yc;
+    }
+#endif
+}
+
+// A 4 x 4 block: tokens t..t+3 (columns) x rows m..m+3.
+fn store_block(t: u32, m: u32, n_tokens: u32, acc: mat4x4<f32>, up: mat4x4<f32>) {
+    if (m >= M) {
+        return;
+    }
+    store_col(t, m, n_tokens, acc[0], up[0]);
+    store_col(t + 1u, m, n_tokens, acc[1], up[1]);
+    store_col(t + 2u, m, n_tokens, acc[2], up[2]);
+    store_col(t + 3u, m, n_tokens, acc[3], up[3]);
+}
