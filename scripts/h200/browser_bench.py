@@ -10,7 +10,9 @@ step at KV length 513 and a 512-token prompt, as `scripts/profile_decode.py` pri
 with Chromium's timestamp quantization off (100 us steps otherwise). With SHADERS=DIR, each
 DIR/NAME.wgsl replaces shaders/NAME.wgsl in the page before the model loads: an A/B of shader
 variants on one build. With PROBE_JS=FILE, FILE's expression (resolving to a JSON string, e.g.
-subgroup_matrix_probe.js) is evaluated in the page instead of the bench.
+subgroup_matrix_probe.js) is evaluated in the page instead of the bench. With PRELOAD=CODE, that
+Python runs in the page's worker before the model loads (an opt-in the page has no switch for,
+e.g. `from cera.gpu import batched; batched.PREFILL_INT8 = True`).
 """
 import asyncio
 import json
@@ -122,6 +124,9 @@ async def main(chromium, site, model, flags):
                 if os.environ.get("SHADERS"):
                     sources = {f.name: f.read_text() for f in sorted(Path(os.environ["SHADERS"]).glob("*.wgsl"))}
                     out["shaders"] = await js(f"window.cera.python({json.dumps(OVERRIDE % json.dumps(sources))})", 60)
+                if os.environ.get("PRELOAD"):
+                    code = os.environ["PRELOAD"] + "\n'done'"
+                    out["preload"] = await js(f"window.cera.python({json.dumps(code)})", 60)
                 out["load"] = await js(f"window.cera.load({json.dumps(model)}).then(m => JSON.stringify(m))", 600)
                 if os.environ.get("NO_BENCH"):
                     return

@@ -261,9 +261,10 @@ class IntTiles:
 # Preferred first, as _MATMUL_TILES. Measured on an H200 (Qwen2.5-1.5B, docs/PERFORMANCE.md,
 # 2026-12-03): the GLU in 128-element slices (47 TFLOP/s; 64: 41), the others in 64 (the Q6_K
 # down 28 -> 31 TFLOP/s; the Q4_K ones the same); 32-token tiles slower (the GLU 35), 128-row
-# ones too (the Q6_K down 18.5). The GLU's 64x64x128 is 31.75 KiB: within Chromium's 32 KiB only
+# ones too (the Q6_K down 18.5); a 256-row v projection in 32-row tiles of 128-element slices
+# (64 workgroups) 51 -> 44 us. The GLU's 64x64x128 is 31.75 KiB: within Chromium's 32 KiB only
 # because d | dmin are staged as f16 pairs.
-_INT_TILES = [IntTiles(64, 64, 64), IntTiles(64, 32, 64), IntTiles(64, 32, 32)]
+_INT_TILES = [IntTiles(64, 64, 64), IntTiles(32, 64, 128), IntTiles(64, 32, 64), IntTiles(64, 32, 32)]
 _INT_GLU_TILES = [IntTiles(64, 64, 128), IntTiles(64, 64, 64), IntTiles(64, 32, 32)]
 
 
@@ -285,7 +286,7 @@ def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "qua
     if k % 256:
         raise Unsupported(f"quantize_x: k {k} must be a multiple of 256")
     stride = x_int_stride(k)
-    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (k // 256, max_rows, 1), label,
+    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k}",
                             reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
 
 
@@ -344,20 +345,20 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                  out_stride: int | None = None, limits=None, act: str = FFN_SILU,
-                 half: bool | None = None, xi=None) -> list[Dispatch]:
+                 half: bool | None = None, xi=None, x_ready: bool = False) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out, and token
     rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
     between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
     bias must start at aligned offsets. `half`: as in matmul. Given `xi` (room for x in
     integers), one that fits in a dispatch and takes integer x (`int_tile`) is quantize_x into
-    xi, then matmul_int."""
+    xi (unless `x_ready`: an earlier dispatch left this x there), then matmul_int."""
     limits = limits or device.limits
     stride = m if out_stride is None else out_stride
     col_tiles = row_tiles(wtype, k, m, limits)
     blocks = row_blocks(k, stride, max_rows, limits)
     if xi is not None and int_tile(device, wtype, k) and len(col_tiles) == 1 and len(blocks) == 1:
-        return [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows),
+        return [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready) + [
                 matmul_int(kernels, device, out, w, xi, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
                            scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride, act=act)]
     if len(col_tiles) == 1 and len(blocks) == 1:

@@ -313,9 +313,10 @@ class PrefillBuilder(Builder):
         width, column = cfg.q_dim + 2 * kv, {"q": 0, "k": cfg.q_dim, "v": cfg.q_dim + kv}
         out = {p: Binding(a.qkv.buffer, 4 * column[p], 4 * (width * self.rows - column[p]))
                for p in "qkv"}   # from row 0's part to the last row's end
-        for run in runs:
+        for run in runs:   # x in integers (batched.quantize_x) once for the runs that take it
             m, bias = w.stacked(i, run)
-            steps += self.proj(out[run[0]], m, a.xb, bias=bias, out_stride=width)
+            ready = any(getattr(s, "label", "").startswith("quantize_x") for s in steps)
+            steps += self.proj(out[run[0]], m, a.xb, bias=bias, out_stride=width, x_ready=ready)
         return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i, q, k, v):
