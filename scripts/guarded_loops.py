@@ -37,8 +37,14 @@ def chromium_args(log: Path) -> list[str]:
 
 
 def _kernels() -> dict[str, str]:
-    """The first line of each shader's header -> its name."""
-    return {path.read_text().splitlines()[0]: path.stem for path in sorted((REPO / "shaders").glob("*.wgsl"))}
+    """The first line of each shader's header -> its name (each shader's must be its own)."""
+    heads = {}
+    for path in sorted((REPO / "shaders").glob("*.wgsl")):
+        first = path.read_text().splitlines()[0]
+        if first in heads:
+            raise ValueError(f"{path.name} and {heads[first]}.wgsl start with the same line: tell them apart")
+        heads[first] = path.stem
+    return heads
 
 
 def _kernel(wgsl: str, heads: dict[str, str]) -> str:

@@ -1,5 +1,5 @@
-// out[t, m] = SCALE * dot(W[m, :], x[t, :]) (+ bias[m]) for t < step.n_tokens, m < M: the
-// batched (prefill) matmul of matmul.wgsl with x in 8-bit integers per 256-element block, as
+// The batched (prefill) matmul of matmul.wgsl, out[t, m] = SCALE * dot(W[m, :], x[t, :])
+// (+ bias[m]) for t < step.n_tokens, m < M, with x in 8-bit integers per 256-element block, as
 // llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K;
 // x_int.wgsl with X_PLANES 1, written by quantize_x.wgsl), and the weights as 8-bit quants
 // (quant.wgsl TILE_INT): every product of quants exact, four a dot4I8Packed.

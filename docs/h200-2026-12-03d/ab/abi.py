@@ -5,13 +5,28 @@ import asyncio, sys, time
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.native import NativeDevice
+from cera import kernels
 from cera.gpu import batched, profile
 from cera.gpu.batched import IntTiles as IT
 
+NOQ = """#include "common.wgsl"
+#include "x_int_record.wgsl"
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> xi: array<u32>;
+@group(0) @binding(2) var<uniform> step: Step;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    if (wid.y >= step.n_tokens || lid > 0u) { return; }
+    xi[wid.y * X_STRIDE + X_STEPS + wid.x] = bitcast<u32>(x[wid.y * K / 4u + 64u * wid.x].x);
+}
+"""
 BASE, GLU = list(batched._INT_TILES), list(batched._INT_GLU_TILES)
 VARIANTS = {
     "f32": dict(on=False), "x8": dict(on=True),
     "x8glu64": dict(on=True, glu=[IT(64, 64, 64)]), "x8bk128": dict(on=True, tiles=[IT(64, 64, 128)]),
+    "v32": dict(on=True, tiles=[IT(64, 64, 64), IT(32, 64, 64)]), "v32t32": dict(on=True, tiles=[IT(64, 64, 64), IT(32, 32, 128)]),
+    "v32b": dict(on=True, tiles=[IT(64, 64, 64), IT(32, 64, 128)]),
+    "noq": dict(on=True, src={"quantize_x.wgsl": NOQ}),   # diagnostic: quantize_x does nothing (x wrong)
 }
 
 def measure(path, n=int(__import__("os").environ.get("N", 512))):
@@ -31,6 +46,7 @@ if __name__ == "__main__":
         for name in names:
             v = VARIANTS[name]
             batched.PREFILL_INT8 = v["on"]
+            kernels._sources.clear(); kernels._sources.update(v.get("src", {}))
             batched._INT_TILES, batched._INT_GLU_TILES = v.get("tiles", []) + BASE, v.get("glu", []) + GLU
             try:
                 head, lines = measure(path)
