@@ -232,14 +232,12 @@ fn outer_fma(acc: mat4x4<tile_t>, w: vec4<tile_t>, x: vec4<tile_t>) -> mat4x4<ti
 fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let n_tokens = max(step.n_tokens, ROW0) - ROW0;   // rows of this dispatch's block
-    let t0 = wid.x * TILE_T;
-    if (t0 >= n_tokens) {
+    let origin = tile_origin(wid, nwg);
+    let n_tokens = origin.x;
+    let t0 = origin.y;
+    let m0 = origin.z;
+    if (t0 >= n_tokens || m0 >= M) {
         return;   // uniform: whole workgroup
-    }
-    let m0 = (wid.y + wid.z * nwg.y) * TILE_M;
-    if (m0 >= M) {
-        return;
     }
     let tm = lid % NM;
     let tt = lid / NM;

@@ -1,6 +1,7 @@
 // The prefill matmuls' outputs (matmul.wgsl, matmul_int.wgsl): a 4 x 4 block of dot products
 // (tokens x weight rows) scaled, activated (GLU), biased or added into `out`, as the includer's
-// flags say. The includer declares `out` (and `bias`) as vec4 with OUT_VEC4, and defines M.
+// flags say, and the tile a workgroup owns. The includer declares `out` (and `bias`) as vec4 with
+// OUT_VEC4 and `step`, and defines M and TILE_T, TILE_M.
 #ifndef SCALE
 const SCALE = 1.0f;
 #endif
@@ -56,4 +57,10 @@ fn store_block(t: u32, m: u32, n_tokens: u32, acc: mat4x4<f32>, up: mat4x4<f32>)
     store_col(t + 1u, m, n_tokens, acc[1], up[1]);
     store_col(t + 2u, m, n_tokens, acc[2], up[2]);
     store_col(t + 3u, m, n_tokens, acc[3], up[3]);
+}
+
+// A workgroup's tile: (rows of this dispatch's token block, its first token, its first weight
+// row); the M tile index is wid.y + wid.z * num_workgroups.y. Past either end: nothing to do.
+fn tile_origin(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
+    return vec3<u32>(max(step.n_tokens, ROW0) - ROW0, wid.x * TILE_T, (wid.y + wid.z * nwg.y) * TILE_M);
 }

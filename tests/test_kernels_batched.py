@@ -43,17 +43,10 @@ def lengths(t):
 CHUNKS = [(67, 0, 7, 9), (300, 1, 33, 40), (67, 2, 128, 128), (5, 1, 1, 4)]
 
 
-def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
-                glu=False, tiles=None, device=None, act=FFN_SILU, half=False):
-    """Run one batched matmul; return (got (n_tokens, m), want, sum |x w| (scaled like want),
-    the K slice of f16 tiles (0: f32)). act: the GLU's gate activation."""
-    raw, w = random_rows(t, m, k, rng)
-    x = rng.standard_normal((max_rows, k)).astype(np.float32)
-    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
-    out = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act,
-              half=half)
-    xs = x[:n_tokens].astype(np.float64)
+def expected(gpu, rng, t, w, xs, out0, kw, *, glu, act, scale, bias, accumulate):
+    """(want, sum |x w| scaled like want) of a matmul of w (m, k) with xs (n_tokens, k) in float64
+    and its variants; the GLU's up matrix and the bias are drawn and put into kw as uploads."""
+    m, k = w.shape
     want = xs @ w.T.astype(np.float64)                          # (n_tokens, m)
     mag = np.abs(xs) @ np.abs(w.T)                              # sum |x w|: bounds the f32 error
     if glu:
@@ -69,7 +62,22 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
         kw["bias"] = upload(gpu, b, "bias")
         want = want + b
     if accumulate:
-        want = want + out0[:n_tokens]
+        want = want + out0
+    return want, mag
+
+
+def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
+                glu=False, tiles=None, device=None, act=FFN_SILU, half=False):
+    """Run one batched matmul; return (got (n_tokens, m), want, sum |x w| (scaled like want),
+    the K slice of f16 tiles (0: f32)). act: the GLU's gate activation."""
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
+    out = upload(gpu, out0, "out")
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act,
+              half=half)
+    want, mag = expected(gpu, rng, t, w, x[:n_tokens].astype(np.float64), out0[:n_tokens], kw, glu=glu, act=act,
+                         scale=scale, bias=bias, accumulate=accumulate)
     step = step_buffer(gpu, 3, n_tokens)
     dispatch = batched.matmul(gpu.kernels, device or gpu.device, out, upload(gpu, raw, "w"), upload(gpu, x, "x"),
                               step, **kw)
@@ -321,23 +329,9 @@ def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=Fa
     xi, _ = x_int_rows(gpu, x, step)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out = upload(gpu, out0, "out")
-    xs = ops.q8_k(x[:n_tokens]).astype(np.float64)
-    want, mag = xs @ w.T.astype(np.float64), np.abs(xs) @ np.abs(w.T)
     kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
-    if glu:
-        raw_up, w_up = random_rows(t, m, k, rng)
-        kw["w_up"] = upload(gpu, raw_up, "w_up")
-        up = xs @ w_up.T.astype(np.float64)
-        mag = mag * (np.abs(xs) @ np.abs(w_up.T)) + mag * np.abs(up)
-        want = glu_act(want, act) * up
-    if scale is not None:
-        want, mag = want * scale, mag * abs(scale)
-    if bias:
-        b = rng.standard_normal(m).astype(np.float32)
-        kw["bias"] = upload(gpu, b, "bias")
-        want = want + b
-    if accumulate:
-        want = want + out0[:n_tokens]
+    want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=glu,
+                         act=act, scale=scale, bias=bias, accumulate=accumulate)
     got = run(gpu, [batched.matmul_int(gpu.kernels, gpu.device, out, upload(gpu, raw, "w"), xi, step, **kw)],
               out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
