@@ -18,7 +18,8 @@
 //
 // Defines: a type flag with TILE_INT (cera.gpu.batched.INT_TILE_TYPES), K (a multiple of
 // 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
-// (x_int_record.wgsl), OUT_STRIDE, ROW0 and SCALE as matmul.wgsl; flags BIAS ACCUMULATE GLU
+// (x_int_record.wgsl), OUT_STRIDE and SCALE as matmul.wgsl, ROW0 (out bound from token row ROW0
+// on, as matmul.wgsl's; xi whole, token t's record at row ROW0 + t); flags BIAS ACCUMULATE GLU
 // GELU OUT_VEC4 as matmul.wgsl.
 // Bindings: w, [w_up], xi (rows, X_STRIDE) u32 as vec4, out, [bias], step.
 // Dispatch: as matmul.wgsl.

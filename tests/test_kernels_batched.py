@@ -19,7 +19,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
-from cera.gpu import batched, layers
+from cera.gpu import batched, layers, matmul
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload, zeros
 from quantdata import random_rows
@@ -365,6 +365,31 @@ def test_matmul_int_variants(gpu, t, flags, tiles):
     scale and accumulate variants."""
     got, want, mag = matmul_int_case(gpu, t, 70, 512, 37, 40, np.random.default_rng(int(t)), tiles=tiles, **flags)
     check_matmul(got, want, mag, f"{t.name} {flags}")
+
+
+def test_matmul_tiled_int(gpu, monkeypatch):
+    """matmul_tiled with x in integers (an LM head over a chunk, scoring): x quantized whole once,
+    then W row tiles and token row blocks as with f32 x, each block's records read from its row."""
+    monkeypatch.setattr(batched, "PREFILL_INT8", True)
+    t, m, k, n_tokens, max_rows = T.Q4_K, 96, 256, 19, 24   # W tiles of 64 rows, token blocks of 8
+    limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=9300,
+                                 min_storage_buffer_offset_alignment=256)
+    rng = np.random.default_rng(12)
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    out0 = np.zeros((max_rows, m), np.float32)
+    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows)
+    want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=False,
+                         act=FFN_SILU, scale=None, bias=True, accumulate=False)
+    out, xi = upload(gpu, out0), zeros(gpu, (max_rows, batched.x_int_stride(k)), "xi")
+    dispatches = batched.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
+                                      step_buffer(gpu, 0, n_tokens), limits=limits, xi=xi, **kw)
+    blocks, tiles = batched.row_blocks(k, m, max_rows, limits), matmul.row_tiles(t, k, m, limits)
+    assert len(blocks) > 1 and len(tiles) > 1
+    assert [d.label.split()[0] for d in dispatches] == ["quantize_x"] + ["matmul"] * len(blocks) * len(tiles)
+    got = run(gpu, dispatches, out, (max_rows, m))
+    check_matmul(got[:n_tokens], want, mag, "tiled, integer x")
+    assert not got[n_tokens:].any()
 
 
 def test_int_tile_choice(gpu, monkeypatch):

@@ -292,10 +292,11 @@ def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "qua
 
 def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,
                scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-               out_stride: int | None = None, tiles: IntTiles | None = None, act: str = FFN_SILU,
+               out_stride: int | None = None, row0: int = 0, tiles: IntTiles | None = None, act: str = FFN_SILU,
                label: str | None = None) -> Dispatch:
     """batched `matmul` with x in 8-bit integers: xi (rows, x_int_stride(k)) as quantize_x wrote
-    it, W of INT_TILE_TYPES; the other arguments as matmul's."""
+    it, W of INT_TILE_TYPES; the other arguments as matmul's, but for row0: out is bound from
+    token row row0 on (as matmul's) and xi whole, its rows read from row0 on."""
     t = T(wtype)
     if t not in INT_TILE_TYPES or k % 256:
         raise Unsupported(f"no integer matmul for {t.name} rows of {k}")
@@ -307,6 +308,8 @@ def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int,
     defines = dict(K=k, M=m, OUT_STRIDE=stride, X_PLANES=1, X_STRIDE=x_int_stride(k), **tiles.defines(),
                    **weight_flags(t), **flags(TILE_INT=True, BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu,
                                               GELU=gelu, OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
+    if row0:
+        defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     bindings = [w] + ([w_up] if glu else []) + [xi, out] + ([bias] if bias is not None else []) + [step]
@@ -357,7 +360,9 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
     stride = m if out_stride is None else out_stride
     col_tiles = row_tiles(wtype, k, m, limits)
     blocks = row_blocks(k, stride, max_rows, limits)
-    if xi is not None and int_tile(device, wtype, k) and len(col_tiles) == 1 and len(blocks) == 1:
+    integer = (xi is not None and int_tile(device, wtype, k)   # xi is bound whole: rows of k bytes and a bit
+               and 4 * max_rows * x_int_stride(k) <= limits.max_storage_buffer_binding_size)
+    if integer and len(col_tiles) == 1 and len(blocks) == 1:
         return [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready) + [
                 matmul_int(kernels, device, out, w, xi, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
                            scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride, act=act)]
@@ -377,16 +382,19 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
             raise TooLarge(f"matmul tile at byte {b.offset + start}: not a multiple of {align}")
         return Binding(b.buffer, b.offset + start, (size + 3) // 4 * 4)
 
-    dispatches = []
+    # x in integers: quantized whole, each block's rows read from row r0 of it (matmul_int's row0)
+    dispatches = [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] if integer and not x_ready else []
     for r0, rows in blocks:
         x_block = part(x, 4 * r0 * k, 4 * rows * k)
         for start, n in col_tiles:
             # columns start..start+n of rows r0..r0+rows-1: from (r0, start) to the block's last row
             out_tile = part(out, 4 * (r0 * stride + start), 4 * ((rows - 1) * stride + n))
-            dispatches.append(matmul(
-                kernels, device, out_tile, part(w, start * rb, n * rb), x_block, step, wtype=wtype, k=k, m=n,
-                max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n), accumulate=accumulate,
-                w_up=part(w_up, start * rb, n * rb), out_stride=stride, row0=r0, act=act, half=half))
+            tile = dict(wtype=wtype, k=k, m=n, max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n),
+                        accumulate=accumulate, w_up=part(w_up, start * rb, n * rb), out_stride=stride, row0=r0,
+                        act=act)
+            w_tile = part(w, start * rb, n * rb)
+            dispatches.append(matmul_int(kernels, device, out_tile, w_tile, xi, step, **tile) if integer else
+                              matmul(kernels, device, out_tile, w_tile, x_block, step, **tile, half=half))
     return dispatches
 
 
