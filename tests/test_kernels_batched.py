@@ -367,12 +367,15 @@ def test_matmul_int_variants(gpu, t, flags, tiles):
     check_matmul(got, want, mag, f"{t.name} {flags}")
 
 
-def test_matmul_tiled_int(gpu, monkeypatch):
+@pytest.mark.parametrize("t,m,max_rows,binding", [(T.Q4_K, 96, 24, 9300), (T.Q6_K, 320, 64, 30000)],
+                         ids=["Q4_K", "Q6_K"])
+def test_matmul_tiled_int(gpu, monkeypatch, t, m, max_rows, binding):
     """matmul_tiled with x in integers (an LM head over a chunk, scoring): x quantized whole once,
-    then W row tiles and token row blocks as with f32 x, each block's records read from its row."""
+    then W row tiles and token row blocks as with f32 x, each block's records read from its row
+    (Q4_K: W tiles of 64 rows, token blocks of 8; Q6_K: of 128 and 29)."""
     monkeypatch.setattr(batched, "PREFILL_INT8", True)
-    t, m, k, n_tokens, max_rows = T.Q4_K, 96, 256, 19, 24   # W tiles of 64 rows, token blocks of 8
-    limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=9300,
+    k, n_tokens = 256, max_rows - 5
+    limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=binding,
                                  min_storage_buffer_offset_alignment=256)
     rng = np.random.default_rng(12)
     raw, w = random_rows(t, m, k, rng)
