@@ -62,41 +62,10 @@ const N_MATS = 2u;
 const N_MATS = 1u;
 #endif
 
-@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
-#ifdef GLU
-@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
 #ifdef X_VEC4
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;        // (rows, K)
+alias XElem = vec4<f32>;   // x (rows, K)
 #else
-@group(0) @binding(2) var<storage, read> x: array<f32>;              // (rows, K)
-#endif
-#ifdef OUT_VEC4
-@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;  // (rows, OUT_STRIDE)
-#else
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;      // (rows, OUT_STRIDE)
-#endif
-@group(0) @binding(4) var<uniform> step: Step;
-#else
-#ifdef X_VEC4
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-#else
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-#endif
-#ifdef OUT_VEC4
-@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-#else
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-#endif
-#ifdef BIAS
-#ifdef OUT_VEC4
-@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;     // (M,)
-#else
-@group(0) @binding(3) var<storage, read> bias: array<f32>;           // (M,)
-#endif
-@group(0) @binding(4) var<uniform> step: Step;
-#else
-@group(0) @binding(3) var<uniform> step: Step;
-#endif
+alias XElem = f32;
 #endif
 
 #ifdef HALF
@@ -110,7 +79,7 @@ var<workgroup> ws: array<vec4<tile_t>, N_MATS * BK * M4>;
 var<workgroup> xs: array<vec4<tile_t>, BK * T4>;
 
 #include "weights.wgsl"
-#include "matmul_out.wgsl"
+#include "matmul_io.wgsl"
 
 // ---- staging ------------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@
 // Defines: a type flag with TILE_INT (cera.gpu.batched.INT_TILE_TYPES), K (a multiple of
 // 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
 // (x_int_record.wgsl), OUT_STRIDE and SCALE as matmul.wgsl, ROW0 (out bound from token row ROW0
-// on, as matmul.wgsl's; xi whole, token t's record at row ROW0 + t); flags BIAS ACCUMULATE GLU
+// on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS ACCUMULATE GLU
 // GELU OUT_VEC4 as matmul.wgsl.
-// Bindings: w, [w_up], xi (rows, X_STRIDE) u32 as vec4, out, [bias], step.
+// Bindings: w, [w_up], x (rows, X_STRIDE) u32 as vec4 (as quantize_x wrote it), out, [bias], step.
 // Dispatch: as matmul.wgsl.
 #include "common.wgsl"
 #include "quant.wgsl"
@@ -44,34 +44,7 @@ const N_MATS = 2u;
 const N_MATS = 1u;
 #endif
 
-@group(0) @binding(0) var<storage, read> w: array<WeightWords>;
-#ifdef GLU
-@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;
-@group(0) @binding(2) var<storage, read> xi: array<vec4<u32>>;
-#ifdef OUT_VEC4
-@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
-#else
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-#endif
-@group(0) @binding(4) var<uniform> step: Step;
-#else
-@group(0) @binding(1) var<storage, read> xi: array<vec4<u32>>;
-#ifdef OUT_VEC4
-@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-#else
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-#endif
-#ifdef BIAS
-#ifdef OUT_VEC4
-@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;
-#else
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-#endif
-@group(0) @binding(4) var<uniform> step: Step;
-#else
-@group(0) @binding(3) var<uniform> step: Step;
-#endif
-#endif
+alias XElem = vec4<u32>;   // x: (rows, X_STRIDE) records of integers (x_int_record.wgsl)
 
 // The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's)
 var<workgroup> ws: array<vec4<u32>, N_MATS * K4 * M4>;       // [mat][word][m]: 4 signed quants
@@ -83,7 +56,7 @@ var<workgroup> xsub: array<vec4<i32>, SUBS * T4>;            // [sub-block][t]: 
 var<workgroup> xstep: array<vec4<f32>, T4>;                   // [t]: the block's step
 
 #include "weights.wgsl"
-#include "matmul_out.wgsl"
+#include "matmul_io.wgsl"
 
 // ---- staging ------------------------------------------------------------------------------
 
@@ -116,7 +89,7 @@ fn slice_x(i: u32) -> vec2<u32> {
 
 // vec4 v of token row t's record
 fn record4(t: u32, v: u32) -> vec4<u32> {
-    return xi[(ROW0 + t) * (X_STRIDE / 4u) + v];
+    return x[(ROW0 + t) * (X_STRIDE / 4u) + v];
 }
 
 fn fetch(lid: u32, m0: u32, t0: u32, n_tokens: u32, slice: u32) -> Fetched {

@@ -183,32 +183,41 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     t = T(wtype)
     if t not in BATCHED_TYPES:
         raise Unsupported(f"no batched matmul kernel for weight type {t.name}")
-    if w_up is not None and bias is not None:
-        raise Unsupported("matmul: GLU with a bias is not supported")
     row_bytes(t, k)   # checks k against the block size
-    glu, gelu = w_up is not None, gelu_flag(act, w_up)
     half = half_tiles(device, t) if half is None else half
     if half and "shader-f16" not in device.features:
         raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
-    tiles = tiles or matmul_tiles(device.limits, max_rows, glu, m, half, t)
+    tiles = tiles or matmul_tiles(device.limits, max_rows, w_up is not None, m, half, t)
+    return _tile_dispatch(kernels, device, "matmul.wgsl", out, w, x, step, t=t, k=k, m=m, max_rows=max_rows,
+                          tiles=tiles, x_row_bytes=4 * k, scale=scale, bias=bias, accumulate=accumulate, w_up=w_up,
+                          out_stride=out_stride, row0=row0, act=act, label=label, suffix=" f16" if half else "",
+                          **flags(X_VEC4=k % 4 == 0, HALF=half))
+
+
+def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_rows, tiles, x_row_bytes, scale, bias,
+                   accumulate, w_up, out_stride, row0, act, label, tag="", suffix="", **defines) -> Dispatch:
+    """A dispatch of a prefill matmul kernel (matmul.wgsl, matmul_int.wgsl; shaders/matmul_io.wgsl
+    their shared bindings and output): what `matmul` and `matmul_int` share, given the kernel's own
+    `defines`, x's bytes a row, and `tag` / `suffix` for the label (after the shape, at the end)."""
+    if w_up is not None and bias is not None:
+        raise Unsupported("matmul: GLU with a bias is not supported")
+    glu, gelu = w_up is not None, gelu_flag(act, w_up)
     stride = m if out_stride is None else out_stride
-    defines = dict(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(),
-                   **weight_flags(t), **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
-                                              X_VEC4=k % 4 == 0, OUT_VEC4=m % 4 == 0 and stride % 4 == 0,
-                                              HALF=half))
+    defines.update(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(), **weight_flags(t),
+                   **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
+                           OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
     if row0:
         defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
     bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
     y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
-    groups = (-(-max_rows // tiles.tile_t), y, z)
-    label = label or (f"matmul {t.name} {m}x{k}" + (" glu" if glu else "") + (" gelu" if gelu else "")
-                      + (" +=" if accumulate else "") + (" f16" if half else ""))
+    label = label or (f"matmul {t.name} {m}x{k}{tag}" + (" glu" if glu else "") + (" gelu" if gelu else "")
+                      + (" +=" if accumulate else "") + suffix)
     weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
-    reads = weight_bytes + 4 * max_rows * (k + m * accumulate) + 4 * m * (bias is not None)
-    return kernels.dispatch("matmul.wgsl", bindings, groups, label, reads=reads, writes=4 * max_rows * m,
-                            **defines)
+    reads = weight_bytes + max_rows * (x_row_bytes + 4 * m * accumulate) + 4 * m * (bias is not None)
+    return kernels.dispatch(shader, bindings, (-(-max_rows // tiles.tile_t), y, z), label, reads=reads,
+                            writes=4 * max_rows * m, **defines)
 
 
 # --- matmul with x in integers ---------------------------------------------------------------
@@ -300,26 +309,11 @@ def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int,
     t = T(wtype)
     if t not in INT_TILE_TYPES or k % 256:
         raise Unsupported(f"no integer matmul for {t.name} rows of {k}")
-    if w_up is not None and bias is not None:
-        raise Unsupported("matmul: GLU with a bias is not supported")
-    glu, gelu = w_up is not None, gelu_flag(act, w_up)
-    tiles = tiles or int_tiles(device.limits, glu, max_rows, m)
-    stride = m if out_stride is None else out_stride
-    defines = dict(K=k, M=m, OUT_STRIDE=stride, X_PLANES=1, X_STRIDE=x_int_stride(k), **tiles.defines(),
-                   **weight_flags(t), **flags(TILE_INT=True, BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu,
-                                              GELU=gelu, OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
-    if row0:
-        defines["ROW0"] = row0
-    if scale is not None and scale != 1.0:
-        defines["SCALE"] = float(scale)
-    bindings = [w] + ([w_up] if glu else []) + [xi, out] + ([bias] if bias is not None else []) + [step]
-    y, z = _groups_2d(-(-m // tiles.tile_m), device.limits)
-    label = label or (f"matmul {t.name} {m}x{k} x8" + (" glu" if glu else "") + (" gelu" if gelu else "")
-                      + (" +=" if accumulate else ""))
-    weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
-    reads = weight_bytes + 4 * max_rows * (x_int_stride(k) + m * accumulate) + 4 * m * (bias is not None)
-    return kernels.dispatch("matmul_int.wgsl", bindings, (-(-max_rows // tiles.tile_t), y, z), label, reads=reads,
-                            writes=4 * max_rows * m, **defines)
+    tiles = tiles or int_tiles(device.limits, w_up is not None, max_rows, m)
+    return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, w, xi, step, t=t, k=k, m=m, max_rows=max_rows,
+                          tiles=tiles, x_row_bytes=4 * x_int_stride(k), scale=scale, bias=bias, accumulate=accumulate,
+                          w_up=w_up, out_stride=out_stride, row0=row0, act=act, label=label, tag=" x8",
+                          TILE_INT=True, X_PLANES=1, X_STRIDE=x_int_stride(k))
 
 
 def _aligned_rows(align: int, *row_sizes: int) -> int:

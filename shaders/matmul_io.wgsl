@@ -1,7 +1,31 @@
-// The prefill matmuls' outputs (matmul.wgsl, matmul_int.wgsl): a 4 x 4 block of dot products
-// (tokens x weight rows) scaled, activated (GLU), biased or added into `out`, as the includer's
-// flags say, and the tile a workgroup owns. The includer declares `out` (and `bias`) as vec4 with
-// OUT_VEC4 and `step`, and defines M and TILE_T, TILE_M.
+// What the prefill matmuls (matmul.wgsl, matmul_int.wgsl) share: their bindings, the output
+// stage of a 4 x 4 block of dot products (tokens x weight rows: scaled, activated (GLU), biased
+// or added into `out`, as the includer's flags say) and the tile a workgroup owns. The includer
+// defines M, TILE_T, TILE_M and `alias XElem` (an element of x's binding), and includes
+// common.wgsl and quant.wgsl first.
+#ifdef OUT_VEC4
+alias OutElem = vec4<f32>;
+#else
+alias OutElem = f32;
+#endif
+
+@group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
+#ifdef GLU
+@group(0) @binding(1) var<storage, read> w_up: array<WeightWords>;   // (M, ROW_BYTES) raw
+@group(0) @binding(2) var<storage, read> x: array<XElem>;
+@group(0) @binding(3) var<storage, read_write> out: array<OutElem>;  // (rows, OUT_STRIDE)
+@group(0) @binding(4) var<uniform> step: Step;
+#else
+@group(0) @binding(1) var<storage, read> x: array<XElem>;
+@group(0) @binding(2) var<storage, read_write> out: array<OutElem>;
+#ifdef BIAS
+@group(0) @binding(3) var<storage, read> bias: array<OutElem>;       // (M,)
+@group(0) @binding(4) var<uniform> step: Step;
+#else
+@group(0) @binding(3) var<uniform> step: Step;
+#endif
+#endif
+
 #ifndef SCALE
 const SCALE = 1.0f;
 #endif
