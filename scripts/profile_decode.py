@@ -12,12 +12,13 @@ With `--prefill N`, a submission of an N-token prompt instead: its wall time, an
 timed in a pass of its own, summed per family, with the matmuls' arithmetic rate.
 
     python scripts/profile_decode.py MODEL.gguf [--pos 512] [--top 15]
-    python scripts/profile_decode.py MODEL.gguf --prefill 512
+    python scripts/profile_decode.py MODEL.gguf --prefill 512 [--int8]
 """
 import argparse
 import asyncio
 import time
 
+from cera.cli import add_numerics_args, numerics_from
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.gpu import profile
@@ -61,10 +62,12 @@ def main() -> None:
                     help="the device's copy bandwidth in GB/s, read plus written (default: DESIGN.md's H200 figure)")
     ap.add_argument("--prefill", type=int, metavar="N",
                     help="profile the submission of an N-token prompt instead of a decode step")
+    add_numerics_args(ap)
     args = ap.parse_args()
     device = NativeDevice()
     engine = asyncio.run(Engine.load(GGUFFile.open(args.model), device,
-                                     ctx=max(args.ctx, args.pos + args.repeat + 2, (args.prefill or 0) + 1)))
+                                     ctx=max(args.ctx, args.pos + args.repeat + 2, (args.prefill or 0) + 1),
+                                     numerics=numerics_from(args)))
     model = engine.backend
     if args.prefill:
         print(f"{device.adapter_name}; prefill of {args.prefill} tokens (chunks of {model.chunk})")

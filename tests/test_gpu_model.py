@@ -9,8 +9,9 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu import batched, matmul
+from cera.gpu import matmul
 from cera.gpu.model import greedy_batches
+from cera.gpu.numerics import Numerics
 from cera.gpu.state import GREEDY_BATCH
 from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
@@ -63,16 +64,15 @@ def test_greedy_matches_llama_cpp(engines, name):
 @pytest.mark.parametrize("bits", [24, 8])
 @pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma3_q4_k_m"])
 def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name, bits):
-    """matmul.DECODE_X_BITS (24 by default, 8 with $CERA_DECODE_INT8=1): the Q4_K and Q6_K
+    """x's bits in decode (24 by default, 8 with Numerics(int8=True)): the Q4_K and Q6_K
     matvecs whose x is staged (a fused norm, attention's merge) take x in integers, the others
     f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones);
     greedy decoding agrees with llama.cpp as the f32 path must, and with 24 bits the per-token
     logits are the numpy reference's to the tolerance decode holds prefill to (tests/test_prefill.py)."""
-    monkeypatch.setattr(matmul, "DECODE_X_BITS", bits)
     monkeypatch.setattr(matmul, "X_INT_MIN_ROWS", 0)
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
     g = synth_gguf(name)
-    gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1))
+    gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=Numerics(int8=bits == 8)))
     matvecs = [s.label for s in gpu.backend.decode_plan.steps if s.label.startswith("matvec")]
     integer = [label for label in matvecs if label.endswith(f" x{bits}")]
     assert integer and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label)
@@ -88,8 +88,8 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
 
 
 @pytest.mark.parametrize("name", ["qwen2_q4_k_m", "lfm2_q4_k"])
-def test_int8_prefill_matches_llama_cpp(device, synth_gguf, monkeypatch, name):
-    """batched.PREFILL_INT8 ($CERA_PREFILL_INT8=1): the prefill matmuls of Q4_K and Q6_K weights
+def test_int8_prefill_matches_llama_cpp(device, synth_gguf, name):
+    """Numerics(int8=True) in prefill: the matmuls of Q4_K and Q6_K weights
     take x in 8 bits per 256 elements (quantize_x, then matmul_int), as llama.cpp's CPU backend
     quantizes it, so on these models (all their matrices Q4_K or Q6_K) the prompt's logits come
     out as llama.cpp's own: at least 10x closer to them than the f32 tiles' (measured ~1e-12
@@ -97,8 +97,8 @@ def test_int8_prefill_matches_llama_cpp(device, synth_gguf, monkeypatch, name):
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
 
     def errors(int8):
-        monkeypatch.setattr(batched, "PREFILL_INT8", int8)
-        gpu = asyncio.run(Engine.load(synth_gguf(name), device, ctx=64, prefill_chunk=16))
+        gpu = asyncio.run(Engine.load(synth_gguf(name), device, ctx=64, prefill_chunk=16,
+                                      numerics=Numerics(int8=int8)))
         labels = [s.label for s in gpu.backend.plan(16).steps if hasattr(s, "label")]
         integer = [label for label in labels if label.startswith("matmul") and " x8" in label]
         assert bool(integer) == int8 and all(label.split()[1] in ("Q4_K", "Q6_K") for label in integer)

@@ -198,17 +198,14 @@ def test_matmul_tile_choice(gpu):
 
 
 def test_matmul_half_choice(gpu):
-    """f16 tiles where they are switched on ($CERA_PREFILL_F16=1) and the device has shader-f16,
-    not for F32 or BF16 weights; a device without it gets f32, and refuses f16 when asked."""
+    """f16 tiles can run where the device has shader-f16, not for F32 or BF16 weights; the
+    matmul takes them only when asked (Numerics.f16 asks), and a device without it refuses."""
     dev = gpu.device
     plain = types.SimpleNamespace(bind=dev.bind, limits=dev.limits, features=frozenset())
     f16 = types.SimpleNamespace(features=frozenset({"shader-f16"}))
-    assert not batched.PREFILL_F16, "f16 tiles are opt-in: they change results beyond the f32 tolerances"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(batched, "PREFILL_F16", True)
-        assert batched.half_tiles(f16, T.Q4_K) and batched.half_tiles(f16, T.F16)
-        assert not batched.half_tiles(f16, T.F32) and not batched.half_tiles(f16, T.BF16)
-        assert not batched.half_tiles(plain, T.Q4_K)
+    assert batched.half_tiles(f16, T.Q4_K) and batched.half_tiles(f16, T.F16)
+    assert not batched.half_tiles(f16, T.F32) and not batched.half_tiles(f16, T.BF16)
+    assert not batched.half_tiles(plain, T.Q4_K)
     buf, step = dev.buffer(4096, "x"), step_buffer(gpu, 0, 4)
     d = batched.matmul(gpu.kernels, plain, buf, buf, buf, step, wtype=T.Q8_0, k=32, m=4, max_rows=4)
     assert "f16" not in d.label
@@ -369,11 +366,10 @@ def test_matmul_int_variants(gpu, t, flags, tiles):
 
 @pytest.mark.parametrize("t,m,max_rows,binding", [(T.Q4_K, 96, 24, 9300), (T.Q6_K, 320, 64, 30000)],
                          ids=["Q4_K", "Q6_K"])
-def test_matmul_tiled_int(gpu, monkeypatch, t, m, max_rows, binding):
+def test_matmul_tiled_int(gpu, t, m, max_rows, binding):
     """matmul_tiled with x in integers (an LM head over a chunk, scoring): x quantized whole once,
     then W row tiles and token row blocks as with f32 x, each block's records read from its row
     (Q4_K: W tiles of 64 rows, token blocks of 8; Q6_K: of 128 and 29)."""
-    monkeypatch.setattr(batched, "PREFILL_INT8", True)
     k, n_tokens = 256, max_rows - 5
     limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=binding,
                                  min_storage_buffer_offset_alignment=256)
@@ -395,12 +391,15 @@ def test_matmul_tiled_int(gpu, monkeypatch, t, m, max_rows, binding):
     assert not got[n_tokens:].any()
 
 
-def test_int_tile_choice(gpu, monkeypatch):
-    """Integer x only where it is switched on ($CERA_PREFILL_INT8=1), for its types and K; the
-    GLU's tiling fits Chromium's 32 KiB of workgroup memory."""
-    assert not batched.PREFILL_INT8, "8-bit x is opt-in: it changes results beyond the f32 tolerances"
-    assert not batched.int_tile(gpu.device, T.Q4_K, 1536)
-    monkeypatch.setattr(batched, "PREFILL_INT8", True)
+def test_int_tile_choice(gpu):
+    """Integer x for its types and K only, and only given room for it (xi: Numerics.int8 gives
+    it); the GLU's tiling fits Chromium's 32 KiB of workgroup memory."""
+    buf, step = gpu.device.buffer(1 << 16, "x"), step_buffer(gpu, 0, 4)
+    kw = dict(wtype=T.Q4_K, k=256, m=4, max_rows=4)
+    exact = batched.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, **kw)
+    integer = batched.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, xi=buf, **kw)
+    assert [d.label.split()[0] for d in exact] == ["matmul"] and " x8" not in exact[0].label
+    assert [d.label.split()[0] for d in integer] == ["quantize_x", "matmul"] and " x8" in integer[1].label
     assert batched.int_tile(gpu.device, T.Q4_K, 1536) and batched.int_tile(gpu.device, T.Q6_K, 256)
     assert not batched.int_tile(gpu.device, T.Q4_0, 1536) and not batched.int_tile(gpu.device, T.Q4_K, 100)
     assert batched._INT_GLU_TILES[0].storage(True) <= 32768

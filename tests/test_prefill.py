@@ -1,15 +1,17 @@
 """Host-chunked batched prefill against the per-token path (chunk 1) on the same model:
 identical greedy continuations and matching logits, across chunk boundaries, every arch
 (gemma3's local layers with chunks shorter and longer than their window of 6); the prefill
-matmul with f32 tiles, and with f16 tiles (cera.gpu.batched.PREFILL_F16) at one chunk size."""
+matmul with f32 tiles, and with f16 tiles (cera.gpu.numerics' f16) at one chunk size."""
 import asyncio
 
 import numpy as np
 import pytest
+from gguf.constants import GGMLQuantizationType as T
 
 from cera.engine import Engine
-from cera.gpu import batched
 from cera.gguf_file import GGUFFile
+from cera.gpu.batched import HALF_TYPES
+from cera.gpu.numerics import Numerics
 from synth import write_variant
 
 CHUNKS = (7, 128, 512)
@@ -28,26 +30,26 @@ F16_LOGIT_TOLERANCE = 0.04
 
 @pytest.fixture(scope="module")
 def runs(device, tmp_path_factory):
-    """(variant, chunk, f16 tiles) -> (logits of the prompt, greedy tokens after it)."""
+    """(variant, chunk, f16 tiles) -> (logits of the prompt, greedy tokens after it, submissions
+    of the prefill, labels of the chunk's plan)."""
     cache = {}
 
     def get(name, chunk, half=False):
         if (name, chunk, half) not in cache:
             g = GGUFFile.open(write_variant(tmp_path_factory.mktemp(name) / f"{name}.gguf", name))
-            with pytest.MonkeyPatch.context() as mp:   # plans are built as they are first needed
-                mp.setattr(batched, "PREFILL_F16", half)
-                engine = asyncio.run(Engine.load(g, device, ctx=256, prefill_chunk=chunk))
-                logits = asyncio.run(engine.logits(PROMPT))
-                tokens = asyncio.run(engine.generate(PROMPT, NEW_TOKENS, stop_at_eos=False)).tokens
-            cache[name, chunk, half] = logits, tokens, engine.backend.submits_per_prefill
+            engine = asyncio.run(Engine.load(g, device, ctx=256, prefill_chunk=chunk, numerics=Numerics(f16=half)))
+            logits = asyncio.run(engine.logits(PROMPT))
+            tokens = asyncio.run(engine.generate(PROMPT, NEW_TOKENS, stop_at_eos=False)).tokens
+            labels = [getattr(s, "label", "") for s in engine.backend.plan(chunk).steps]
+            cache[name, chunk, half] = logits, tokens, engine.backend.submits_per_prefill, labels
         return cache[name, chunk, half]
     return get
 
 
 @pytest.mark.parametrize("name,chunk", CASES)
 def test_chunked_prefill_matches_per_token(runs, name, chunk):
-    logits_1, tokens_1, submits_1 = runs(name, 1)
-    logits, tokens, submits = runs(name, chunk)
+    logits_1, tokens_1, submits_1, _ = runs(name, 1)
+    logits, tokens, submits, _ = runs(name, chunk)
     err = float(np.max(np.abs(logits - logits_1)) / np.max(np.abs(logits_1)))
     print(f"{name} chunk {chunk}: max |logit diff| / max |logit| = {err:.2e}, {submits} submits vs {submits_1}")
     assert err < 1e-4
@@ -61,8 +63,10 @@ def test_chunked_prefill_f16_tiles(runs, name, device):
     greedy tokens, logits within F16_LOGIT_TOLERANCE of the per-token path's."""
     if "shader-f16" not in device.features:
         pytest.skip("no shader-f16 on this device")
-    logits_1, tokens_1, _ = runs(name, 1)
-    logits, tokens, _ = runs(name, 128, True)
+    logits_1, tokens_1, _, _ = runs(name, 1)
+    logits, tokens, _, labels = runs(name, 128, True)
+    matmuls = [label for label in labels if label.startswith("matmul")]
+    assert matmuls and all(label.endswith(" f16") == (T[label.split()[1]] in HALF_TYPES) for label in matmuls)
     err = float(np.max(np.abs(logits - logits_1)) / np.max(np.abs(logits_1)))
     print(f"{name} chunk 128, f16 tiles: max |logit diff| / max |logit| = {err:.2e}")
     assert err < F16_LOGIT_TOLERANCE

@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from cera.engine import Engine
+from cera.gpu.numerics import Numerics
 from cera.prefix import PrefixCache
+from cera.runner import load_engine
+from synth import write_variant
 
 RNG = np.random.default_rng(3)
 A, B = RNG.integers(0, 200, 30).tolist(), RNG.integers(0, 200, 9).tolist()
@@ -88,6 +91,19 @@ def test_prefix_cache_hit_equals_cold_prefill(models, device, backend, tmp_path)
     # a new engine with the same directory finds the snapshot on disk
     again = engine(g, device, backend, PrefixCache(64 << 20, tmp_path, namespace=f"lfm2-{backend}"))
     assert generate(again, A + B).reused == len(A)
+
+
+def test_prefix_cache_keeps_each_numerics_apart(tmp_path):
+    """The opt-in numerics compute other states than the exact kernels (cera.gpu.numerics): in one
+    cache directory, an exact engine finds none of the snapshots an int8 one saved."""
+    path = write_variant(tmp_path / "qwen2_q4_k_m.gguf", "qwen2_q4_k_m")
+
+    def load(numerics):
+        return asyncio.run(load_engine(path, 128, "gpu", prefix_cache_mb=64, prefix_cache_dir=tmp_path / "cache",
+                                       numerics=numerics))[0]
+    generate(load(Numerics(int8=True)), A)
+    assert generate(load(Numerics()), A + B).reused == 0
+    assert generate(load(Numerics(int8=True)), A + B).reused == len(A)
 
 
 def test_prefix_cache_keeps_to_its_budget(models, device):

@@ -478,6 +478,29 @@ json.dumps([s.label for s in _sessions[0].engine.backend.decode_plan.steps if s.
     assert result["tokens"] == native["tokens"]
 
 
+def test_int8_in_the_page_gives_the_native_int8_text(page, models):
+    """The page's 8-bit activations checkbox (cera.gpu.numerics' int8): the prompt's Q4_K/Q6_K
+    matmuls on integer tiles (quantize_x, matmul_int on SwiftShader's packed dot products), and
+    the native host's greedy text with --int8, token for token."""
+    path, url = models["gemma3_q4_k_m"]
+    prompt = "Hello world, and the rest of it"
+    native = native_generate(path, prompt, 12, False, "--int8")
+    page.check("#int8")
+    info = page.evaluate("(url) => window.cera.load(url)", url)   # the checkbox's choice
+    page.uncheck("#int8")
+    assert info["numerics"] == "int8" and info["name"] in page.text_content("#model")
+    result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
+    labels = python_in_worker(page, """
+import json
+from cera_web.app import _sessions
+json.dumps([s.label for s in _sessions[0].engine.backend.plan(8).steps if hasattr(s, "label")])
+""")
+    assert any(label.startswith("quantize_x") for label in labels)
+    assert any(label.startswith("matmul Q4_K") and " x8" in label for label in labels), labels
+    assert result["tokens"] == native["tokens"]
+    assert page.evaluate("(url) => window.cera.load(url)", url)["numerics"] == "exact"
+
+
 def test_gpu_times_in_the_page(page, models):
     """The page's host times passes with timestamp queries as the native one does
     (test_profile.py): one span per group, the dispatches run on the bytes written just before;

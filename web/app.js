@@ -76,11 +76,12 @@ let memory = null;   // the last load's GPU memory figure
 function setBusy(busy) {
   $("generate").disabled = busy || !model;
   $("stop").disabled = !busy;
-  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue"]) $(id).disabled = busy;
+  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue", "int8"]) $(id).disabled = busy;
   $("lora-file").disabled = busy || !model;
 }
 
-async function load(source, { ctx } = {}) {
+// int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's checkbox says.
+async function load(source, { ctx, int8 = $("int8").checked } = {}) {
   clearError();
   setBusy(true);
   setStatus("loading");
@@ -88,9 +89,10 @@ async function load(source, { ctx } = {}) {
     model = null;
     newConversation();
     $("memory").textContent = "…";
-    model = await engine.reload(source, { ctx, onProgress: showProgress, onMemory: showMemory });
+    model = await engine.reload(source, { ctx, int8, onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
-    $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}${model.cached ? ", from the browser cache" : ""})`;
+    $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}` +
+      `${model.cached ? ", from the browser cache" : ""}${model.numerics !== "exact" ? `, ${model.numerics}` : ""})`;
     $("chat").checked = model.hasChatTemplate;
     $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s`;
     setStatus("ready");

@@ -25,6 +25,10 @@ export interface EngineOptions {
 export interface LoadOptions {
   /** Positions of context to allocate (default info.defaults.ctx, capped at the model's). */
   ctx?: number;
+  /** Opt-in speed: 8-bit activations for Q4_K and Q6_K weights, as llama.cpp's CPU backend rounds them (results no longer equal the exact path's). */
+  int8?: boolean;
+  /** Opt-in speed: f16 prefill tiles where the adapter has shader-f16. */
+  f16?: boolean;
   onProgress?: (progress: Progress) => void;
   /** The GPU memory the model needs, once its header is read: before the upload, and also when it is refused (TooLarge). */
   onMemory?: (memory: GpuMemory) => void;
@@ -62,6 +66,7 @@ export interface ModelInfo {
   loadSeconds: number;
   bytesThroughWasm: number;    // model bytes that entered Python's memory (the header; weights go Blob -> GPU in JS)
   dispatchesPerToken: number;
+  numerics: string;            // "exact", or the opt-ins taken: "int8", "f16", "int8+f16"
   wasmHeapBytes: number;
 }
 

@@ -27,11 +27,12 @@ const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
 const isText = (v) => typeof v === "string";
 const POSITIVE = [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"];
 const FUNCTION = [(v) => typeof v === "function", "a function"];
+const BOOLEAN = [(v) => typeof v === "boolean", "true or false"];
 const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !== ""),
   "the model's source: a URL or a File/Blob of a .gguf"];
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
   onProgress: FUNCTION, onError: FUNCTION };
-const LOAD_OPTIONS = { ctx: POSITIVE, onProgress: FUNCTION, onMemory: FUNCTION };
+const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, onProgress: FUNCTION, onMemory: FUNCTION };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
   (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text))));
@@ -48,7 +49,7 @@ const SAMPLING = {
   penalty_last_n: [Number.isSafeInteger, "an integer"],
   seed: [Number.isSafeInteger, "an integer"],
   stop: [(v) => isText(v) || (Array.isArray(v) && v.every(isText)), "a string or an array of strings"],
-  stream: [(v) => typeof v === "boolean", "true or false"],
+  stream: BOOLEAN,
   stream_options: [(v) => isObject(v) && [undefined, true, false].includes(v.include_usage),
     "{include_usage: true or false}"],
   n: [(v) => v === 1, "1 (one choice per request)"],
@@ -163,11 +164,14 @@ export class Engine {
   // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
   // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
   // GPU memory it needs once its header is read, before the upload (also when it is refused).
+  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default.
   async reload(model, options = {}) {
-    const { ctx, onProgress, onMemory } = check("reload", { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
+    const { ctx, int8, f16, onProgress, onMemory } = check("reload", { ...options, model },
+      { model: MODEL, ...LOAD_OPTIONS }, "model");
     await this.ready;
     this.info.model = null;
-    this.info.model = await this.#send("load", { source: modelSource(model), ctx }, { onProgress, onMemory });
+    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16 },
+      { onProgress, onMemory });
     return this.info.model;
   }
 
@@ -281,11 +285,11 @@ export class Engine {
 
 // An engine with `model` loaded: new Engine(...) then reload(model, ...).
 export async function createEngine(options = {}) {
-  const { model, ctx, onProgress, onMemory, ...rest } = check("createEngine", options,
+  const { model, ctx, int8, f16, onProgress, onMemory, ...rest } = check("createEngine", options,
     { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
   const engine = new Engine({ onProgress, ...rest });
   try {
-    await engine.reload(model, { ctx, onProgress, onMemory });
+    await engine.reload(model, { ctx, int8, f16, onProgress, onMemory });
   } catch (err) {
     await engine.unload();
     throw err;

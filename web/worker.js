@@ -44,7 +44,7 @@ async function handle(id, kind, data) {
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
       const model = await openModel(data.source, onProgress);
-      const result = await session.load(model.blob, model.name, id, data.ctx);
+      const result = await session.load(model.blob, model.name, id, data.ctx, Boolean(data.int8), Boolean(data.f16));
       if (result.ok !== false) Object.assign(result, { cached: model.cached }, memory(pyodide));
       return result;
     }

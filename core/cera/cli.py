@@ -20,8 +20,8 @@ from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
 from cera.errors import CeraError, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
-from cera.prefix import PrefixCache
-from cera.runner import BACKENDS, DEFAULT_BACKEND, load_loras, open_device, open_lora
+from cera.gpu.numerics import Numerics
+from cera.runner import BACKENDS, DEFAULT_BACKEND, load_engine, open_device, open_lora
 from cera.sampling import Sampler
 
 
@@ -46,6 +46,22 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,
                    help="prompt tokens per GPU submission (batched prefill; 1 runs them one at a time)")
+    add_numerics_args(p)
+
+
+def add_numerics_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--int8", action="store_true",
+                   help="opt-in speed: the GPU kernels take 8-bit activations for Q4_K and Q6_K weights, in "
+                        "prefill and decode, as llama.cpp's CPU backend rounds them (Qwen2.5-1.5B on an H200: "
+                        "prefill 1.6x, decode 1.05x); results no longer equal the numpy reference's to f32 "
+                        "precision (cera.gpu.numerics)")
+    p.add_argument("--f16", action="store_true",
+                   help="opt-in speed: f16 prefill tiles where the adapter has shader-f16 (1.1x; logits off by "
+                        "up to ~2%% of the largest)")
+
+
+def numerics_from(args) -> Numerics:
+    return Numerics(int8=args.int8, f16=args.f16)
 
 
 def lora_spec(text: str) -> tuple[str, float]:
@@ -167,16 +183,12 @@ def parser() -> argparse.ArgumentParser:
                     help="cached KV positions attention reads, for the bytes it moves")
     pl.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context the plan is built for")
     _lora_args(pl)
+    add_numerics_args(pl)
     pl.add_argument("--json", action="store_true", help="print {steps, totals} as one JSON object")
 
     b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt,
-                       epilog="Opt-ins that trade exactness against the numpy reference for speed (environment, "
-                              "native): CERA_DECODE_INT8=1, decode matvecs of Q4_K/Q6_K weights with 8-bit "
-                              "activations as llama.cpp's CPU backend computes them (by default 24-bit, as "
-                              "precise as f32); CERA_PREFILL_INT8=1, prefill matmuls of Q4_K/Q6_K weights with "
-                              "8-bit activations likewise (integer dot products: Qwen2.5-1.5B prefill 1.6x "
-                              "on an H200); CERA_PREFILL_F16=1, f16 prefill tiles where the device has "
-                              "shader-f16.")
+                       epilog="--int8 and --f16 measure the opt-ins that trade exactness against the numpy "
+                              "reference for speed; docs/PERFORMANCE.md has the figures on an H200.")
     _run_args(b)
     b.add_argument("--prompt-tokens", type=int, default=DEFAULT_CHUNK, help="prompt length to prefill")
     b.add_argument("--gen-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens to decode (greedy, EOS ignored)")
@@ -211,15 +223,10 @@ def _progress(done: int, total: int) -> None:
 
 
 async def _engine(args):
-    from cera.engine import Engine
-    device, path = open_device(args.backend), catalogue.resolve(args.model)
+    engine, device = await load_engine(args.model, args.ctx, args.backend, args.prefill_chunk, _progress,
+                                       getattr(args, "prefix_cache_mb", 0), getattr(args, "prefix_cache_dir", None),
+                                       getattr(args, "lora", ()), numerics_from(args))
     args.backend = "gpu" if device else "reference"   # what "auto" chose, for the outputs
-    cache = None
-    if getattr(args, "prefix_cache_mb", 0):
-        cache = PrefixCache.for_model(path, args.backend, args.prefix_cache_mb, args.prefix_cache_dir)
-    engine = await Engine.load(GGUFFile.open(path), device, ctx=args.ctx, progress=_progress,
-                               prefill_chunk=args.prefill_chunk, prefix_cache=cache)
-    await load_loras(engine, getattr(args, "lora", ()), _progress)
     return engine, device
 
 
@@ -383,7 +390,7 @@ async def bench(args) -> dict:
     engine, device = await _engine(args)
     runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat)
     out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
-           "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens,
+           "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "numerics": numerics_from(args).tag or "exact",
            "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
            "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),
            "decode_ms_per_token": round(1000 / max(r.decode_tokens_per_s for r in runs), 3),
@@ -402,7 +409,7 @@ def plan(args) -> dict:
         raise InvalidArgument(f"--rows {args.rows} must be at least 1")
     g = _open(args.model)
     cfg = ModelConfig.from_gguf(g)
-    model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows)
+    model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows, numerics=numerics_from(args))
     for lora, scale in args.lora:
         asyncio.run(model.add_lora(LoraAdapter.read(open_lora(lora), g, Path(lora).name, scale)))
     model.use_loras(tuple(range(len(args.lora))))
@@ -434,7 +441,8 @@ def serve(args) -> dict:
     if args.max_queue < 0:
         raise InvalidArgument("--max-queue must be >= 0")
     runner = Runner.load(args.model, args.ctx, args.backend, args.prefill_chunk, progress=_progress,
-                         prefix_cache_mb=args.prefix_cache_mb, prefix_cache_dir=args.prefix_cache_dir, lora=args.lora)
+                         prefix_cache_mb=args.prefix_cache_mb, prefix_cache_dir=args.prefix_cache_dir, lora=args.lora,
+                         numerics=numerics_from(args))
     try:
         print(f"cera: serving {args.model} on http://{args.host}:{args.port}/v1 "
               f"({runner.adapter or 'numpy reference'}, context {runner.engine.ctx})", file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ from cera.chat import render
 from cera.config import ModelConfig
 from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
+from cera.gpu.numerics import EXACT, Numerics
 from cera.lora import LoraAdapter
 from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
@@ -140,15 +141,17 @@ class Engine:
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
-                   prefill_chunk: int = DEFAULT_CHUNK, prefix_cache: PrefixCache | None = None) -> "Engine":
+                   prefill_chunk: int = DEFAULT_CHUNK, prefix_cache: PrefixCache | None = None,
+                   numerics: Numerics = EXACT) -> "Engine":
         """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
-        Prompts go through the GPU in chunks of up to `prefill_chunk` tokens."""
+        Prompts go through the GPU in chunks of up to `prefill_chunk` tokens. `numerics`: the
+        kernels' opt-ins for speed (cera.gpu.numerics; the reference ignores them)."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             backend = ReferenceBackend(Reference(gguf_file, ctx))
         else:
-            backend = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk)
+            backend = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk, numerics)
             await backend.load(progress)
         return cls(gguf_file, backend, tokenizer, cfg, prefix_cache)
 

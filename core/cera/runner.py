@@ -19,10 +19,11 @@ from pathlib import Path
 
 from cera import catalogue
 from cera.engine import DEFAULT_CTX, Engine, Result
-from cera.gpu.model import DEFAULT_CHUNK
-from cera.prefix import PrefixCache
 from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
+from cera.gpu.model import DEFAULT_CHUNK
+from cera.gpu.numerics import EXACT, Numerics
+from cera.prefix import PrefixCache
 from cera.sampling import Sampler
 
 BACKENDS = ("auto", "gpu", "reference")
@@ -134,6 +135,22 @@ def open_device(backend: str):
     return device
 
 
+async def load_engine(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX,
+                      backend: str = DEFAULT_BACKEND, prefill_chunk: int = DEFAULT_CHUNK, progress=None,
+                      prefix_cache_mb: int = 0, prefix_cache_dir: str | None = None, lora=(),
+                      numerics: Numerics = EXACT):
+    """(engine, device or None) for `model` (a GGUF path or catalogue name) on `backend`
+    (`open_device`), with its LoRA adapters loaded. prefix_cache_mb > 0 keeps the states after
+    earlier prompts (cera.prefix), apart for each backend and numerics (their states differ)."""
+    device, path = open_device(backend), catalogue.resolve(str(model))
+    kind = "-".join(filter(None, ("gpu", numerics.tag))) if device else "reference"
+    cache = PrefixCache.for_model(path, kind, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
+    engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress, prefill_chunk=prefill_chunk,
+                               prefix_cache=cache, numerics=numerics)
+    await load_loras(engine, lora, progress)
+    return engine, device
+
+
 class Runner:
     """One engine behind a private event loop thread. Build it with `Runner.load`."""
 
@@ -149,27 +166,20 @@ class Runner:
     def load(cls, model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX,
              backend: str = DEFAULT_BACKEND,
              prefill_chunk: int = DEFAULT_CHUNK, progress=None, prefix_cache_mb: int = 0,
-             prefix_cache_dir: str | None = None, lora=()) -> "Runner":
-        """Load `model` (a GGUF path or catalogue name) on the engine thread; raises what loading
-        raises. prefix_cache_mb > 0 keeps the states after earlier prompts (cera.prefix). lora:
-        (GGUF path, scale) of each LoRA adapter to load (jobs pick among them)."""
+             prefix_cache_dir: str | None = None, lora=(), numerics: Numerics = EXACT) -> "Runner":
+        """Load `model` on the engine thread (`load_engine`'s arguments; lora: jobs pick among
+        the adapters); raises what loading raises."""
         runner = cls()
         try:
             runner.call(runner._load(model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir,
-                                     lora))
+                                     lora, numerics))
         except BaseException:
             runner.close()
             raise
         return runner
 
-    async def _load(self, model, ctx, backend, prefill_chunk, progress, prefix_cache_mb, prefix_cache_dir,
-                    lora) -> None:
-        device, path = open_device(backend), catalogue.resolve(str(model))
-        backend = "gpu" if device else "reference"   # what "auto" chose
-        cache = PrefixCache.for_model(path, backend, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
-        self.engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress,
-                                        prefill_chunk=prefill_chunk, prefix_cache=cache)
-        await load_loras(self.engine, lora, progress)
+    async def _load(self, *args) -> None:
+        self.engine, device = await load_engine(*args)
         self.adapter = device.adapter_name if device else None
 
     def call(self, coro):

@@ -11,8 +11,8 @@ with Chromium's timestamp quantization off (100 us steps otherwise). With SHADER
 DIR/NAME.wgsl replaces shaders/NAME.wgsl in the page before the model loads: an A/B of shader
 variants on one build. With PROBE_JS=FILE, FILE's expression (resolving to a JSON string, e.g.
 subgroup_matrix_probe.js) is evaluated in the page instead of the bench. With PRELOAD=CODE, that
-Python runs in the page's worker before the model loads (an opt-in the page has no switch for,
-e.g. `from cera.gpu import batched; batched.PREFILL_INT8 = True`).
+Python runs in the page's worker before the model loads (e.g. a module's tuning table replaced).
+With INT8=1 the model loads with the page's 8-bit activations (cera.gpu.numerics' int8).
 """
 import asyncio
 import json
@@ -127,7 +127,9 @@ async def main(chromium, site, model, flags):
                 if os.environ.get("PRELOAD"):
                     code = os.environ["PRELOAD"] + "\n'done'"
                     out["preload"] = await js(f"window.cera.python({json.dumps(code)})", 60)
-                out["load"] = await js(f"window.cera.load({json.dumps(model)}).then(m => JSON.stringify(m))", 600)
+                options = json.dumps({"int8": os.environ.get("INT8") == "1"})
+                out["load"] = await js(f"window.cera.load({json.dumps(model)}, {options}).then(m => JSON.stringify(m))",
+                                       600)
                 if os.environ.get("NO_BENCH"):
                     return
                 out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)

@@ -13,12 +13,14 @@
 #   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
 #                                                     (CHROME_FLAGS=... adds flags, TAG=-name keeps its files apart)
 #   bash scripts/h200/device.sh peers X.hdr [...]     only llama.cpp CUDA and Vulkan (waits for a background lcpp)
+# CERA_FLAGS="--int8" measures cera (native and page) with those opt-ins (cera.gpu.numerics): set TAG too.
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
 R=$(pwd)
 H=${H200:-.h200}
 FILL=${FILL:-}                     # FILL=random: clones of random bytes (shape_clone.py --fill)
 TAG=${TAG:-${FILL:+-$FILL}}
+FLAGS=${CERA_FLAGS:-}              # e.g. --int8: cera's opt-ins, native and in the page
 CLONES=/tmp/clones${FILL:+-$FILL}
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -37,10 +39,10 @@ clones() {   # expand each header into $CLONES/NAME.gguf once; print the names
 native() {   # cera native: bench (512-token prompt, 128 tokens), the decode profile at KV 513, then
              # the 512-token prefill's (in the same file: the machine returns at most 8 files a call)
   local n=$1
-  python3 -m cera bench -m $CLONES/$n.gguf --json > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
-  python3 scripts/profile_decode.py $CLONES/$n.gguf --pos 512 --top 12 > $OUT/profile$TAG-$n.txt 2>&1
-  python3 scripts/profile_decode.py $CLONES/$n.gguf --prefill 512 --top 12 >> $OUT/profile$TAG-$n.txt 2>&1
-  python3 -m cera plan -m $CLONES/$n.gguf --json --positions 512 > /tmp/plan$TAG-$n.json 2>/dev/null &&
+  python3 -m cera bench -m $CLONES/$n.gguf --json $FLAGS > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
+  python3 scripts/profile_decode.py $CLONES/$n.gguf --pos 512 --top 12 $FLAGS > $OUT/profile$TAG-$n.txt 2>&1
+  python3 scripts/profile_decode.py $CLONES/$n.gguf --prefill 512 --top 12 $FLAGS >> $OUT/profile$TAG-$n.txt 2>&1
+  python3 -m cera plan -m $CLONES/$n.gguf --json --positions 512 $FLAGS > /tmp/plan$TAG-$n.json 2>/dev/null &&
     python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
     > $OUT/plan$TAG-$n.json
 }
@@ -50,7 +52,7 @@ browser() {  # cera in Chromium: the page served from dist/web, driven by browse
   local flags="--headless=new --enable-unsafe-webgpu --ignore-gpu-blocklist --disable-gpu-sandbox --enable-features=Vulkan --use-angle=vulkan --disable-vulkan-surface --enable-logging=stderr ${CHROME_FLAGS:-}"
   [ -f dist/web/index.html ] && [ -x $C ] || { echo "no dist/web or no Chromium: browser bench of $n skipped"; return; }
   ln -sf $CLONES/$n.gguf dist/web/$n.gguf
-  LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
+  INT8=$([[ " $FLAGS " == *" --int8 "* ]] && echo 1) LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
     python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
     > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
 }

@@ -15,6 +15,7 @@ from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError
 from cera.gpu.model import DEFAULT_CHUNK
+from cera.gpu.numerics import Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
 from cera.runner import run_job
 from js import Object
@@ -86,18 +87,19 @@ class Session:
             self.post(_js({"id": msg_id, "kind": "progress", "phase": phase, "done": done, "total": total}))
         return progress
 
-    async def load(self, blob, name, msg_id, ctx=None):
+    async def load(self, blob, name, msg_id, ctx=None, int8=False, f16=False):
         """Parse the GGUF header from the Blob, post the GPU memory the model will take (a
-        "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions).
+        "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions;
+        int8, f16: the kernels' opt-ins, cera.gpu.numerics).
         A model with a buffer this GPU cannot hold is refused (TooLarge) before anything is
         allocated. Waits for the requests ahead of it."""
         async with self._turn:
             try:
-                return _js(await self._load(blob, str(name), msg_id, ctx))
+                return _js(await self._load(blob, str(name), msg_id, ctx, Numerics(int8=bool(int8), f16=bool(f16))))
             except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
                 return _js({"ok": False, "error": error_dict(err)})
 
-    async def _load(self, blob, name, msg_id, ctx):
+    async def _load(self, blob, name, msg_id, ctx, numerics):
         from cera.config import ModelConfig
         from cera.engine import Engine
         from cera.gguf_file import GGUFFile
@@ -111,18 +113,18 @@ class Session:
         gguf = GGUFFile(source)
         cfg = ModelConfig.from_gguf(gguf)
         ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
-        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits).to_dict(),
+        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits, numerics.int8).to_dict(),
                   "max_buffer_size": self.device.limits.max_buffer_size}
         self.post(_js({"id": msg_id, "kind": "memory", "memory": memory}))
         engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
-                                   prefill_chunk=DEFAULT_CHUNK)
+                                   prefill_chunk=DEFAULT_CHUNK, numerics=numerics)
         await self.device.check()
         self.engine, self.model = engine, name
         return {"name": name, "arch": gguf.arch, "bytes": source.size,
                 "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx, "gpuMemory": memory,
                 "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                 "bytesThroughWasm": source.bytes_read,
-                "dispatchesPerToken": engine.backend.dispatches_per_token,
+                "dispatchesPerToken": engine.backend.dispatches_per_token, "numerics": numerics.tag or "exact",
                 "loadSeconds": time.perf_counter() - t0}
 
     async def load_lora(self, blob, name, scale, msg_id):

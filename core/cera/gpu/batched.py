@@ -20,7 +20,7 @@ allows; workgroups stay at 256 invocations.
   f16 (`half_tiles`): where the device has shader-f16, the staged tiles are f16 and each K
     slice's partial dots f16 FMAs, summed in f32 (shaders/matmul.wgsl HALF): the same
     tilings in the same bytes with twice the bk. Not for F32 or BF16 weights (they would
-    lose their precision or range). Off unless $CERA_PREFILL_F16=1: its logits differ from the
+    lose their precision or range). Opt-in (cera.gpu.numerics' f16): its logits differ from the
     f32 path's by up to ~2% of the largest (1.6e-5 nMSE on a Q8_0 LFM2), beyond the tolerances
     the f32 kernels are held to against the numpy reference.
   attention: block_q query rows ((token, head) pairs of one KV head, so a GQA group shares
@@ -31,7 +31,6 @@ allows; workgroups stay at 256 invocations.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from math import gcd
 
@@ -114,12 +113,11 @@ MIN_WORKGROUPS = 64   # fewer leaves most of a big GPU idle: take a smaller tile
 # Weight types whose prefill matmul may stage f16 tiles: not F32 or BF16 (f16 would drop
 # their precision or their range).
 HALF_TYPES = BATCHED_TYPES - {T.F32, T.BF16}
-PREFILL_F16 = os.environ.get("CERA_PREFILL_F16", "0") == "1"
 
 
 def half_tiles(device, wtype: int) -> bool:
-    """Whether the prefill matmul of `wtype` runs the f16 variant by default on `device`."""
-    return PREFILL_F16 and "shader-f16" in device.features and T(wtype) in HALF_TYPES
+    """Whether the prefill matmul of `wtype` can run the f16 variant on `device`."""
+    return "shader-f16" in device.features and T(wtype) in HALF_TYPES
 
 
 def _halved(tilings: list[MatmulTiles]) -> list[MatmulTiles]:
@@ -170,11 +168,11 @@ def _groups_2d(count: int, limits) -> tuple[int, int]:
 def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
            scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
            out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
-           label: str | None = None, act: str = FFN_SILU, half: bool | None = None) -> Dispatch:
+           label: str | None = None, act: str = FFN_SILU, half: bool = False) -> Dispatch:
     """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
     step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
-    or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (default
-    `half_tiles`; True needs the device's shader-f16); the label ends in "f16" then.
+    or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (needs the
+    device's shader-f16); the label ends in "f16" then.
 
     W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
     between rows of out (default m; the full width when W is a row tile). row0: x and out are
@@ -184,7 +182,6 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     if t not in BATCHED_TYPES:
         raise Unsupported(f"no batched matmul kernel for weight type {t.name}")
     row_bytes(t, k)   # checks k against the block size
-    half = half_tiles(device, t) if half is None else half
     if half and "shader-f16" not in device.features:
         raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
     tiles = tiles or matmul_tiles(device.limits, max_rows, w_up is not None, m, half, t)
@@ -224,11 +221,10 @@ def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_row
 
 # Weight types with an integer prefill matmul (shaders/matmul_int.wgsl; quant.wgsl TILE_INT): x
 # in 8 bits per 256-element block, as llama.cpp's CPU backend quantizes the activations of its
-# k-quant dot products (Q8_K). Opt-in ($CERA_PREFILL_INT8=1, like matmul.DECODE_X_BITS' 8): its
+# k-quant dot products (Q8_K). Opt-in (cera.gpu.numerics' int8, with decode's 8-bit x): its
 # logits differ from the f32 tiles' by llama.cpp's own activation rounding (a few percent of the
 # largest on the synthetic models), beyond the tolerance prefill is held to against decode.
 INT_TILE_TYPES = frozenset({T.Q4_K, T.Q6_K})
-PREFILL_INT8 = os.environ.get("CERA_PREFILL_INT8", "0") == "1"
 
 
 def x_int_stride(k: int) -> int:
@@ -237,8 +233,8 @@ def x_int_stride(k: int) -> int:
 
 
 def int_tile(device, wtype: int, k: int) -> bool:
-    """Whether the prefill matmul of `wtype` rows of k takes x in integers by default."""
-    return PREFILL_INT8 and T(wtype) in INT_TILE_TYPES and k % 256 == 0 and PACKED_DOT in device.features
+    """Whether the prefill matmul of `wtype` rows of k can take x in integers on `device`."""
+    return T(wtype) in INT_TILE_TYPES and k % 256 == 0 and PACKED_DOT in device.features
 
 
 @dataclass(frozen=True)
@@ -342,7 +338,7 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                  out_stride: int | None = None, limits=None, act: str = FFN_SILU,
-                 half: bool | None = None, xi=None, x_ready: bool = False) -> list[Dispatch]:
+                 half: bool = False, xi=None, x_ready: bool = False) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out, and token
     rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats

@@ -74,14 +74,16 @@ class Footprint:
                 "fallbacks": [vars(f) for f in self.fallbacks]}
 
 
-def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits | None = None) -> Footprint:
+def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits | None = None,
+              int8: bool = False) -> Footprint:
     """What `GpuModel(cfg, gguf_file, device, ctx, chunk)` allocates at load on a device with
-    `limits` (their offset alignment decides which q/k/v projections are stacked)."""
+    `limits` (their offset alignment decides which q/k/v projections are stacked); `int8`: with
+    cera.gpu.numerics' int8 (a buffer of x in integers for the prefill chunk)."""
     chunk = min(chunk, ctx)
     align = limits.min_storage_buffer_offset_alignment if limits else DEFAULT_ALIGNMENT
     weights, fallbacks = _weights(cfg, gguf_file.tensors, align)
     activations = {f"{name}@{rows}": 4 * math.prod(shape)
-                   for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows).items()}
+                   for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows, int8).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
     state = State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg)
     return Footprint(ctx, chunk, weights, sized(state), sized(activations), fallbacks)

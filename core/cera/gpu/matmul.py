@@ -9,7 +9,6 @@ head) is split into row tiles bound at aligned offsets: `row_tiles`, `matvec_til
 """
 from __future__ import annotations
 
-import os
 from math import gcd
 from typing import TYPE_CHECKING
 
@@ -41,12 +40,11 @@ UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
 UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
 # Types quant.wgsl also dots with x in integers per 256 elements (item_dot_int: integer products,
 # dot4I8Packed; matvec.wgsl X_INT), and x's bits: 24 as precise as f32 x (the default), 8 as
-# llama.cpp's CPU backend quantizes its activations (Q8_K, opt-in: $CERA_DECODE_INT8=1)
+# llama.cpp's CPU backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8)
 X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
 X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # quant.wgsl's ITEM_UNITS
 X_BITS = (0, 8, 24)                          # f32 x, or X_INT's planes of a byte
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
-DECODE_X_BITS = 8 if os.environ.get("CERA_DECODE_INT8", "0") == "1" else 24   # x_int_bits' default
 
 
 def weight_flags(t: T) -> dict:
@@ -92,16 +90,16 @@ def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bit
     return size + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
-def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool) -> int:
+def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False) -> int:
     """The bits of x's integers in a matvec's dot products (X_INT), or 0 for f32 x: `wanted`, or
-    (None) DECODE_X_BITS where x is staged as floats anyway (`floats`: a fused norm or a merge),
-    the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and its
-    workgroup memory allow.
+    (None) 24 bits, 8 with `int8`, where x is staged as floats anyway (`floats`: a fused norm or
+    a merge), the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and
+    its workgroup memory allow.
 
     24 bits (the default) keep f32 x's precision: x in steps of 1/8355711 of its block's largest
     |x| (f32's own rounding of that element is 1/16777216 of it), and each of the three bytes
     dotted in integers, so the results stay within the f32 path's tolerances of the reference.
-    8 bits ($CERA_DECODE_INT8=1) are llama.cpp's integer dot products of 8-bit activations:
+    8 bits (Numerics.int8, opt-in) are llama.cpp's integer dot products of 8-bit activations:
     decode then no longer equals prefill or the reference to f32 precision (Qwen2.5-1.5B's greedy
     tokens still agree with llama.cpp's, 16 of 16 on the golden prompts).
 
@@ -112,9 +110,10 @@ def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: b
     whose x (8960) is not staged, were 1.1x slower with 8 bits, so they keep f32 x."""
     t = T(wtype)
     if wanted is None:
+        bits = 8 if int8 else 24
         fits = floats and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
-            and staged_x_fits(device, k, x_bits=DECODE_X_BITS)
-        return DECODE_X_BITS if fits else 0
+            and staged_x_fits(device, k, x_bits=bits)
+        return bits if fits else 0
     if wanted not in X_BITS:
         raise InvalidArgument(f"matvec: x_bits {wanted!r}: expected one of {', '.join(map(str, X_BITS))}")
     if not wanted:
@@ -191,7 +190,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
            workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-           affine: bool = True, x_bits: int | None = None) -> Dispatch:
+           affine: bool = True, x_bits: int | None = None, int8: bool = False) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
@@ -209,7 +208,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine);
     `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup turns x (normalized
     or merged as it is staged) into integers of that many bits per 256-element block, and the
-    rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default.
+    rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default
+    (in 8 bits with `int8`: cera.gpu.numerics).
 
     Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
     vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105);
@@ -220,7 +220,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     gelu = gelu_flag(act, w_up)
     subgroups = use_subgroups(device, subgroups)
     merge = not isinstance(x, Binding)   # layers.Partials
-    bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None)
+    bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None, int8=int8)
     if bits and two_units:
         raise InvalidArgument("matvec: two_units applies to f32 x, not integer x")
     tpr = tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
@@ -316,13 +316,13 @@ def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partial
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
                  limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
                  workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-                 x_bits: int | None = None) -> list[Dispatch]:
+                 x_bits: int | None = None, int8: bool = False) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
     knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage,
-                 x_bits=x_bits)
+                 x_bits=x_bits, int8=int8)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
                        accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]

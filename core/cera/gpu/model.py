@@ -29,6 +29,7 @@ from cera.device import Binding, Copy, Device
 from cera.errors import InvalidArgument
 from cera.gpu.footprint import footprint
 from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpack_top_k
+from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
                            greedy_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
@@ -56,14 +57,16 @@ class Schedules:
 
 
 class GpuModel:
-    """Weights, buffers and schedules of one model on one device, for up to `ctx` positions."""
+    """Weights, buffers and schedules of one model on one device, for up to `ctx` positions,
+    computed with the kernels' `numerics` (cera.gpu.numerics: exact by default)."""
 
-    def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, chunk: int = DEFAULT_CHUNK):
+    def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, chunk: int = DEFAULT_CHUNK,
+                 numerics: Numerics = EXACT):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
-        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits)
+        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits, numerics.int8)
         self.footprint.check(device.limits)   # before anything is allocated
-        self.cfg, self.device, self.ctx = cfg, device, ctx
+        self.cfg, self.device, self.ctx, self.numerics = cfg, device, ctx, numerics
         self.chunk = self.footprint.chunk
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
@@ -71,7 +74,7 @@ class GpuModel:
         self.chain = GreedyChain.allocate(device, cfg)   # greedy batches' tokens and conv records
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
         if self.chunk > 1:
-            self._act.append(Activations.allocate(device, cfg, self.chunk))
+            self._act.append(Activations.allocate(device, cfg, self.chunk, numerics.int8))
         self._lora_act = None                    # the same with the LoRA scratch, once an adapter is loaded
         self.loras: list[tuple[LoraAdapter, Adapters]] = []   # loaded: each adapter and its pairs on the GPU
         self._sets = {(): self._schedules(())}   # adapter set (indices into loras) -> its Schedules
@@ -126,9 +129,10 @@ class GpuModel:
             for target, pairs in self.loras[i][1].items():
                 adapters.setdefault(target, []).extend(pairs)
         acts = self._lora_act if key else self._act
-        decode = DecodeBuilder(self.cfg, self.ctx, self.weights, self.state, acts[0], self.kernels, adapters)
-        prefill = decode if self.chunk == 1 else PrefillBuilder(self.cfg, self.ctx, self.weights, self.state,
-                                                                acts[1], self.kernels, adapters)
+        common = (self.cfg, self.ctx, self.weights, self.state)
+        decode = DecodeBuilder(*common, acts[0], self.kernels, adapters, self.numerics)
+        prefill = decode if self.chunk == 1 else PrefillBuilder(*common, acts[1], self.kernels, adapters,
+                                                                self.numerics)
         plan = decode_plan(decode)
         return Schedules(decode, prefill, plan, self.device.schedule(plan.steps))
 
@@ -283,7 +287,7 @@ class GpuModel:
             positions = min(self.ctx, max(64, 1 << (n - 1).bit_length()))
             state = State.allocate(self.device, self.cfg, positions, self.chunk)
             builder = type(prefill)(self.cfg, positions, self.weights, state, prefill.act, self.kernels,
-                                    prefill.adapters)
+                                    prefill.adapters, self.numerics)
             self._embedder = builder, self.device.schedule(embed_plan(builder).steps)
         return self._embedder
 

@@ -30,6 +30,7 @@ from cera.config import ATTENTION, ModelConfig
 from cera.device import Binding, Copy, Dispatch, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
+from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.residency import Matrix, Weights
 from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
@@ -72,14 +73,16 @@ Adapters = dict[str, list[tuple[Matrix, Matrix, float]]]   # target tensor -> (A
 class Builder:
     """The per-layer builders, for steps of `act.rows` tokens. Subclasses say how a projection,
     the q/k/v projections and attention run for their row count. `adapters`: the LoRA pairs
-    this builder's plans apply (act then needs `with_lora`'s scratch)."""
+    this builder's plans apply (act then needs `with_lora`'s scratch); `numerics`: the kernels'
+    opt-ins (cera.gpu.numerics; int8 prefill needs act.xi)."""
 
     def __init__(self, cfg: ModelConfig, ctx: int, weights: Weights, state: State, act: Activations,
-                 kernels: Kernels, adapters: Adapters | None = None):
+                 kernels: Kernels, adapters: Adapters | None = None, numerics: Numerics = EXACT):
         self.cfg, self.ctx, self.weights, self.state, self.act = cfg, ctx, weights, state, act
         self.kernels, self.device = kernels, kernels.device
         self.rows = act.rows
         self.adapters = adapters or {}
+        self.numerics = numerics
 
     # --- what differs by row count ---------------------------------------------------------
     def proj(self, out: Binding, m: Matrix, x: Binding, *, norm: str | None = None, **kw) -> list[Step]:
@@ -235,7 +238,7 @@ class DecodeBuilder(Builder):
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
         with _naming(m.name):
             steps = matmul.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
-                                        m=m.rows, **fused, **kw)
+                                        m=m.rows, int8=self.numerics.int8, **fused, **kw)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 
     def qkv(self, i):
@@ -291,9 +294,10 @@ class PrefillBuilder(Builder):
     def proj(self, out, m, x, *, norm=None, **kw):
         steps, x, _ = self.normed(x, norm)
         with _naming(m.name):
+            half = self.numerics.f16 and batched.half_tiles(self.device, m.wtype)
             steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
-                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=self.act.xi,
-                                          **kw)
+                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows,
+                                          xi=self.act.xi if self.numerics.int8 else None, half=half, **kw)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):

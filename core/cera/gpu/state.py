@@ -56,11 +56,12 @@ class Activations:
     xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (batched.quantize_x)
 
     @staticmethod
-    def shapes(cfg: ModelConfig, rows: int) -> dict[str, tuple[int, ...]]:
-        """field -> f32 shape of every buffer `allocate` makes for `rows` rows."""
+    def shapes(cfg: ModelConfig, rows: int, int8: bool = False) -> dict[str, tuple[int, ...]]:
+        """field -> f32 shape of every buffer `allocate` makes for `rows` rows (with `int8`:
+        cera.gpu.numerics' prefill on 8-bit x, which quantizes x into xi)."""
         h, r = cfg.hidden, rows
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
-        if rows > 1 and batched.PREFILL_INT8:
+        if rows > 1 and int8:
             a["xi"] = (r, batched.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
@@ -71,9 +72,9 @@ class Activations:
         return a
 
     @classmethod
-    def allocate(cls, device: Device, cfg: ModelConfig, rows: int) -> "Activations":
+    def allocate(cls, device: Device, cfg: ModelConfig, rows: int, int8: bool = False) -> "Activations":
         return cls(rows, **{name: f32_buffer(device, f"{name}@{rows}", *shape)
-                            for name, shape in cls.shapes(cfg, rows).items()})
+                            for name, shape in cls.shapes(cfg, rows, int8).items()})
 
     def with_lora(self, device: Device, cfg: ModelConfig, rank: int) -> "Activations":
         """These activations plus the scratch LoRA adapters of up to `rank` compute in."""
