@@ -7,7 +7,7 @@ import tempfile
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
 
-from cera.device import PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Limits, Pass  # noqa: E402
+from cera.device import PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Flush, Limits, Pass  # noqa: E402
 from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
@@ -134,11 +134,15 @@ class NativeDevice(Device):
 
     def _schedule(self, segments):
         # each Pass kept beside its raw handles: its Dispatch objects keep those handles alive
-        return tuple(s if isinstance(s, Copy) else (s, _handles(s)) for s in segments)
+        return tuple(s if isinstance(s, (Copy, Flush)) else (s, _handles(s)) for s in segments)
 
     def _submit(self, schedule, read: Binding | None, staging):
         encoder = self._device.create_command_encoder()
         for segment in schedule or ():
+            if isinstance(segment, Flush):
+                self._device.queue.submit([encoder.finish()])
+                encoder = self._device.create_command_encoder()
+                continue
             if isinstance(segment, Copy):
                 encoder.copy_buffer_to_buffer(segment.src, segment.src_offset, segment.dst, segment.dst_offset,
                                               segment.size)

@@ -8,9 +8,10 @@ import pytest
 
 from cera import catalogue
 from cera.config import ModelConfig
-from cera.device import Copy
+from cera.device import Copy, Flush, Pass, passes
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import GpuModel
+from cera.gpu.plan import FLUSH_LAYERS
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,22 @@ def test_greedy_plan_chains_decode_steps_through_the_step_uniform(smollm2):
     assert labels == 3 * ([s.label for s in decode.steps] + ["greedy advance"])
     advance = plan.steps[len(decode.steps)]
     assert [b.buffer.label for b in advance.bindings] == ["tokens", "greedy.tokens", "step"]
+
+
+def test_prefill_submission_is_flushed_after_its_first_layers(smollm2, device):
+    """A prefill chunk's schedule is submitted in parts (plan.FLUSH_LAYERS): a flush after the
+    last step of each of those layers, none in decode; `passes` ends a compute pass at each."""
+    g, cfg, model = smollm2
+    assert not any(isinstance(s, Flush) for s in model.plan(1).steps)
+    chunked = GpuModel(cfg, g, device, ctx=1024, chunk=64)
+    steps = chunked.plan(64).steps
+    flushes = [i for i, s in enumerate(steps) if isinstance(s, Flush)]
+    assert len(flushes) == len(FLUSH_LAYERS)
+    assert all(steps[i - 1].label.startswith("matmul Q4_1 576x1536") for i in flushes)   # the layer's down
+    segments = passes(steps)
+    assert [type(s) for s in segments[:2]] == [Pass, Flush] and segments.count(Flush()) == len(FLUSH_LAYERS)
+    assert sum(len(s.dispatches) for s in segments if isinstance(s, Pass)) == chunked.plan(64).dispatches
+    assert passes([Flush(), *steps[:2], Flush(), Flush()])[-1] == Flush() and passes([Flush()]) == []
 
 
 def test_prefill_plan_differs_only_by_row_count(smollm2, device):

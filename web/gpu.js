@@ -4,8 +4,8 @@
 // This file only creates WebGPU objects, replays recorded schedules and moves Blob ranges.
 // Python holds small integer handles; the GPU objects live in the table here. Hot paths are
 // one call from Python each: run() applies the queued writes, encodes a whole recorded
-// schedule, submits, and (when asked) maps a staging copy and resolves to its bytes;
-// uploadBlob() moves a Blob range straight to queue.writeBuffer, never through wasm memory.
+// schedule, submits it (in parts, at its flushes), and (when asked) maps a staging copy and
+// resolves to its bytes; uploadBlob() moves a Blob range straight to queue.writeBuffer, never through wasm memory.
 //
 // Errors thrown here carry a `name` that cera_web/host.py maps to a cera.errors type.
 
@@ -146,7 +146,7 @@ export class GpuHost {
   }
 
   // Recorded segments, packed by Python: a compute pass is (0, n) then n times (kernel, bind
-  // group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size).
+  // group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size); a flush is (2).
   schedule(packed) {
     this.count("schedule");
     return this.put(this.segments(packed));
@@ -162,6 +162,9 @@ export class GpuHost {
         }
         segments.push({ dispatches });
         i += 2 + 5 * n;
+      } else if (packed[i] === 2) {
+        segments.push({ flush: true });
+        i += 1;
       } else {
         segments.push({ copy: [this.objects[packed[i + 1]], packed[i + 2], this.objects[packed[i + 3]], packed[i + 4], packed[i + 5]] });
         i += 6;
@@ -177,8 +180,13 @@ export class GpuHost {
     this.count("run");
     if (writes) this.applyWrites(writes);
     const compiled = this.compiles.length ? this.settleCompiles() : null;
-    const encoder = this.device.createCommandEncoder();
+    let encoder = this.device.createCommandEncoder();
     for (const segment of (scheduleId ? this.objects[scheduleId] : [])) {
+      if (segment.flush) {   // the GPU starts on what is encoded while the rest is
+        this.queue.submit([encoder.finish()]);
+        encoder = this.device.createCommandEncoder();
+        continue;
+      }
       if (segment.copy) {
         encoder.copyBufferToBuffer(...segment.copy);
         continue;

@@ -94,7 +94,13 @@ class Copy:
     size: int
 
 
-Step = Dispatch | Copy
+@dataclass(frozen=True)
+class Flush:
+    """A submission boundary inside a schedule: what is encoded before it is submitted at once,
+    so that the GPU starts on it while the host encodes the rest (cera.gpu.plan.FLUSH_LAYERS)."""
+
+
+Step = Dispatch | Copy | Flush
 
 
 @dataclass(frozen=True)
@@ -103,20 +109,22 @@ class Pass:
     dispatches: tuple[Dispatch, ...]
 
 
-def passes(steps: Sequence[Step]) -> list[Pass | Copy]:
-    """Group a schedule's steps: consecutive dispatches share a compute pass, copies go between."""
-    segments: list[Pass | Copy] = []
+def passes(steps: Sequence[Step]) -> list[Pass | Copy | Flush]:
+    """Group a schedule's steps: consecutive dispatches share a compute pass, copies and flushes
+    go between (a flush only after something to submit)."""
+    segments: list[Pass | Copy | Flush] = []
     run: list[Dispatch] = []
     for step in steps:
         if isinstance(step, Dispatch):
             run.append(step)
             continue
-        if not isinstance(step, Copy):
+        if not isinstance(step, (Copy, Flush)):
             raise TypeError(f"not a schedule step: {step!r}")
         if run:
             segments.append(Pass(tuple(run)))
             run = []
-        segments.append(step)
+        if isinstance(step, Copy) or (segments and not isinstance(segments[-1], Flush)):
+            segments.append(step)
     if run:
         segments.append(Pass(tuple(run)))
     return segments
@@ -242,8 +250,9 @@ class Device(ABC):
         """A bind group of `kernel`'s group 0."""
 
     @abstractmethod
-    def _schedule(self, segments: Sequence[Pass | Copy]) -> Any:
-        """Record compute passes and copies for repeated submission."""
+    def _schedule(self, segments: Sequence[Pass | Copy | Flush]) -> Any:
+        """Record compute passes and copies for repeated submission; at a Flush, what is encoded
+        so far is submitted."""
 
     @abstractmethod
     def _submit(self, schedule, read: Binding | None, staging) -> Awaitable[bytes | None]:

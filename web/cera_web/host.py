@@ -14,7 +14,7 @@ import weakref
 from array import array
 
 from cera import errors
-from cera.device import Binding, Copy, Device, Limits
+from cera.device import Binding, Copy, Device, Flush, Limits
 from pyodide.ffi import JsException, can_run_sync, run_sync, to_js
 
 from .sources import BlobSource
@@ -159,10 +159,12 @@ _BY_NAME = {cls.__name__: cls for cls in errors.ERRORS}
 
 def _pack(segments) -> object:
     """Segments as GpuHost.segments() reads them: a pass is (0, n) then n times (kernel, bind
-    group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size)."""
+    group, x, y, z); a copy is (1, src, src offset, dst, dst offset, size); a flush is (2)."""
     packed = array("d")
     for s in segments:
-        if isinstance(s, Copy):
+        if isinstance(s, Flush):
+            packed.append(2)
+        elif isinstance(s, Copy):
             packed.extend((1, s.src.id, s.src_offset, s.dst.id, s.dst_offset, s.size))
         else:
             packed.extend((0, len(s.dispatches)))

@@ -27,13 +27,19 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from cera.config import ATTENTION, ModelConfig
-from cera.device import Binding, Copy, Dispatch, Step
+from cera.device import Binding, Copy, Dispatch, Flush, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
 from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.residency import Matrix, Weights
 from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
+
+# A prefill chunk's submission is flushed (cera.device.Flush) after these layers, so the GPU
+# starts on the first layers while the host still encodes the rest: a chunk of Qwen2.5-1.5B is
+# ~350 dispatches, which the page's host takes ~1.8 ms to encode and hand to the GPU, about one
+# layer's GPU time. Doubling gaps keep the GPU fed with few submissions.
+FLUSH_LAYERS = frozenset({0, 1, 3, 7, 15})
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class Plan:
         (buffer labels), bytes read and written."""
         rows = []
         for s in self.steps:
+            if isinstance(s, Flush):
+                continue
             if isinstance(s, Copy):
                 rows.append(dict(kernel="copy", workgroups=None, bindings=[s.src.label, s.dst.label],
                                  bytes_read=s.size, bytes_written=s.size))
@@ -286,7 +294,11 @@ class DecodeBuilder(Builder):
 
 
 class PrefillBuilder(Builder):
-    """A chunk of rows per step: RMSNorm into xb, then tiled matmuls; flash-style attention."""
+    """A chunk of rows per step: RMSNorm into xb, then tiled matmuls; flash-style attention.
+    The chunk's submission is flushed after the layers in FLUSH_LAYERS."""
+
+    def layer(self, i):
+        return super().layer(i) + ([Flush()] if i in FLUSH_LAYERS else [])
 
     def normed(self, x, norm):
         return ([self.norm(x, norm)], self.act.xb, None) if norm else ([], x, None)
