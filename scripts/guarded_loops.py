@@ -7,7 +7,8 @@ count rounds instead of striding (shaders/matvec.wgsl). A guard costs a load, a 
 branch per trip: the inner loops of the decode kernels paid 10-20% for it on an H200.
 
 This loads a GGUF in the page (dist/web or --site) with Dawn's `dump_shaders` toggle, generates a
-few tokens greedily and sampled, reads the WGSL and SPIR-V of every pipeline from Chromium's log
+few tokens greedily and sampled, then again greedily with the opt-in 8-bit activations (their
+integer kernels; cera.gpu.numerics), reads the WGSL and SPIR-V of every pipeline from Chromium's log
 and prints, per kernel (shaders/NAME.wgsl), its pipelines, loops and guarded loops. No tool reads
 this out of Chromium otherwise, hence the log parsing here.
 
@@ -85,7 +86,8 @@ def guarded_loops(log_text: str) -> dict[str, dict[str, int]]:
 
 
 def run_page(browser_type, site: Path, model: Path, log: Path, prompt: str = "Hi") -> str:
-    """Load `model` in the site with the dump flags, generate greedily and sampled; the log's text."""
+    """Load `model` in the site with the dump flags, generate greedily and sampled, reload it with
+    int8 numerics and generate greedily; the log's text."""
     from web_site import CHROMIUM, CHROMIUM_ARGS, Server
     server = Server(site)
     try:
@@ -100,6 +102,8 @@ def run_page(browser_type, site: Path, model: Path, log: Path, prompt: str = "Hi
             page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3})", prompt)
             page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3, sampling: {temperature: 0.8, top_k: 40}})",
                           prompt)
+            page.evaluate("(url) => window.cera.load(url, {int8: true})", url)
+            page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3})", prompt)
         finally:
             browser.close()
     finally:

@@ -11,7 +11,8 @@
 // reads a vec4 of 4 rows' words and a vec4 of 4 tokens' words: 16 dot4I8Packed (64 products)
 // for two loads, where the f32 tile's 16 FMAs take the same two. On an H200 that inner loop
 // runs at ~110 TOPS against the f32 one's ~32 TFLOP/s (docs/PERFORMANCE.md). Integer sums: per
-// 16 elements the 4x4 dots, times the rows' scales, into the slice's sums (an i32 per output);
+// scale (32 elements of Q4_K, 16 of Q6_K: SUB_SCALES) the 4x4 dots, times the rows' scales, into
+// the slice's sums (an i32 per output; the gate's and up's dots share each load of x);
 // per slice the rows' mins times x's sub-block sums; then into the f32 accumulators, times d,
 // dmin and x's step. The next slice's loads are issued before the current slice's products and
 // stored after them, as in matmul.wgsl.
@@ -37,6 +38,8 @@ const M4 = TILE_M / 4u;
 const T4 = TILE_T / 4u;
 const K4 = BK / 4u;            // words of 4 elements in a slice of a row
 const SUBS = BK / 32u;         // 32-element sub-blocks in a slice
+const SCALES = SUBS * SUB_SCALES;   // scale groups in a slice
+const GROUP_WORDS = K4 / SCALES;    // words of 4 elements a scale covers
 const N_SLICES = K / BK;
 #ifdef GLU
 const N_MATS = 2u;
@@ -48,7 +51,7 @@ alias XElem = vec4<u32>;   // x: (rows, X_STRIDE) records of integers (x_int_rec
 
 // The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's)
 var<workgroup> ws: array<vec4<u32>, N_MATS * K4 * M4>;       // [mat][word][m]: 4 signed quants
-var<workgroup> wsc: array<vec4<i32>, N_MATS * 2u * SUBS * M4>;   // [mat][16-element group][m]: scale
+var<workgroup> wsc: array<vec4<i32>, N_MATS * SCALES * M4>;   // [mat][scale group][m]: scale
 var<workgroup> wmin: array<vec4<i32>, N_MATS * SUBS * M4>;   // [mat][sub-block][m]: min
 var<workgroup> wd: array<vec4<u32>, N_MATS * M4>;            // [mat][m]: d | dmin, f16
 var<workgroup> xs: array<vec4<u32>, K4 * T4>;                // [word][t]: 4 integers
@@ -133,8 +136,11 @@ fn stage(lid: u32, f: Fetched, m0: u32, slice: u32) {
                 ws[word + c * M4][lane] = v.q[0][c];
                 ws[word + (4u + c) * M4][lane] = v.q[1][c];
             }
-            wsc[((it.x * SUBS + it.z) * 2u) * M4 + m][lane] = v.sc.x;
-            wsc[((it.x * SUBS + it.z) * 2u + 1u) * M4 + m][lane] = v.sc.y;
+            let group = (it.x * SUBS + it.z) * SUB_SCALES;
+            wsc[group * M4 + m][lane] = v.sc.x;
+            if (SUB_SCALES == 2u) {
+                wsc[(group + 1u) * M4 + m][lane] = v.sc.y;
+            }
             wmin[(it.x * SUBS + it.z) * M4 + m][lane] = v.m;
             if (it.z == 0u) {
                 wd[it.x * M4 + m][lane] = pack2x16float(v.d);   // f16 in the weights: exact
@@ -191,16 +197,6 @@ fn plus(a: Sums, b: Sums) -> Sums {
     return Sums(a.c0 + b.c0, a.c1 + b.c1, a.c2 + b.c2, a.c3 + b.c3);
 }
 
-// Group g of the slice (x's words of the group in xw) into the sums of matrix `mat`: the rows'
-// scales times their dots
-fn add_group(s: Sums, mat: u32, g: u32, tm: u32, xw: array<vec4<u32>, 4>) -> Sums {
-    var d = Sums();
-    for (var c = 0u; c < 4u; c++) {
-        d = add_dots(d, ws[(mat * K4 + 4u * g + c) * M4 + tm], xw[c]);
-    }
-    return plus(s, scaled(d, wsc[(mat * 2u * SUBS + g) * M4 + tm]));
-}
-
 fn as_f32(s: Sums) -> mat4x4<f32> {
     return mat4x4<f32>(vec4<f32>(s.c0), vec4<f32>(s.c1), vec4<f32>(s.c2), vec4<f32>(s.c3));
 }
@@ -254,14 +250,20 @@ fn main(@builtin(local_invocation_index) lid: u32,
         }
         var sums = Sums();   // zero at every slice (explicitly, as above)
         var sums_up = Sums();
-        for (var g = 0u; g < 2u * SUBS; g++) {
-            var xw = array<vec4<u32>, 4>();
-            for (var c = 0u; c < 4u; c++) {
-                xw[c] = xs[(4u * g + c) * T4 + tt];
-            }
-            sums = add_group(sums, 0u, g, tm, xw);
+        for (var g = 0u; g < SCALES; g++) {   // the rows' scales times their dots, group by group
+            var dots = Sums();
+            var dots_up = Sums();
+            for (var c = 0u; c < GROUP_WORDS; c++) {
+                let word = GROUP_WORDS * g + c;
+                let xw = xs[word * T4 + tt];
+                dots = add_dots(dots, ws[word * M4 + tm], xw);
 #ifdef GLU
-            sums_up = add_group(sums_up, 1u, g, tm, xw);
+                dots_up = add_dots(dots_up, ws[(K4 + word) * M4 + tm], xw);
+#endif
+            }
+            sums = plus(sums, scaled(dots, wsc[g * M4 + tm]));
+#ifdef GLU
+            sums_up = plus(sums_up, scaled(dots_up, wsc[(SCALES + g) * M4 + tm]));
 #endif
         }
         acc = slice_result(acc, 0u, sums, tm, tt);

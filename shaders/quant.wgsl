@@ -214,6 +214,7 @@ fn plane_value(sum: i32, p: u32) -> f32 {
 // quants: element 32j + 16h + 4c + i is byte i of q[h][c], and its weight is
 // d.x * sc[h] * q - d.y * m. A type with TILE_INT support (cera.gpu.batched.INT_TILE_TYPES)
 // defines, its loads apart from its arithmetic (as unit_words / unit_decode):
+//     const SUB_SCALES   1: one scale for the sub-block (sc.x == sc.y), 2: one per 16 elements
 //     alias SubWords
 //     fn sub_words(src, row_byte, j) -> SubWords
 //     fn sub_decode(w: SubWords, j) -> SubInt
@@ -526,6 +527,7 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
 
 // Sub-block j: s = j % 8 of its block, the low (s even) or high nibbles of qs[32 (s / 2) ..], two
 // quads; its block's first quad for d, dmin and the scales.
+const SUB_SCALES = 1u;
 alias SubWords = array<vec4<u32>, 3>;
 
 fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {
@@ -693,6 +695,7 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
 // Sub-block j: s = j % 8 of its block, half h = s / 4, i = s % 4: elements 128h + 32i + l (l <
 // 32) from bytes l of ql[64h + 32 (i % 2) ..] (nibble i / 2) and of qh[32h ..] (bits 2i, 2i+1),
 // scales[8h + 2i + l / 16]: two 16-byte spans each, a word of scales and d.
+const SUB_SCALES = 2u;
 alias SubWords = array<vec4<u32>, 5>;   // ql, ql, qh, qh, (scales, d)
 
 fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {

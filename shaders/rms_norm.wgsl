@@ -4,10 +4,21 @@
 // Rows: ROWS_PER_TOKEN per token, step.n_tokens tokens (row r = t * ROWS_PER_TOKEN + i), each
 // N long. Hidden-state norm: ROWS_PER_TOKEN = 1, N = hidden. Per-head QK-norm: ROWS_PER_TOKEN =
 // n_heads, N = head_dim. One workgroup per row: dispatch (ROWS_PER_TOKEN, max tokens, 1).
+// Flag X_INT (a hidden-state norm, N = K a multiple of 256, WG 256, not with ACCUMULATE): each
+// row also goes into xi in integers, as quantize_x.wgsl would write them from out (the integer
+// prefill matmul's x; x_int_block.wgsl), with X_PLANES, X_STRIDE (x_int_record.wgsl).
 // Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256); flag ACCUMULATE.
-// Bindings: x, w, out, step.
+// Bindings: x, w, out, step, [xi].
 #include "common.wgsl"
 #include "reduce.wgsl"
+#ifdef X_INT
+#include "x_int.wgsl"
+#include "x_int_record.wgsl"
+
+@group(0) @binding(4) var<storage, read_write> xi: array<u32>;   // (rows, X_STRIDE)
+
+#include "x_int_block.wgsl"
+#endif
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;         // (rows, N)
 @group(0) @binding(1) var<storage, read> w: array<f32>;         // (N,)
@@ -34,6 +45,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(N) + EPS);
 
+#ifdef X_INT
+    for (var n = 0u; n < (N + 1023u) / 1024u; n++) {   // four 256-element blocks a round
+        let b = 4u * n + lid / 64u;
+        let i = 256u * b + 4u * (lid % 64u);
+        var v = vec4<f32>(0.0);
+        if (i < N) {
+            for (var c = 0u; c < 4u; c++) {
+                v[c] = x[base + i + c] * scale * w[i + c];
+                out[base + i + c] = v[c];
+            }
+        }
+        quantize_blocks(lid, v, wid.y * X_STRIDE, b);
+    }
+#else
     for (var n = 0u; n < ROUNDS; n++) {
         let i = n * WG + lid;
         if (i >= N) {
@@ -45,4 +70,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         out[base + i] = x[base + i] * scale * w[i];
 #endif
     }
+#endif
 }

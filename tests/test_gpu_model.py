@@ -104,8 +104,10 @@ def test_int8_prefill_matches_llama_cpp(device, synth_gguf, name):
         assert bool(integer) == int8 and all(label.split()[1] in ("Q4_K", "Q6_K") for label in integer)
         quantized = [i for i, label in enumerate(labels) if label.startswith("quantize_x")]
         assert all(" x8" in labels[i + 1] for i in quantized)
-        if int8 and name == "qwen2_q4_k_m":   # one quantize_x per layer input: q|k and v share theirs
-            assert len(quantized) == 4 * gpu.cfg.n_layers < len(integer)
+        norms = [label for label in labels if label.endswith("norm.weight x8")]   # quantize_x fused in
+        assert len(norms) == 2 * gpu.cfg.n_layers * int8   # attention's and the FFN's: q|k and v share theirs
+        if int8 and name == "qwen2_q4_k_m":   # the other layer inputs: attention's output, the GLU's
+            assert len(quantized) == 2 * gpu.cfg.n_layers < len(integer)
         return [nmse(asyncio.run(gpu.logits(seq["tokens"]))[seq["logits_positions"]], np.array(seq["logits"], np.float32))
                 for seq in golden["sequences"]]
 

@@ -317,6 +317,31 @@ def test_quantize_x(gpu):
     assert not words[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
+@pytest.mark.parametrize("k", [256, 1536, 1280])
+def test_rms_norm_x_int_is_the_norm_then_quantize_x(gpu, k):
+    """The RMSNorm with quantize_x fused in (rms_norm.wgsl X_INT, prefill's norm before integer
+    matmuls): its rows are layers.rms_norm's, bit for bit, and its record is quantize_x's of those
+    rows, word for word (whole rounds of four blocks, and a partial one: 1280); rows past
+    n_tokens untouched."""
+    rng = np.random.default_rng(k)
+    max_rows, n_tokens, eps = 6, 5, 1e-6
+    x = (rng.standard_normal((max_rows, k)) * 3).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    step, xb, wb = step_buffer(gpu, 0, n_tokens), upload(gpu, x, "x"), upload(gpu, w, "w")
+    shape = (max_rows, batched.x_int_stride(k))
+    out, xi, plain = zeros(gpu, x.shape, "out"), zeros(gpu, shape, "xi"), zeros(gpu, x.shape, "plain")
+    fused = batched.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=k, eps=eps, max_rows=max_rows)
+    normed = run(gpu, [fused], out, x.shape)
+    words = run(gpu, [], xi, shape, np.uint32)
+    want = run(gpu, [layers.rms_norm(gpu.kernels, gpu.device, plain, xb, wb, step, n=k, eps=eps,
+                                     max_tokens=max_rows)], plain, x.shape)
+    assert np.array_equal(normed, want) and not normed[n_tokens:].any()
+    np.testing.assert_array_equal(words, x_int_rows(gpu, want, step)[1])
+    assert words[:n_tokens].any() and not words[n_tokens:].any()
+    with pytest.raises(ValueError, match="multiple of 256"):
+        batched.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=100, eps=eps, max_rows=max_rows)
+
+
 def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=False, accumulate=False,
                     scale=None, tiles=None, act=FFN_SILU):
     """One integer matmul against float64 numpy of W @ ops.q8_k(x): (got, want, sum |x w|)."""

@@ -254,8 +254,9 @@ class IntTiles:
         return self.tile_m * self.tile_t // 16
 
     def storage(self, glu: bool) -> int:
-        """Workgroup memory in bytes: per matrix the quants (a byte each), 16-element scales,
-        mins and d | dmin of its rows; x's integers, sub-block sums and steps."""
+        """Workgroup memory in bytes, at most (Q6_K's scales; Q4_K has half as many): per matrix
+        the quants (a byte each), 16-element scales, mins and d | dmin of its rows; x's integers,
+        sub-block sums and steps."""
         subs, mats = self.bk // 32, 2 if glu else 1
         return mats * self.tile_m * (self.bk + 4 * (3 * subs + 1)) + self.tile_t * (self.bk + 4 * (subs + 1))
 
@@ -293,6 +294,20 @@ def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "qua
     stride = x_int_stride(k)
     return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k}",
                             reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
+
+
+def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int,
+                   label: str = "rms_norm") -> Dispatch:
+    """out (rows, n) = rms_norm(x) * w, as layers.rms_norm, and xi (rows, x_int_stride(n)) the
+    same rows in 8-bit integers as quantize_x would write them from out (its dispatch fused in:
+    the norm before the integer matmuls of a block); n a multiple of 256."""
+    if n % 256:
+        raise Unsupported(f"rms_norm_x_int: n {n} must be a multiple of 256")
+    row = 4 * n * max_rows
+    return kernels.dispatch("rms_norm.wgsl", [x, w, out, step, xi], (1, max_rows, 1), f"{label} x8",
+                            reads=row + 4 * n, writes=row + 4 * max_rows * x_int_stride(n), N=n, K=n,
+                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_INT=True, X_PLANES=1,
+                            X_STRIDE=x_int_stride(n))
 
 
 def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,

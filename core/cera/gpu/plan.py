@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from cera.config import ATTENTION, ModelConfig
-from cera.device import Binding, Copy, Dispatch, Flush, Step
+from cera.device import PACKED_DOT, Binding, Copy, Dispatch, Flush, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
 from cera.gpu.numerics import EXACT, Numerics
@@ -303,13 +303,31 @@ class PrefillBuilder(Builder):
     def normed(self, x, norm):
         return ([self.norm(x, norm)], self.act.xb, None) if norm else ([], x, None)
 
+    def norm(self, x, norm):
+        """act.xb = rms_norm(x) * weight `norm`, and with int8 numerics its integers into act.xbi
+        in the same dispatch (`xb_ints`)."""
+        if self.xb_ints is None:
+            return super().norm(x, norm)
+        return batched.rms_norm_x_int(self.kernels, self.act.xb, self.xb_ints, x, self.weights.vector(norm),
+                                      self.state.step, n=self.cfg.hidden, eps=self.cfg.eps, max_rows=self.rows,
+                                      label=norm)
+
+    @cached_property
+    def xb_ints(self) -> Binding | None:
+        """act.xbi, where the norms write xb's integers for the integer matmuls that read xb (every
+        matmul of xb follows the norm that wrote it): int8 numerics, a hidden size of whole
+        256-element blocks, packed dot products."""
+        return self.act.xbi if self.numerics.int8 and PACKED_DOT in self.device.features else None
+
     def proj(self, out, m, x, *, norm=None, **kw):
         steps, x, _ = self.normed(x, norm)
+        ready = x is self.act.xb and self.xb_ints is not None   # its integers are in xbi
+        xi = self.xb_ints if ready else self.act.xi if self.numerics.int8 else None
         with _naming(m.name):
             half = self.numerics.f16 and batched.half_tiles(self.device, m.wtype)
             steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
-                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows,
-                                          xi=self.act.xi if self.numerics.int8 else None, half=half, **kw)
+                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=xi,
+                                          x_ready=ready, half=half, **kw)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):
@@ -329,10 +347,9 @@ class PrefillBuilder(Builder):
         width, column = cfg.q_dim + 2 * kv, {"q": 0, "k": cfg.q_dim, "v": cfg.q_dim + kv}
         out = {p: Binding(a.qkv.buffer, 4 * column[p], 4 * (width * self.rows - column[p]))
                for p in "qkv"}   # from row 0's part to the last row's end
-        for run in runs:   # x in integers (batched.quantize_x) once for the runs that take it
+        for run in runs:
             m, bias = w.stacked(i, run)
-            ready = any(getattr(s, "label", "").startswith("quantize_x") for s in steps)
-            steps += self.proj(out[run[0]], m, a.xb, bias=bias, out_stride=width, x_ready=ready)
+            steps += self.proj(out[run[0]], m, a.xb, bias=bias, out_stride=width)
         return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i, q, k, v):

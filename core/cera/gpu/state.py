@@ -54,6 +54,7 @@ class Activations:
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
     xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (batched.quantize_x)
+    xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (batched.rms_norm_x_int)
 
     @staticmethod
     def shapes(cfg: ModelConfig, rows: int, int8: bool = False) -> dict[str, tuple[int, ...]]:
@@ -63,6 +64,8 @@ class Activations:
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
         if rows > 1 and int8:
             a["xi"] = (r, batched.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
+            if h % 256 == 0:
+                a["xbi"] = (r, batched.x_int_stride(h))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),

@@ -2,6 +2,7 @@
 process: per variant a 512-token prompt's wall time (best of 6) and the prefill profile.
     python3 .varA/abi.py CLONE f32,x16,x8,... [rounds]"""
 import asyncio, sys, time
+from pathlib import Path
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.native import NativeDevice
@@ -31,6 +32,7 @@ VARIANTS = {
     "g32x128b": dict(on=True, glu=[IT(32, 128, 64)]),
     "d128x32": dict(on=True, tiles=[IT(128, 32, 64)]), "d32x128": dict(on=True, tiles=[IT(32, 128, 64)]),
     "noq": dict(on=True, src={"quantize_x.wgsl": NOQ}),
+    "x8old": dict(on=True, src={"matmul_int.wgsl": (Path(__file__).parent / "matmul_int_old.wgsl").read_text()}),
     "x8nf": dict(on=True, flush=frozenset()), "f32nf": dict(on=False, flush=frozenset()),   # diagnostic: quantize_x does nothing (x wrong)
 }
 
