@@ -127,7 +127,7 @@ async def main(chromium, site, model, flags):
                 if os.environ.get("PRELOAD"):
                     code = os.environ["PRELOAD"] + "\n'done'"
                     out["preload"] = await js(f"window.cera.python({json.dumps(code)})", 60)
-                options = json.dumps({"int8": os.environ.get("INT8") == "1"})
+                options = json.dumps({"int8": True} if os.environ.get("INT8") == "1" else {})   # older builds: none
                 out["load"] = await js(f"window.cera.load({json.dumps(model)}, {options}).then(m => JSON.stringify(m))",
                                        600)
                 if os.environ.get("NO_BENCH"):
