@@ -22,8 +22,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     xi[wid.y * X_STRIDE + X_STEPS + wid.x] = bitcast<u32>(x[wid.y * K / 4u + 64u * wid.x].x);
 }
 """
-# the kernel before per-32 Q4_K scales: `git show 8796657:shaders/matmul_int.wgsl > matmul_int_old.wgsl`
-OLD = (Path(__file__).parent / "matmul_int_old.wgsl").read_text() if (Path(__file__).parent / "matmul_int_old.wgsl").exists() else ""
+# the kernels it compares (beside this script): the one before per-32 Q4_K scales, `git show
+# 8796657:shaders/matmul_int.wgsl > matmul_int_old.wgsl`; and 7c09393's with each scale group's
+# words of x loaded before its products (matmul_int_xw.wgsl: docs/h200-2026-12-03e/README.md)
+OLD, XW = ((Path(__file__).parent / f).read_text() if (Path(__file__).parent / f).exists() else ""
+           for f in ("matmul_int_old.wgsl", "matmul_int_xw.wgsl"))
 BASE, GLU, FLUSH = list(batched._INT_TILES), list(batched._INT_GLU_TILES), plan.FLUSH_LAYERS
 VARIANTS = {
     "f32": dict(on=False), "x8": dict(on=True),
@@ -35,6 +38,7 @@ VARIANTS = {
     "d128x32": dict(on=True, tiles=[IT(128, 32, 64)]), "d32x128": dict(on=True, tiles=[IT(32, 128, 64)]),
     "noq": dict(on=True, src={"quantize_x.wgsl": NOQ}),
     "x8old": dict(on=True, src={"matmul_int.wgsl": OLD}),
+    "x8xw": dict(on=True, src={"matmul_int.wgsl": XW}),
     "x8nf": dict(on=True, flush=frozenset()), "f32nf": dict(on=False, flush=frozenset()),   # diagnostic: quantize_x does nothing (x wrong)
 }
 
