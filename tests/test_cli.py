@@ -140,6 +140,18 @@ def test_json_errors_have_a_type_and_an_exit_status(broken, model, file, type_, 
     assert error["type"] == type_ and error["message"] and "Traceback" not in proc.stderr
 
 
+def test_int8_is_an_opt_in_of_the_engine_commands(tmp_path):
+    """--int8 (cera.gpu.numerics): a Q4_K model's prefill plan takes the integer kernels with it
+    only, and bench says which numerics it measured."""
+    path = str(write_variant(tmp_path / "qwen2.gguf", "qwen2_q4_k_m"))
+    plan = lambda *flags: [s["kernel"] for s in cera_json("plan", "-m", path, "--rows", "16", "--ctx", "64",
+                                                         *flags)["steps"]]
+    assert not any(" x8" in kernel for kernel in plan())
+    assert any(kernel.startswith("matmul Q4_K") and " x8" in kernel for kernel in plan("--int8"))
+    bench = ("bench", "-m", path, "--ctx", "64", "--prompt-tokens", "8", "--gen-tokens", "2", "--repeat", "1")
+    assert cera_json(*bench)["numerics"] == "exact" and cera_json(*bench, "--int8")["numerics"] == "int8"
+
+
 def test_help_explains_every_option():
     """Every option of every subcommand has help text, and --help shows it."""
     from cera.cli import parser

@@ -688,15 +688,18 @@ def test_bad_files_give_errors_a_user_can_act_on(page, models, model, name, word
 
 
 def test_page_api_misuse_is_a_named_error(browser, server):
-    """generate() before any load(), and load() with no source, are InvalidArgument errors."""
+    """generate() before any load(), load() with no source, and an int8 option that is not a
+    boolean are InvalidArgument errors."""
     page = open_page(browser, server)
     got = page.evaluate("""async () => {
         const name = (p) => p.then(() => null, (e) => ({name: e.name, message: e.message}));
-        return [await name(window.cera.generate("Hello")), await name(window.cera.load())];
+        return [await name(window.cera.generate("Hello")), await name(window.cera.load()),
+                await name(window.cera.load("model.gguf", {int8: "yes"}))];
     }""")
     page.close()
-    assert [e["name"] for e in got] == ["InvalidArgument", "InvalidArgument"]
+    assert [e["name"] for e in got] == ["InvalidArgument"] * 3
     assert "load" in got[0]["message"] and "source" in got[1]["message"]
+    assert "int8" in got[2]["message"] and "true or false" in got[2]["message"]
 
 
 def test_prompt_longer_than_the_context_is_named(page, models):
