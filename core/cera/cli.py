@@ -53,7 +53,7 @@ def add_numerics_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action="store_true",
                    help="opt-in speed: the GPU kernels take 8-bit activations for Q4_K and Q6_K weights, in "
                         "prefill and decode, as llama.cpp's CPU backend rounds them (Qwen2.5-1.5B on an H200: "
-                        "prefill 1.6x, decode 1.05x); results no longer equal the numpy reference's to f32 "
+                        "prefill 1.7x, decode 1.07x); results no longer equal the numpy reference's to f32 "
                         "precision (cera.gpu.numerics)")
     p.add_argument("--f16", action="store_true",
                    help="opt-in speed: f16 prefill tiles where the adapter has shader-f16 (1.1x; logits off by "
@@ -390,7 +390,7 @@ async def bench(args) -> dict:
     engine, device = await _engine(args)
     runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat)
     out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
-           "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "numerics": numerics_from(args).tag or "exact",
+           "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "numerics": numerics_from(args).label,
            "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
            "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),
            "decode_ms_per_token": round(1000 / max(r.decode_tokens_per_s for r in runs), 3),

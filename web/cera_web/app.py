@@ -124,7 +124,7 @@ class Session:
                 "layers": cfg.n_layers, "vocab": cfg.vocab_size, "ctx": engine.ctx, "gpuMemory": memory,
                 "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                 "bytesThroughWasm": source.bytes_read,
-                "dispatchesPerToken": engine.backend.dispatches_per_token, "numerics": numerics.tag or "exact",
+                "dispatchesPerToken": engine.backend.dispatches_per_token, "numerics": numerics.label,
                 "loadSeconds": time.perf_counter() - t0}
 
     async def load_lora(self, blob, name, scale, msg_id):

@@ -36,9 +36,10 @@ from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
 
 # A prefill chunk's submission is flushed (cera.device.Flush) after these layers, so the GPU
-# starts on the first layers while the host still encodes the rest: a chunk of Qwen2.5-1.5B is
-# ~350 dispatches, which the page's host takes ~1.8 ms to encode and hand to the GPU, about one
-# layer's GPU time. Doubling gaps keep the GPU fed with few submissions.
+# starts on the first layers while the host still encodes the rest: a 512-token chunk of
+# Qwen2.5-1.5B with int8 numerics was 353 dispatches, which the page's host took ~1.8 ms to encode
+# and hand to the GPU, about one layer's GPU time (flushed: 12,397 -> 12,995 tok/s in the page,
+# docs/PERFORMANCE.md). Doubling gaps keep the GPU fed with few submissions.
 FLUSH_LAYERS = frozenset({0, 1, 3, 7, 15})
 
 
