@@ -24,7 +24,7 @@
 // 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), OUT_STRIDE (floats between rows of out, default M:
 // more when W is a row tile of a bigger matrix), ROW0 (default 0: x and out are bound from
 // token row ROW0 of the step on, a row block of an output bigger than a binding), optional
-// SCALE (f32); flags:
+// SCALE (f32), SPLIT and MAX_ROWS (K in parts, out (SPLIT, MAX_ROWS, M): matmul_io.wgsl); flags:
 //   BIAS        out = SCALE * dot + bias[m]         (binding after `out`)
 //   ACCUMULATE  out += result                       (adds into the residual stream)
 //   GLU         out = SCALE * silu(Wg[m]·x) * (Wu[m]·x), Wu bound as `w_up`
@@ -51,6 +51,7 @@ enable f16;
 
 const UPS = BK / 16u;                              // units per slice of a row
 const N_SLICES = (UNITS_PER_ROW + UPS - 1u) / UPS;
+const PART_SLICES = (N_SLICES + SPLIT - 1u) / SPLIT;   // slices a workgroup sums (matmul_io.wgsl SPLIT)
 const NM = TILE_M / RM;                            // invocations along M
 const NT = TILE_T / RT;                            // invocations along tokens
 const WG = NM * NT;
@@ -202,6 +203,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let origin = tile_origin(wid, nwg);
+    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
     let n_tokens = origin.x;
     let t0 = origin.y;
     let m0 = origin.z;
@@ -236,12 +238,16 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #endif
 #endif
 
-    var fetched = fetch(lid, m0, t0, n_tokens, 0u);
-    for (var slice = 0u; slice < N_SLICES; slice++) {
+    var fetched = fetch(lid, m0, t0, n_tokens, s0);
+    for (var i = 0u; i < PART_SLICES; i++) {
+        let slice = s0 + i;
+        if (slice >= N_SLICES) {
+            break;   // the last part's end (uniform)
+        }
         workgroupBarrier();   // the previous slice's reads are done
         stage(lid, fetched, m0, slice);
         workgroupBarrier();
-        if (slice + 1u < N_SLICES) {
+        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
             fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the FMAs below
         }
 #ifdef HALF
@@ -333,14 +339,14 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let t_1 = t0 + 4u * (tt + NT);
     let m_0 = m0 + 4u * tm;
     let m_1 = m0 + 4u * (tm + NM);
-    store_block(t_0, m_0, n_tokens, a00, u00);
+    store_block(tile_part(wid, nwg), t_0, m_0, n_tokens, a00, u00);
     if (RM == 8u) {
-        store_block(t_0, m_1, n_tokens, a01, u01);
+        store_block(tile_part(wid, nwg), t_0, m_1, n_tokens, a01, u01);
     }
     if (RT == 8u) {
-        store_block(t_1, m_0, n_tokens, a10, u10);
+        store_block(tile_part(wid, nwg), t_1, m_0, n_tokens, a10, u10);
     }
     if (RM == 8u && RT == 8u) {
-        store_block(t_1, m_1, n_tokens, a11, u11);
+        store_block(tile_part(wid, nwg), t_1, m_1, n_tokens, a11, u11);
     }
 }

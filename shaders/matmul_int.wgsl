@@ -19,9 +19,9 @@
 //
 // Defines: a type flag with TILE_INT (cera.gpu.batched.INT_TILE_TYPES), K (a multiple of
 // 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
-// (x_int_record.wgsl), OUT_STRIDE and SCALE as matmul.wgsl, ROW0 (out bound from token row ROW0
-// on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS ACCUMULATE GLU
-// GELU OUT_VEC4 as matmul.wgsl.
+// (x_int_record.wgsl), OUT_STRIDE, SCALE, SPLIT and MAX_ROWS as matmul.wgsl, ROW0 (out bound from
+// token row ROW0 on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS
+// ACCUMULATE GLU GELU OUT_VEC4 as matmul.wgsl.
 // Bindings: w, [w_up], x (rows, X_STRIDE) u32 as vec4 (as quantize_x wrote it), out, [bias], step.
 // Dispatch: as matmul.wgsl.
 #include "common.wgsl"
@@ -41,6 +41,7 @@ const SUBS = BK / 32u;         // 32-element sub-blocks in a slice
 const SCALES = SUBS * SUB_SCALES;   // scale groups in a slice
 const GROUP_WORDS = K4 / SCALES;    // words of 4 elements a scale covers
 const N_SLICES = K / BK;
+const PART_SLICES = (N_SLICES + SPLIT - 1u) / SPLIT;   // slices a workgroup sums (matmul_io.wgsl SPLIT)
 #ifdef GLU
 const N_MATS = 2u;
 #else
@@ -229,6 +230,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let origin = tile_origin(wid, nwg);
+    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
     let n_tokens = origin.x;
     let t0 = origin.y;
     let m0 = origin.z;
@@ -240,12 +242,16 @@ fn main(@builtin(local_invocation_index) lid: u32,
 
     var acc: mat4x4<f32>;
     var acc_up: mat4x4<f32>;
-    var fetched = fetch(lid, m0, t0, n_tokens, 0u);
-    for (var slice = 0u; slice < N_SLICES; slice++) {
+    var fetched = fetch(lid, m0, t0, n_tokens, s0);
+    for (var i = 0u; i < PART_SLICES; i++) {
+        let slice = s0 + i;
+        if (slice >= N_SLICES) {
+            break;   // the last part's end (uniform)
+        }
         workgroupBarrier();   // the previous slice's reads are done
         stage(lid, fetched, m0, slice);
         workgroupBarrier();
-        if (slice + 1u < N_SLICES) {
+        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
             fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the products below
         }
         var sums = Sums();   // zero at every slice (explicitly, as above)
@@ -271,5 +277,5 @@ fn main(@builtin(local_invocation_index) lid: u32,
         acc_up = slice_result(acc_up, 1u, sums_up, tm, tt);
 #endif
     }
-    store_block(t0 + 4u * tt, m0 + 4u * tm, n_tokens, acc, acc_up);
+    store_block(tile_part(wid, nwg), t0 + 4u * tt, m0 + 4u * tm, n_tokens, acc, acc_up);
 }

@@ -261,6 +261,70 @@ def test_matmul_tiled(gpu, glu, act, half):
     assert not got[n_tokens:].any()
 
 
+SPLIT_CASES = [(T.Q4_K, 768, 3, 128, True, False), (T.Q6_K, 512, 2, 128, False, False),
+               (T.Q4_0, 320, 4, 32, True, False), (T.F32, 100, 3, 16, False, False),
+               (T.Q4_K, 768, 3, 128, True, True), (T.Q4_0, 320, 4, 32, False, True)]
+
+
+@pytest.mark.parametrize("t,k,split,max_rows,accumulate,half", SPLIT_CASES,
+                         ids=[f"{c[0].name}-k{c[1]}-split{c[2]}{'-f16' * c[5]}" for c in SPLIT_CASES])
+def test_matmul_split(gpu, t, k, split, max_rows, accumulate, half):
+    """K in parts (matmul split=, then split_sum): the same products as one matmul, added into out
+    or stored, parts of unequal length (the last short, or empty: F32's 3 parts of 4 slices), rows
+    past step.n_tokens untouched; f32 and f16 tiles."""
+    if half and "shader-f16" not in gpu.device.features:
+        pytest.skip("no shader-f16 on this device")
+    rng = np.random.default_rng(k + split)
+    m, n_tokens, scale = 67, max_rows - 3, 0.5
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
+    out, parts = upload(gpu, out0, "out"), zeros(gpu, (split, max_rows, m), "parts")
+    step = step_buffer(gpu, 0, n_tokens)
+    mm = batched.matmul(gpu.kernels, gpu.device, parts, upload(gpu, raw, "w"), upload(gpu, x, "x"), step, wtype=t,
+                        k=k, m=m, max_rows=max_rows, scale=scale, half=half, split=split)
+    total = batched.split_sum(gpu.kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
+                              accumulate=accumulate, label="split_sum")
+    assert mm.groups[0] == split * -(-max_rows // batched.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).tile_t)
+    got = run(gpu, [mm, total], out, (max_rows, m))
+    xs = x[:n_tokens].astype(np.float64)
+    want = scale * (xs @ w.T) + (out0[:n_tokens] if accumulate else 0)
+    bk = batched.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).bk
+    check_matmul(got[:n_tokens], want, scale * (np.abs(xs) @ np.abs(w.T)), f"split {split}", bk if half else 0)
+    assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
+
+
+@pytest.mark.parametrize("integer", [False, True], ids=["f32", "x8"])
+def test_matmul_tiled_splits_long_k(gpu, monkeypatch, integer):
+    """matmul_tiled with room for parts splits a long K into k_parts' parts (and only then):
+    a matmul (f32 tiles, or on x in 8-bit integers) into the parts and their sum added into out,
+    equal to the unsplit matmul."""
+    monkeypatch.setattr(batched, "SPLIT_MIN_K", 256)
+    t, m, k, max_rows = T.Q4_K, 64, 1024, 16
+    assert batched.k_parts(k, 1) == 4 and batched.k_parts(256, 1) == 1
+    assert batched.k_parts(k, batched.SPLIT_WORKGROUPS // 2) == 2 and batched.k_parts(k, batched.SPLIT_WORKGROUPS) == 1
+    rng = np.random.default_rng(5)
+    raw, w = random_rows(t, m, k, rng)
+    x = rng.standard_normal((max_rows, k)).astype(np.float32)
+    out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
+    bufs = dict(w=upload(gpu, raw, "w"), x=upload(gpu, x, "x"), step=step_buffer(gpu, 0, max_rows))
+    xi = zeros(gpu, (max_rows, batched.x_int_stride(k)), "xi") if integer else None
+    tag = " x8" if integer else ""
+    got = {}
+    for parts in (None, zeros(gpu, (batched.SPLIT_MAX, max_rows, m), "parts")):
+        out = upload(gpu, out0, "out")
+        ds = batched.matmul_tiled(gpu.kernels, gpu.device, out, bufs["w"], bufs["x"], bufs["step"], wtype=t, k=k,
+                                  m=m, max_rows=max_rows, accumulate=True, parts=parts, xi=xi)
+        assert [d.label for d in ds if not d.label.startswith("quantize_x")] == (
+            [f"matmul Q4_K {m}x{k}{tag} +="] if parts is None else
+            [f"matmul Q4_K {m}x{k}{tag} /4", f"split_sum 4x{m}"])
+        got[parts is None] = run(gpu, ds, out, (max_rows, m))
+    xs = (ops.q8_k(x) if integer else x).astype(np.float64)
+    want = xs @ w.T + out0
+    check_matmul(got[False], want, np.abs(xs) @ np.abs(w.T), "split by matmul_tiled")
+    assert_close(got[False], got[True], atol=1e-5 * np.abs(got[True]).max(), rtol=0, what="split against unsplit")
+
+
 def test_row_blocks(gpu):
     lim = gpu.device.limits
     big = dataclasses.replace(lim, max_storage_buffer_binding_size=1 << 30)

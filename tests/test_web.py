@@ -321,7 +321,8 @@ def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
     row counts that are not multiples of the workgroups. The X_INT_TYPES also dot x in integers:
     24 bits (matvec x_bits=24, decode's default) against W @ x, 8 against W @ ops.q8_k(x); the
-    INT_TILE_TYPES' batched matmul with 8-bit x (quantize_x, matmul_int) against q8_k(x) @ W^T."""
+    INT_TILE_TYPES' batched matmul with 8-bit x (quantize_x, matmul_int) against q8_k(x) @ W^T;
+    and the batched matmul with K in 3 parts (split, split_sum)."""
     t = GGMLQuantizationType[wtype]
     integer, tiled = t in X_INT_TYPES, t in INT_TILE_TYPES
     m, k, tokens = 37, 4 * GGML_QUANT_SIZES[t][0], [36, 0, 17, 36, 5]
@@ -351,6 +352,7 @@ dev.write(step, pack_step(0, {n_tokens}))
 vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
 emb, vec8, vec24 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8"), dev.buffer(4 * {m}, "vec24")
 mat8, xi = dev.buffer(4 * {n_tokens * m}, "mat8"), dev.buffer(4 * {n_tokens} * batched.x_int_stride({k}), "xi")
+mats, parts = dev.buffer(4 * {n_tokens * m}, "mats"), dev.buffer(3 * 4 * {n_tokens * m}, "parts")
 integer = [matmul.matvec(kernels, dev, Binding(out), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}, x_bits=bits)
            for out, bits in ((vec8, 8), (vec24, 24))] if {integer} else []
 integer += [batched.quantize_x(kernels, xi, x, step, k={k}, max_rows={n_tokens}),
@@ -359,15 +361,18 @@ integer += [batched.quantize_x(kernels, xi, x, step, k={k}, max_rows={n_tokens})
 schedule = dev.schedule(integer + [
     matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
     batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
+    batched.matmul(kernels, dev, parts, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}, split=3),
+    batched.split_sum(kernels, mats, parts, step, m={m}, split=3, max_rows={n_tokens}, accumulate=False, label="sum"),
     matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
                  max_rows={n_tokens})])
 out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
        "emb": await dev.read(emb, 0, 4 * {n_tokens * k}), "vec8": await dev.read(vec8, 0, 4 * {m}),
-       "vec24": await dev.read(vec24, 0, 4 * {m}), "mat8": await dev.read(mat8, 0, 4 * {n_tokens * m})}}
+       "vec24": await dev.read(vec24, 0, 4 * {m}), "mat8": await dev.read(mat8, 0, 4 * {n_tokens * m}),
+       "mats": await dev.read(mats, 0, 4 * {n_tokens * m})}}
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
-    vec, mat, emb, vec8, vec24, mat8 = (np.frombuffer(base64.b64decode(got[n]), np.float32)
-                                        for n in ("vec", "mat", "emb", "vec8", "vec24", "mat8"))
+    vec, mat, emb, vec8, vec24, mat8, mats = (np.frombuffer(base64.b64decode(got[n]), np.float32)
+                                              for n in ("vec", "mat", "emb", "vec8", "vec24", "mat8", "mats"))
     xs = x.astype(np.float64)
     assert_close(vec, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype}")
     if integer:
@@ -376,6 +381,8 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
         assert_close(vec24, w @ xs[0], 1e-6 * (np.abs(w) @ np.abs(xs[0])) + 1e-6, 1e-5, f"matvec {wtype} x24")
     assert_close(mat.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
                  f"batched matmul {wtype}")
+    assert_close(mats.reshape(n_tokens, m), xs @ w.T, 2e-6 * (np.abs(xs) @ np.abs(w.T)) + 1e-6, 1e-5,
+                 f"batched matmul {wtype}, K in 3 parts")
     assert_close(emb.reshape(n_tokens, k), w[tokens], 1e-6, 1e-6, f"embed {wtype}")
     if tiled:
         x8 = ops.q8_k(x).astype(np.float64)

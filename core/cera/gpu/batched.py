@@ -168,11 +168,13 @@ def _groups_2d(count: int, limits) -> tuple[int, int]:
 def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
            scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
            out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
-           label: str | None = None, act: str = FFN_SILU, half: bool = False) -> Dispatch:
+           label: str | None = None, act: str = FFN_SILU, half: bool = False, split: int = 1) -> Dispatch:
     """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
     step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
     or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (needs the
-    device's shader-f16); the label ends in "f16" then.
+    device's shader-f16); the label ends in "f16" then. split > 1: K in `split` parts, part p's
+    dots into rows p * max_rows + t of out (split, max_rows, m) (matmul_split; no bias, GLU or
+    accumulate).
 
     W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
     between rows of out (default m; the full width when W is a row tile). row0: x and out are
@@ -187,17 +189,52 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     tiles = tiles or matmul_tiles(device.limits, max_rows, w_up is not None, m, half, t)
     return _tile_dispatch(kernels, device, "matmul.wgsl", out, w, x, step, t=t, k=k, m=m, max_rows=max_rows,
                           tiles=tiles, x_row_bytes=4 * k, scale=scale, bias=bias, accumulate=accumulate, w_up=w_up,
-                          out_stride=out_stride, row0=row0, act=act, label=label, suffix=" f16" if half else "",
-                          **flags(X_VEC4=k % 4 == 0, HALF=half))
+                          out_stride=out_stride, row0=row0, act=act, label=label, split=split,
+                          suffix=" f16" if half else "", **flags(X_VEC4=k % 4 == 0, HALF=half))
+
+
+# K parts (matmul_io.wgsl SPLIT) for a matmul with few workgroups and a long K: as many as keep
+# every part at least SPLIT_MIN_K long and the workgroups at most SPLIT_WORKGROUPS, at most
+# SPLIT_MAX. Measured on an H200 (docs/h200-2026-12-03f/abf4.txt): Qwen2.5-1.5B's 1536-row
+# downs (K 8960: 384 workgroups of f32 tiles, 192 of integer ones) in 4 parts, the f32 tiles
+# 776 / 706 -> 735 / 649 us, the integer ones 468 / 365 -> 347 / 270 us, each split_sum ~9 us;
+# 2 parts gave less, and the 1536-long K of the output projection gained 6 us in 4 (not taken).
+SPLIT_MAX = 4
+SPLIT_MIN_K = 2048
+SPLIT_WORKGROUPS = 1536
+
+
+def k_parts(k: int, workgroups: int) -> int:
+    """The parts to cut the K of a prefill matmul of `workgroups` workgroups into (1: none)."""
+    split = 1
+    while 2 * split <= SPLIT_MAX and k >= 2 * split * SPLIT_MIN_K and 2 * split * workgroups <= SPLIT_WORKGROUPS:
+        split *= 2
+    return split
+
+
+def split_sum(kernels, out, parts, step, *, m: int, split: int, max_rows: int, accumulate: bool,
+              label: str) -> Dispatch:
+    """out (rows, m) (+ out, with `accumulate`) = the sum of parts (split, max_rows, m) in part
+    order, for rows < step.n_tokens (shaders/split_sum.wgsl)."""
+    return kernels.dispatch("split_sum.wgsl", [parts, out, step], (-(-m // 256), max_rows, 1), label,
+                            reads=4 * max_rows * m * (split + accumulate), writes=4 * max_rows * m,
+                            M=m, SPLIT=split, MAX_ROWS=max_rows, **flags(ACCUMULATE=accumulate))
 
 
 def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_rows, tiles, x_row_bytes, scale, bias,
-                   accumulate, w_up, out_stride, row0, act, label, tag="", suffix="", **defines) -> Dispatch:
+                   accumulate, w_up, out_stride, row0, act, label, tag="", suffix="", split=1,
+                   **defines) -> Dispatch:
     """A dispatch of a prefill matmul kernel (matmul.wgsl, matmul_int.wgsl; shaders/matmul_io.wgsl
     their shared bindings and output): what `matmul` and `matmul_int` share, given the kernel's own
-    `defines`, x's bytes a row, and `tag` / `suffix` for the label (after the shape, at the end)."""
+    `defines`, x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
+    the parts of K (`split`: as many times the workgroups along x)."""
     if w_up is not None and bias is not None:
         raise Unsupported("matmul: GLU with a bias is not supported")
+    if split > 1:
+        if accumulate or bias is not None or w_up is not None or row0:
+            raise Unsupported("matmul: a split K takes no bias, GLU, accumulation or row block")
+        defines.update(SPLIT=split, MAX_ROWS=max_rows)
+        suffix += f" /{split}"
     glu, gelu = w_up is not None, gelu_flag(act, w_up)
     stride = m if out_stride is None else out_stride
     defines.update(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(), **weight_flags(t),
@@ -213,8 +250,8 @@ def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_row
                       + (" +=" if accumulate else "") + suffix)
     weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
     reads = weight_bytes + max_rows * (x_row_bytes + 4 * m * accumulate) + 4 * m * (bias is not None)
-    return kernels.dispatch(shader, bindings, (-(-max_rows // tiles.tile_t), y, z), label, reads=reads,
-                            writes=4 * max_rows * m, **defines)
+    return kernels.dispatch(shader, bindings, (split * -(-max_rows // tiles.tile_t), y, z), label, reads=reads,
+                            writes=4 * split * max_rows * m, **defines)
 
 
 # --- matmul with x in integers ---------------------------------------------------------------
@@ -313,7 +350,7 @@ def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows
 def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,
                scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                out_stride: int | None = None, row0: int = 0, tiles: IntTiles | None = None, act: str = FFN_SILU,
-               label: str | None = None) -> Dispatch:
+               label: str | None = None, split: int = 1) -> Dispatch:
     """batched `matmul` with x in 8-bit integers: xi (rows, x_int_stride(k)) as quantize_x wrote
     it, W of INT_TILE_TYPES; the other arguments as matmul's, but for row0: out is bound from
     token row row0 on (as matmul's) and xi whole, its rows read from row0 on."""
@@ -323,7 +360,7 @@ def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int,
     tiles = tiles or int_tiles(device.limits, w_up is not None, max_rows, m)
     return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, w, xi, step, t=t, k=k, m=m, max_rows=max_rows,
                           tiles=tiles, x_row_bytes=4 * x_int_stride(k), scale=scale, bias=bias, accumulate=accumulate,
-                          w_up=w_up, out_stride=out_stride, row0=row0, act=act, label=label, tag=" x8",
+                          w_up=w_up, out_stride=out_stride, row0=row0, act=act, label=label, tag=" x8", split=split,
                           TILE_INT=True, X_PLANES=1, X_STRIDE=x_int_stride(k))
 
 
@@ -353,28 +390,40 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                  out_stride: int | None = None, limits=None, act: str = FFN_SILU,
-                 half: bool = False, xi=None, x_ready: bool = False) -> list[Dispatch]:
+                 half: bool = False, xi=None, x_ready: bool = False, parts=None) -> list[Dispatch]:
     """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
     W in row tiles (cera.gpu.matmul.row_tiles), each writing a column block of out, and token
     rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
     between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
     bias must start at aligned offsets. `half`: as in matmul. Given `xi` (room for x in
     integers), one that fits in a dispatch and takes integer x (`int_tile`) is quantize_x into
-    xi (unless `x_ready`: an earlier dispatch left this x there), then matmul_int."""
+    xi (unless `x_ready`: an earlier dispatch left this x there), then matmul_int. Given
+    `parts` (room for K's parts), one whose K is worth splitting (`k_parts`) is a matmul of each
+    part into it, then split_sum into out."""
     limits = limits or device.limits
     stride = m if out_stride is None else out_stride
     col_tiles = row_tiles(wtype, k, m, limits)
     blocks = row_blocks(k, stride, max_rows, limits)
     integer = (xi is not None and int_tile(device, wtype, k)   # xi is bound whole: rows of k bytes and a bit
                and 4 * max_rows * x_int_stride(k) <= limits.max_storage_buffer_binding_size)
-    if integer and len(col_tiles) == 1 and len(blocks) == 1:
-        return [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready) + [
-                matmul_int(kernels, device, out, w, xi, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
-                           scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride, act=act)]
     if len(col_tiles) == 1 and len(blocks) == 1:
-        return [matmul(kernels, device, out, w, x, step, wtype=wtype, k=k, m=m, max_rows=max_rows,
-                       scale=scale, bias=bias, accumulate=accumulate, w_up=w_up, out_stride=out_stride,
-                       act=act, half=half)]
+        split = 1
+        if parts is not None and w_up is None and bias is None and stride == m:
+            tiles = int_tiles(limits, False, max_rows, m) if integer else matmul_tiles(limits, max_rows, False, m,
+                                                                                       half, wtype)
+            split = k_parts(k, _workgroups(tiles, m, max_rows))
+            parts = parts if isinstance(parts, Binding) else Binding(parts)
+            split = split if 4 * split * max_rows * m <= parts.nbytes else 1
+        kw = dict(wtype=wtype, k=k, m=m, max_rows=max_rows, scale=scale, bias=bias, accumulate=accumulate and split == 1,
+                  w_up=w_up, out_stride=out_stride, act=act, split=split)
+        target = parts if split > 1 else out
+        dispatches = ([quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready)
+                      + [matmul_int(kernels, device, target, w, xi, step, **kw)] if integer else
+                      [matmul(kernels, device, target, w, x, step, half=half, **kw)])
+        if split > 1:
+            dispatches.append(split_sum(kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
+                                        accumulate=accumulate, label=f"split_sum {split}x{m}"))
+        return dispatches
     rb = row_bytes(wtype, k)
     align = limits.min_storage_buffer_offset_alignment
 

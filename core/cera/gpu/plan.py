@@ -328,7 +328,7 @@ class PrefillBuilder(Builder):
             half = self.numerics.f16 and batched.half_tiles(self.device, m.wtype)
             steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
                                           wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=xi,
-                                          x_ready=ready, half=half, **kw)
+                                          x_ready=ready, half=half, parts=self.act.parts, **kw)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):

@@ -55,6 +55,7 @@ class Activations:
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
     xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (batched.quantize_x)
     xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (batched.rms_norm_x_int)
+    parts: Binding | None = None      # (SPLIT_MAX, rows, hidden): K's parts of a split matmul (batched.k_parts)
 
     @staticmethod
     def shapes(cfg: ModelConfig, rows: int, int8: bool = False) -> dict[str, tuple[int, ...]]:
@@ -62,6 +63,8 @@ class Activations:
         cera.gpu.numerics' prefill on 8-bit x, which quantizes x into xi)."""
         h, r = cfg.hidden, rows
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
+        if rows > 1 and max(cfg.ff, cfg.q_dim) >= 2 * batched.SPLIT_MIN_K:   # a K that may be split
+            a["parts"] = (batched.SPLIT_MAX, r, h)
         if rows > 1 and int8:
             a["xi"] = (r, batched.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
             if h % 256 == 0:
