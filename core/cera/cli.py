@@ -53,7 +53,7 @@ def add_numerics_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8", action="store_true",
                    help="opt-in speed: the GPU kernels take 8-bit activations for Q4_K and Q6_K weights, in "
                         "prefill and decode, as llama.cpp's CPU backend rounds them (Qwen2.5-1.5B on an H200: "
-                        "prefill 1.7x, decode 1.07x); results no longer equal the numpy reference's to f32 "
+                        "prefill 1.8x, decode 1.09x); results no longer equal the numpy reference's to f32 "
                         "precision (cera.gpu.numerics)")
     p.add_argument("--f16", action="store_true",
                    help="opt-in speed: f16 prefill tiles where the adapter has shader-f16 (1.1x; logits off by "

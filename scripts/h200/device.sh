@@ -13,6 +13,9 @@
 #   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
 #                                                     (CHROME_FLAGS=... adds flags, TAG=-name keeps its files apart)
 #   bash scripts/h200/device.sh peers X.hdr [...]     only llama.cpp CUDA and Vulkan (waits for a background lcpp)
+#   bash scripts/h200/device.sh tests FILE [...]      the GPU tests of these files (tests/test_kernels_*.py, ...) on
+#                                                     the H200's own adapter, after prep (pytest from .h200/pyt);
+#                                                     NVIDIA compiles each pipeline in ~1 s: a file or two a call
 # CERA_FLAGS="--int8" measures cera (native and page) with those opt-ins (cera.gpu.numerics): set TAG too.
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
@@ -126,6 +129,13 @@ bench)
   done
   kill $SRV
   python3 "$HERE/table.py" "$OUT" $names
+  ;;
+tests)
+  python3 -m pip install -q --no-index --no-deps $H/pyt/*.whl 2>&1 | tail -1
+  python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
+  name=$(for f in "$@"; do basename "$f" .py; done | paste -sd-)
+  timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -p no:cacheprovider -q -rfE "$@" > $OUT/pytest-h200-$name.txt 2>&1
+  echo "pytest rc=$? (124: stopped at the time limit)"; tail -3 $OUT/pytest-h200-$name.txt
   ;;
 peers)
   names=$(clones "$@")

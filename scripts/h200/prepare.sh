@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare, on the development machine, what the H200 machine needs and cannot download:
-# Vulkan/GL loader debs, Python 3.12 wheels (wgpu, gguf, ...), llama.cpp's source (from the
+# Vulkan/GL loader debs, Python 3.12 wheels (wgpu, gguf, ..., pytest), llama.cpp's source (from the
 # llama-cpp-python sdist) with Vulkan headers and glslc for its Vulkan build, Chromium with its
 # shared libraries and fonts split into chunks that fit one device call each, the static site
 # (dist/web) and the shape-clone headers of the two catalogue models.
@@ -25,6 +25,8 @@ apt-get $T update -qq && (cd $H/vk && apt-get $T download -qq libvulkan-dev spir
 $PY -m pip download -q -d $H/whl --no-deps --only-binary=:all: --python-version 3.12 \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
   wgpu==0.32.0 gguf==0.19.0 cffi==2.1.1 pycparser rendercanvas sniffio
+mkdir -p $H/pyt && $PY -m pip download -q -d $H/pyt --no-deps --only-binary=:all: --python-version 3.12 \
+  --platform any pytest pluggy iniconfig packaging pygments       # for `device.sh tests`
 if [ ! -s $H/lcpp/llama.cpp.tgz ]; then
   t=$(mktemp -d); $PY -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $t
   tar xzf $t/llama_cpp_python-0.3.36.tar.gz -C $t

@@ -8,8 +8,8 @@ the numpy reference, and prefill equals the per-token path to 1e-4 of the larges
   as llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K), and
   sum integer products: prefill through shaders/matmul_int.wgsl (cera.gpu.batched.matmul_int),
   decode through matvec.wgsl's X_INT in 8 bits instead of 24. On an H200 (Qwen2.5-1.5B Q4_K_M,
-  docs/PERFORMANCE.md, twelfth session) prefill 512 goes from 8,110 to 13,991 tok/s natively
-  (8,153 to 14,066 in the page) and decode from 700 to 747; the synthetic k-quant models' logits then equal llama.cpp's to ~1e-12 NMSE, but
+  docs/PERFORMANCE.md, fourteenth session) prefill 512 goes from 8,277 to 15,121 tok/s natively
+  (8,285 to 14,884 in the page) and decode from 699 to 762; the synthetic k-quant models' logits then equal llama.cpp's to ~1e-12 NMSE, but
   the real Qwen2.5-Coder-1.5B's perplexity moves 0.58% off the exact path's (to the other side of
   llama.cpp's) and depends on the prefill chunk by 0.1%.
 - `f16`: prefill tiles staged in f16 (cera.gpu.batched.half_tiles) where the device has
