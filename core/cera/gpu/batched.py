@@ -387,6 +387,15 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
     return [(r0, min(per_block, max_rows - r0)) for r0 in range(0, max_rows, per_block)]
 
 
+def _k_split(limits, parts, *, wtype: int, k: int, m: int, max_rows: int, integer: bool, half: bool) -> int:
+    """k_parts of the one dispatch of an (integer or f32) matmul of this shape, if its parts fit in
+    `parts` (a buffer or Binding); else 1."""
+    tiles = int_tiles(limits, False, max_rows, m) if integer else matmul_tiles(limits, max_rows, False, m, half, wtype)
+    split = k_parts(k, _workgroups(tiles, m, max_rows))
+    room = (parts if isinstance(parts, Binding) else Binding(parts)).nbytes
+    return split if 4 * split * max_rows * m <= room else 1
+
+
 def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
                  scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
                  out_stride: int | None = None, limits=None, act: str = FFN_SILU,
@@ -407,13 +416,9 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
     integer = (xi is not None and int_tile(device, wtype, k)   # xi is bound whole: rows of k bytes and a bit
                and 4 * max_rows * x_int_stride(k) <= limits.max_storage_buffer_binding_size)
     if len(col_tiles) == 1 and len(blocks) == 1:
-        split = 1
-        if parts is not None and w_up is None and bias is None and stride == m:
-            tiles = int_tiles(limits, False, max_rows, m) if integer else matmul_tiles(limits, max_rows, False, m,
-                                                                                       half, wtype)
-            split = k_parts(k, _workgroups(tiles, m, max_rows))
-            parts = parts if isinstance(parts, Binding) else Binding(parts)
-            split = split if 4 * split * max_rows * m <= parts.nbytes else 1
+        splittable = parts is not None and w_up is None and bias is None and stride == m
+        split = _k_split(limits, parts, wtype=wtype, k=k, m=m, max_rows=max_rows, integer=integer,
+                         half=half) if splittable else 1
         kw = dict(wtype=wtype, k=k, m=m, max_rows=max_rows, scale=scale, bias=bias, accumulate=accumulate and split == 1,
                   w_up=w_up, out_stride=out_stride, act=act, split=split)
         target = parts if split > 1 else out
