@@ -6,8 +6,9 @@
 //
 // SPLIT (default 1) cuts K into SPLIT parts, each summed by workgroups of its own (workgroup x =
 // part * token tiles + token tile), part p writing its dots into rows p * MAX_ROWS + t of `out`
-// (batched.matmul_split; split_sum.wgsl adds the parts up): a matrix with few rows and a long K
-// (a down projection) then gives the GPU enough workgroups to hide each slice's staging.
+// (batched.k_parts and matmul_tiled; split_sum.wgsl adds the parts up): a matrix with few rows
+// and a long K (a down projection) then gives the GPU enough workgroups to hide each slice's
+// staging.
 #ifdef OUT_VEC4
 alias OutElem = vec4<f32>;
 #else

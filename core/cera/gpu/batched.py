@@ -173,7 +173,7 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
     step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
     or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (needs the
     device's shader-f16); the label ends in "f16" then. split > 1: K in `split` parts, part p's
-    dots into rows p * max_rows + t of out (split, max_rows, m) (matmul_split; no bias, GLU or
+    dots into rows p * max_rows + t of out (split, max_rows, m) (k_parts, split_sum; no bias, GLU or
     accumulate).
 
     W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
