@@ -99,7 +99,7 @@ def main() -> None:
     print(f"a step's host encoding:           {record + finish:7.3f} ms (recording {record:.3f}, finish {finish:.3f})")
 
     async def pipelined():
-        async for _ in model.greedy(0, args.pos, args.repeat):
+        async for _ in model.decode(0, args.pos, args.repeat):
             pass
     t = time.perf_counter()
     asyncio.run(pipelined())

@@ -86,6 +86,26 @@ def test_sampling_flags_gpu_equals_reference(model):
     assert cera_json(*args)["tokens"] == cera_json(*args, "--backend", "reference")["tokens"]
 
 
+def test_logit_bias_flag(model):
+    """--logit-bias in llama.cpp's form: a large bias makes greedy pick that token; -inf bans the
+    greedy one; a bad form is a usage error."""
+    args = ("generate", "-m", model, "-p", "abc", "-n", "4", "--ctx", "64")
+    assert cera_json(*args, "--logit-bias", "42+100")["tokens"] == [42] * 4
+    best = int(np.argmax(cera_json(*args, "--logits")["logits"]))   # the prompt's greedy token (EOS, here)
+    banned = cera_json(*args, "--logit-bias", f"{best}-inf")["tokens"]
+    assert len(banned) == 4 and best not in banned
+    bad = subprocess.run([sys.executable, "-m", "cera", *args, "--logit-bias", "42"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "TOKEN_ID+BIAS" in bad.stderr
+
+
+def test_plan_and_bench_take_the_sampling_flags(model):
+    plan = cera_json("plan", "-m", model, "--ctx", "64", "--temperature", "0.7", "--repeat-penalty", "1.1")
+    assert [s["kernel"] for s in plan["steps"]][-3:] == ["sample adjust", "sample 309", "sample advance"]
+    bench = cera_json("bench", "-m", model, "--ctx", "64", "--prompt-tokens", "8", "--gen-tokens", "8",
+                      "--repeat", "1", "--temperature", "0.7", "--top-k", "40", "--seed", "1")
+    assert bench["sampling"] == "temperature 0.7, top-k 40, top-p 0.95, min-p 0" and bench["decode_tokens_per_s"] > 0
+
+
 def test_embed_json(model):
     """One row per token, or one pooled row; the GPU's equal the reference's."""
     args = ("embed", "-m", model, "--text", "hello world, hello", "--ctx", "64")

@@ -12,6 +12,7 @@ from cera.device import Copy, Flush, Pass, passes
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import GpuModel
 from cera.gpu.plan import FLUSH_LAYERS
+from cera.sampling import Sampler
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +46,31 @@ def test_greedy_plan_chains_decode_steps_through_the_step_uniform(smollm2):
     """A greedy batch of 3: the decode step, then greedy_advance (its argmax appended to the
     batch's tokens, the Step moved on); nothing else, no copies: one compute pass."""
     _, _, model = smollm2
-    decode, plan = model.plan(1), model.greedy_plan(3)
+    decode, plan = model.plan(1), model.chain_plan(3)
     assert plan.dispatches == 3 * (decode.dispatches + 1) and len(plan.steps) == 3 * (len(decode.steps) + 1)
     assert not any(isinstance(s, Copy) for s in plan.steps)
     labels = [s.label for s in plan.steps]
     assert labels == 3 * ([s.label for s in decode.steps] + ["greedy advance"])
     advance = plan.steps[len(decode.steps)]
     assert [b.buffer.label for b in advance.bindings] == ["tokens", "greedy.tokens", "step"]
+
+
+def test_sampled_plan_ends_each_step_with_the_sampler(smollm2):
+    """A sampled batch of 2: the decode step's layers and head, then the sampler's dispatches in
+    place of the argmax and greedy_advance: adjust (only with a penalty, bias or mask), sample
+    (one workgroup), sample advance (with the penalty window's buffers only when it penalizes)."""
+    _, cfg, model = smollm2
+    decode = model.plan(1)
+    body = [s.label for s in decode.steps][:-1]   # without the argmax
+    plain = model.chain_plan(2, sampler=Sampler(temperature=0.7, seed=1))
+    assert [s.label for s in plain.steps] == 2 * (body + [f"sample {cfg.vocab_size}", "sample advance"])
+    assert plain.name == "sampled 2"
+    full = model.chain_plan(1, sampler=Sampler(temperature=0.7, repeat_penalty=1.1, seed=1))
+    assert [s.label for s in full.steps][len(body):] == ["sample adjust", f"sample {cfg.vocab_size}", "sample advance"]
+    advance = full.steps[-1]
+    assert [b.buffer.label for b in advance.bindings] == ["sampler.result", "tokens", "greedy.tokens", "step",
+                                                          "sampling", "sampler.counts", "sampler.ring"]
+    assert full.steps[len(body) + 1].groups == (1, 1, 1)
 
 
 def test_prefill_submission_is_flushed_after_its_first_layers(smollm2, device):

@@ -543,13 +543,13 @@ def test_no_kernel_loop_pays_chromiums_infinite_loop_guard(pw, site, synth, tmp_
     """Tint guards every loop it cannot prove finite with an iteration counter (robustness), which
     cost the page's decode 10-20% (docs/PERFORMANCE.md): in the SPIR-V Chromium compiles from the
     kernels of a model's greedy and sampled decode and prefill (Q4_K, Q6_K, windowed attention),
-    and of its greedy decode and prefill with int8 numerics (the integer tiles), the only guarded loops are the two with a runtime bound: prefill attention's loop over key
-    tiles and topk's over the watched tokens (one each a pipeline)."""
+    and of its greedy decode and prefill with int8 numerics (the integer tiles), the only guarded loops are those with a runtime bound: prefill attention's loop over key
+    tiles (one a pipeline); the sampler's are all bounded by constants."""
     log = guarded_loops.run_page(pw.chromium, site, synth["gemma3_q4_k_m"], tmp_path / "chromium.log")
     found = guarded_loops.guarded_loops(log)
-    assert {"matvec", "matmul", "matmul_int", "quantize_x", "attention", "attention_prefill", "argmax", "topk",
+    assert {"matvec", "matmul", "matmul_int", "quantize_x", "attention", "attention_prefill", "argmax", "sample",
             "rms_norm", "rope"} <= set(found)
-    runtime_bound = {"attention_prefill", "topk"}
+    runtime_bound = {"attention_prefill"}
     assert {name: c["guarded"] for name, c in found.items()} == {
         name: c["pipelines"] if name in runtime_bound else 0 for name, c in found.items()}
 
@@ -917,14 +917,22 @@ def test_objects_and_usage_equal_the_native_servers(engines, native, endpoint):
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0   # the first request's prompt
 
 
-def test_sampled_text_equals_the_native_servers(engines, native):
-    """A seeded, sampled request with OpenAI's penalties (and top_k): the text the native server
-    samples, through the GPU's top-k selection on both sides."""
-    request = dict(prompt="Once upon a time", max_tokens=12, temperature=0.8, top_k=20, frequency_penalty=0.5,
-                   presence_penalty=-0.2, seed=5)
+EXTENSIONS = ("top_k", "min_p", "repeat_penalty", "penalty_last_n")   # llama.cpp server's fields
+
+
+@pytest.mark.parametrize("sampling", [
+    dict(temperature=0.8, top_k=20, frequency_penalty=0.5, presence_penalty=-0.2),
+    dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.05, repeat_penalty=1.1, penalty_last_n=8,
+         logit_bias={"5": 2.0, "6": -100}),
+    dict(temperature=1.1, top_k=0, top_p=0.8)], ids=["penalties", "full chain", "whole vocabulary"])
+def test_sampled_text_equals_the_native_servers(engines, native, sampling):
+    """A seeded, sampled request: the text the native server samples (its numpy reference on
+    this machine's CPU adapter), drawn by the page's GPU sampler (shaders/sample.wgsl)."""
+    request = dict(prompt="Once upon a time", max_tokens=12, seed=5, **sampling)
     got = engines.evaluate("(request) => engines.llama_q4_0.completions.create(request)", request)
-    want = native("llama_q4_0").completions.create(model="llama_q4_0.gguf", extra_body={"top_k": 20},
-                                                   **{k: v for k, v in request.items() if k != "top_k"})
+    want = native("llama_q4_0").completions.create(
+        model="llama_q4_0.gguf", extra_body={k: v for k, v in request.items() if k in EXTENSIONS},
+        **{k: v for k, v in request.items() if k not in EXTENSIONS})
     assert got["choices"][0]["text"] == want.choices[0].text
 
 

@@ -137,7 +137,10 @@ export interface Sampling {
   min_p?: number;
   repeat_penalty?: number;
   penalty_last_n?: number;
+  /** Seeds the random stream: a seeded reply is the same in the page and natively. */
   seed?: number;
+  /** OpenAI's logit bias: token id (a string of digits) -> a number added to its logit. */
+  logit_bias?: Record<string, number>;
   /** Generation ends before the first of these; the text leaves it out. */
   stop?: string | string[];
   stream?: boolean;

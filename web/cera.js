@@ -48,6 +48,8 @@ const SAMPLING = {
   repeat_penalty: [Number.isFinite, "a number"],
   penalty_last_n: [Number.isSafeInteger, "an integer"],
   seed: [Number.isSafeInteger, "an integer"],
+  logit_bias: [(v) => isObject(v) && Object.entries(v).every(([id, b]) => /^\d+$/.test(id) && Number.isFinite(b)),
+    "an object of token ids (\"50256\") to biases"],
   stop: [(v) => isText(v) || (Array.isArray(v) && v.every(isText)), "a string or an array of strings"],
   stream: BOOLEAN,
   stream_options: [(v) => isObject(v) && [undefined, true, false].includes(v.include_usage),

@@ -42,7 +42,8 @@ class Model:
     """generate / chat return the engine's Result (text, tokens, stop_reason, timings);
     stream / stream_chat yield the text as it is generated. Sampling keywords (cera.sampling):
     temperature (0, the default, is greedy), top_k, top_p, min_p, repeat_penalty,
-    frequency_penalty, presence_penalty, penalty_last_n, seed; stop: strings that end generation;
+    frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias ({id: bias}), allowed (a
+    per-step mask, cera.sampling); stop: strings that end generation;
     adapters: the loaded LoRA adapters to apply, by file name or index (default: all)."""
 
     def __init__(self, runner: Runner):

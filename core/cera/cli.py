@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -81,30 +82,43 @@ def _lora_args(p: argparse.ArgumentParser) -> None:
                         "more (all apply)")
 
 
+def logit_bias(text: str) -> tuple[int, float]:
+    """llama.cpp's TOKEN_ID(+/-)BIAS -> (id, bias): 15043+1, 15043-0.5, 15043-inf (never)."""
+    head = re.fullmatch(r"(\d+)([+-].+)", text)
+    try:
+        return int(head[1]), float(head[2])
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: write TOKEN_ID+BIAS or TOKEN_ID-BIAS (15043+1, 15043-inf)") from None
+
+
 def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=0.0,
-                   help="0 is greedy (the best token, after any penalty); >0 samples, as llama.cpp's chain: "
-                        "penalties, top-k, top-p, min-p, then temperature")
-    p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=0.95,
+    d = Sampler
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="0 is greedy (the best token, after any penalty, bias or mask); >0 samples, as llama.cpp's "
+                        "chain: penalties, bias, top-k, top-p, min-p, then temperature; the GPU chooses either way")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, default=d.top_p,
                    help="sample among the fewest most likely tokens whose probability reaches this (1: all)")
-    p.add_argument("--min-p", type=float, default=0.0,
+    p.add_argument("--min-p", type=float, default=d.min_p,
                    help="drop tokens less likely than this times the most likely one (0: off)")
-    p.add_argument("--repeat-penalty", type=float, default=1.0,
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty,
                    help="divide the logit of every token seen in the penalty window by this (multiply a negative "
                         "one; 1: off)")
-    p.add_argument("--frequency-penalty", type=float, default=0.0,
+    p.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty,
                    help="lower the logit of every token seen in the penalty window by this times its count (0: off)")
-    p.add_argument("--presence-penalty", type=float, default=0.0,
+    p.add_argument("--presence-penalty", type=float, default=d.presence_penalty,
                    help="lower the logit of every token seen in the penalty window by this (0: off)")
-    p.add_argument("--penalty-last-n", type=int, default=64,
+    p.add_argument("--penalty-last-n", type=int, default=d.penalty_last_n,
                    help="the penalty window: the last N tokens of prompt and reply (-1: all of them, 0: none)")
-    p.add_argument("--seed", type=int, help="random seed for sampling")
+    p.add_argument("--logit-bias", metavar="TOKEN_ID(+/-)BIAS", type=logit_bias, action="append", default=[],
+                   help="add BIAS to a token's logit before the filters (15043+1; 15043-inf: never); repeat for more")
+    p.add_argument("--seed", type=int, help="random seed for sampling (default: a random one); a seeded reply "
+                                            "is the same on every host and batching")
 
 
 def _sampler(args) -> Sampler:
     return Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.repeat_penalty, args.frequency_penalty,
-                   args.presence_penalty, args.penalty_last_n, args.seed)
+                   args.presence_penalty, args.penalty_last_n, args.seed, dict(args.logit_bias))
 
 
 def _prefix_cache_args(p: argparse.ArgumentParser, budget_mb: int) -> None:
@@ -178,12 +192,14 @@ def parser() -> argparse.ArgumentParser:
     _model_arg(pl)
     pl.add_argument("--rows", type=int, default=1, help="tokens per step: 1 is the decode plan, more a prefill chunk")
     pl.add_argument("--steps", type=int, default=0,
-                    help="show instead a greedy batch: this many decode steps (1..8) chained in one submission")
+                    help="show instead a batch: this many decode steps (1..8) chained in one submission, each "
+                         "ending in the argmax or, with sampling flags, the sampler's dispatches")
     pl.add_argument("--positions", type=int, default=512,
                     help="cached KV positions attention reads, for the bytes it moves")
     pl.add_argument("--ctx", type=int, default=DEFAULT_CTX, help="context the plan is built for")
     _lora_args(pl)
     add_numerics_args(pl)
+    _sampling_args(pl)
     pl.add_argument("--json", action="store_true", help="print {steps, totals} as one JSON object")
 
     b = sub.add_parser("bench", help="prefill and decode speed on random prompt tokens", formatter_class=fmt,
@@ -191,8 +207,10 @@ def parser() -> argparse.ArgumentParser:
                               "reference for speed; docs/PERFORMANCE.md has the figures on an H200.")
     _run_args(b)
     b.add_argument("--prompt-tokens", type=int, default=DEFAULT_CHUNK, help="prompt length to prefill")
-    b.add_argument("--gen-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="tokens to decode (greedy, EOS ignored)")
+    b.add_argument("--gen-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help="tokens to decode (EOS ignored), greedy or as the sampling flags say")
     b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
+    _sampling_args(b)
 
     sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
 
@@ -388,9 +406,11 @@ def _print_memory(m: dict) -> None:
 
 async def bench(args) -> dict:
     engine, device = await _engine(args)
-    runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat)
+    sampler = _sampler(args)
+    runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat, sampler)
     out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
            "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "numerics": numerics_from(args).label,
+           "sampling": sampler.label,
            "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
            "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),
            "decode_ms_per_token": round(1000 / max(r.decode_tokens_per_s for r in runs), 3),
@@ -413,7 +433,13 @@ def plan(args) -> dict:
     for lora, scale in args.lora:
         asyncio.run(model.add_lora(LoraAdapter.read(open_lora(lora), g, Path(lora).name, scale)))
     model.use_loras(tuple(range(len(args.lora))))
-    p = model.greedy_plan(args.steps) if args.steps else model.plan(args.rows)
+    sampler = _sampler(args)
+    if sampler.greedy:
+        p = model.chain_plan(args.steps) if args.steps else model.plan(args.rows)
+    elif args.rows == 1:
+        p = model.chain_plan(max(args.steps, 1), sampler=sampler)
+    else:
+        raise InvalidArgument("sampling flags show a decode plan: leave out --rows")
     steps, totals = p.table(args.positions), p.totals(args.positions)
     totals["weight_bytes"] = model.weights.nbytes
     if not args.json:

@@ -2,9 +2,11 @@
 
 A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or browser) or
 `ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits)`
-with the greedy next token and, when asked, logits (the last row, every row, or a sampler's
-`TopK` candidates), and `embed(tokens)` with hidden states, computed apart from the sequence
-they hold; the engine owns tokenizing, chat templates, sampling (cera.sampling), stopping,
+with the greedy next token and, when asked, logits (the last row or every row); `decode(token,
+pos, n, draw)` with the n tokens that follow, greedy or drawn by the sampler given to
+`sample_start` (cera.sampling), which `choose(draw)` also draws from after a forward; and
+`embed(tokens)` with hidden states, computed apart from the sequence they hold. The GPU chooses
+its tokens itself, sampled or not; the engine owns tokenizing, chat templates, stopping,
 streaming text, timing, scoring and pooling.
 
 LoRA adapters (cera.lora) are loaded once (`load_lora`) and picked per request (`adapters=`).
@@ -27,10 +29,10 @@ from cera.gpu.numerics import EXACT, Numerics
 from cera.lora import LoraAdapter
 from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
-from cera.sampling import Sampler, TopK
+from cera.sampling import NO_TOKEN, Sampler
 from cera.tokenizer import Tokenizer
 
-LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"   # or a cera.sampling.TopK
+LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 POOLINGS = ("none", "mean", "last")   # embed(): a row per token, their mean, the last one
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
 DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
@@ -45,6 +47,9 @@ class ReferenceBackend:
     def __init__(self, model: Reference):
         self.model = model
         self.ctx = model.ctx
+        self.sampler: Sampler | None = None   # the sampler of the generation under way (sample_start)
+        self._sampled: list[int] = []         # its sequence so far
+        self._last: np.ndarray | None = None  # (vocab,) logits of the last position run
 
     def reset(self) -> None:
         self.model.reset()
@@ -57,8 +62,7 @@ class ReferenceBackend:
 
     async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
-        if isinstance(logits, TopK):
-            return int(np.argmax(out[-1])), logits.select(out[-1])
+        self._last = out[-1]
         return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
 
     async def embed(self, tokens: list[int]) -> np.ndarray:
@@ -89,10 +93,23 @@ class ReferenceBackend:
                 cache[: len(array)] = array.reshape(len(array), *cache.shape[1:])
         m.n_past = len(snapshot.tokens)
 
-    async def greedy(self, token: int, pos: int, n: int):
-        """The n greedy tokens that follow `token` at `pos`, one forward step each."""
+    def sample_start(self, sampler: Sampler, history: list[int]) -> None:
+        self.sampler, self._sampled = sampler, list(history)
+
+    async def choose(self, draw: int) -> int:
+        """The sampler's token after the last position run, the reply's token `draw`."""
+        s = self.sampler
+        token = s.sample(self._last, self._sampled, draw, s.allowed(self._sampled) if s.allowed else None)
+        self._sampled.append(token)
+        return token
+
+    async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
+        """The n tokens that follow `token` at `pos`, one forward step each: greedy, or drawn by
+        the sampler of sample_start with a `draw` index."""
         for i in range(n):
             token, _ = await self.forward([token], pos + i)
+            if draw is not None:
+                token = await self.choose(draw + i)
             yield token
 
 
@@ -101,7 +118,7 @@ class Result:
     text: str
     tokens: list[int]                 # generated ids
     prompt_tokens: list[int]
-    stop_reason: str                  # "eos", "max_tokens", "context_full" or "stopped"
+    stop_reason: str                  # "eos", "max_tokens", "context_full", "stopped" or "no_allowed_token"
     prefill_s: float
     decode_s: float
     logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
@@ -212,6 +229,7 @@ class Engine:
         token, if the model adds one), drop half of the rest and go on; without it generation
         stops there ("context_full")."""
         sampler = sampler or Sampler()
+        sampler.check(self.cfg.vocab_size)
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
         if not ids:
             raise InvalidArgument("empty prompt: nothing to condition on")
@@ -228,16 +246,22 @@ class Engine:
         t0 = time.perf_counter()
         self.backend.use_loras(loras)
         reused = await self._resume(ids, loras)
-        token, logits = await self.backend.forward(ids[reused:], reused, self._readback(sampler, keep_logits, ids))
+        token, logits = await self.backend.forward(ids[reused:], reused, LOGITS_LAST if keep_logits else LOGITS_NONE)
         if self.prefix_cache is not None and reused < len(ids):
             self.prefix_cache.store(await self.backend.snapshot(ids), self._lora_tag(loras))
         self.history, self._history_loras = list(ids), loras
+        if not sampler.greedy:
+            self.backend.sample_start(sampler, self.history)
+            token = await self.backend.choose(0)
         t1 = time.perf_counter()
         budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
         emit = on_text or (lambda piece: None)
         async with aclosing(self._continue(token, logits, len(ids), budget, sampler, keep_logits, keep)) as steps:
             async for token, logits in steps:
+                if token == NO_TOKEN:
+                    stop = "no_allowed_token"
+                    break
                 if stop_at_eos and self.tokenizer.is_eog(token):
                     stop = "eos"
                     break
@@ -259,10 +283,12 @@ class Engine:
         self.history = []
         self.backend.reset()
 
-    async def bench(self, prompt_tokens: int, gen_tokens: int, repeat: int) -> list[Result]:
+    async def bench(self, prompt_tokens: int, gen_tokens: int, repeat: int, sampler: Sampler | None = None
+                    ) -> list[Result]:
         """`python -m cera bench`'s timed runs: a seeded random prompt of prompt_tokens ids, then
-        gen_tokens greedy tokens (EOS ignored), each run from reset() so it prefills the whole
-        prompt; `repeat` runs after one that warms up pipelines and caches."""
+        gen_tokens tokens chosen by `sampler` (greedy by default; EOS ignored), each run from
+        reset() so it prefills the whole prompt; `repeat` runs after one that warms up pipelines
+        and caches."""
         if prompt_tokens + gen_tokens > self.ctx:
             raise ContextFull(f"a {prompt_tokens}-token prompt and {gen_tokens} generated tokens exceed the "
                               f"context of {self.ctx} (raise --ctx)")
@@ -270,7 +296,7 @@ class Engine:
         runs = []
         for _ in range(repeat + 1):
             self.reset()
-            runs.append(await self.generate(ids, gen_tokens, stop_at_eos=False))
+            runs.append(await self.generate(ids, gen_tokens, stop_at_eos=False, sampler=sampler))
         return runs[1:]
 
     def _lora_tag(self, loras: tuple[int, ...]) -> str:
@@ -296,24 +322,16 @@ class Engine:
         self.backend.reset()
         return 0
 
-    def _readback(self, sampler: Sampler, keep_logits: bool, history: list[int]):
-        """What a step after `history` reads back: the argmax alone (greedy), the row (asked for,
-        or the sampler needs it), or the sampler's candidates."""
-        if keep_logits:
-            return LOGITS_LAST
-        if sampler.greedy:
-            return LOGITS_NONE
-        return sampler.request(history, self.cfg.vocab_size) or LOGITS_LAST
-
     async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, keep_logits: bool, keep: int):
-        """The n tokens that follow the prompt, each with the logits it was picked from (None
-        unless a sampler or the caller needs them): the first from the prefill, then one forward
-        step each, at positions pos, pos+1, ... Greedy runs without logits go through the
-        backend's own loop (the GPU's is pipelined). When the context is full, the cache shifts
-        (see generate)."""
-        if not sampler.greedy:
-            token = sampler.sample(logits, self.history)
-        self.history.append(token)
+        """The n tokens that follow the prompt, each with the logits it was chosen from (None
+        unless the caller asks for them): the first from the prefill, then one forward step
+        each, at positions pos, pos+1, ... They come from the backend's own loop (the GPU's is
+        pipelined, its choice greedy or drawn on the GPU), or, when the logits are asked for,
+        a forward step and a choice at a time. Token i of the reply is the sampler's draw i. When
+        the context is full, the cache shifts (see generate) and the sampler restarts from the
+        shortened sequence."""
+        sampled = not sampler.greedy
+        self._append(token)
         yield token, logits
         done = 1
         while done < n:
@@ -322,21 +340,26 @@ class Engine:
                 await self.backend.shift(keep, discard, pos)
                 del self.history[keep: keep + discard]
                 pos -= discard
+                if sampled:
+                    self.backend.sample_start(sampler, self.history)
             steps = min(n - done, self.ctx - pos)
-            if sampler.greedy and not keep_logits:
-                async with aclosing(self.backend.greedy(token, pos, steps)) as run:
+            if not keep_logits:
+                async with aclosing(self.backend.decode(token, pos, steps, done if sampled else None)) as run:
                     async for token in run:
-                        self.history.append(token)
+                        self._append(token)
                         yield token, None
             else:
                 for i in range(steps):
-                    token, logits = await self.backend.forward([token], pos + i,
-                                                               self._readback(sampler, keep_logits, self.history))
-                    if not sampler.greedy:
-                        token = sampler.sample(logits, self.history)
-                    self.history.append(token)
+                    token, logits = await self.backend.forward([token], pos + i, LOGITS_LAST)
+                    if sampled:
+                        token = await self.backend.choose(done + i)
+                    self._append(token)
                     yield token, logits
             pos, done = pos + steps, done + steps
+
+    def _append(self, token: int) -> None:
+        if token != NO_TOKEN:
+            self.history.append(token)
 
     async def logits(self, tokens: list[int], adapters=()) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0, with the LoRA

@@ -12,6 +12,7 @@ import time
 import uuid
 
 from cera.engine import Result
+from cera.errors import InvalidArgument
 from cera.runner import Job
 from cera.sampling import Sampler
 
@@ -21,7 +22,8 @@ TEMPERATURE, TOP_P, TOP_K = 1.0, 1.0, 0
 SAMPLING_EXTENSIONS = ("min_p", "repeat_penalty", "penalty_last_n")   # not OpenAI's: llama.cpp server's names
 COMPLETION_MAX_TOKENS = 16   # a text completion's default; a chat completion runs until the context is full
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-                  "cancelled": "stop"}   # cancelled: interrupted by the caller (cera.js's interrupt())
+                  "cancelled": "stop",         # interrupted by the caller (cera.js's interrupt())
+                  "no_allowed_token": "stop"}  # the logit bias (or a mask) left no token to choose
 
 
 def chat_job(messages: list[dict], ctx: int, max_tokens: int | None = None,
@@ -43,15 +45,26 @@ def _text(content: str | list[dict] | None) -> str:
 
 def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
          frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
-         stop: str | list[str] | None = None, lora: list[str | int] | None = None, **extensions) -> Job:
-    """lora: the adapters to apply, by name or index (None: every one loaded; []: none).
+         stop: str | list[str] | None = None, lora: list[str | int] | None = None,
+         logit_bias: dict | None = None, **extensions) -> Job:
+    """lora: the adapters to apply, by name or index (None: every one loaded; []: none);
+    logit_bias: OpenAI's {token id (a string of digits): bias}, added to those logits.
     extensions: the prompt or messages, and llama.cpp server's sampling fields (SAMPLING_EXTENSIONS)."""
     stops = [stop] if isinstance(stop, str) else stop or []
     sampling = {k: extensions.pop(k) for k in SAMPLING_EXTENSIONS if k in extensions}
     return Job(**extensions, max_tokens=max_tokens, stop=tuple(stops),
                sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty,
-                               presence_penalty=presence_penalty, seed=seed, **sampling),
+                               presence_penalty=presence_penalty, seed=seed, logit_bias=_bias(logit_bias),
+                               **sampling),
                adapters=None if lora is None else tuple(lora))
+
+
+def _bias(logit_bias: dict | None) -> dict[int, float]:
+    """OpenAI's logit_bias, its keys token ids written as strings, -> {id: bias}."""
+    try:
+        return {int(token): bias for token, bias in (logit_bias or {}).items()}
+    except (TypeError, ValueError):
+        raise InvalidArgument("logit_bias maps token ids (strings of digits, e.g. \"50256\") to numbers") from None
 
 
 def usage(result: Result) -> dict:

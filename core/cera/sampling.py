@@ -1,68 +1,88 @@
-"""Choosing the next token from a row of logits, as llama.cpp's default sampler chain does:
+"""Choosing the next token from a row of logits: llama.cpp's default sampler chain,
 
-    penalties -> top-k -> top-p -> min-p -> temperature -> draw
+    penalties -> logit bias and mask -> top-k -> top-p -> min-p -> temperature -> draw
 
-- penalties (llama.cpp's `llama_sampler_init_penalties`): a token that occurs c > 0 times in the
-  last `penalty_last_n` tokens of the sequence (prompt and reply; -1: all of it, 0: none) has its
-  logit divided by `repeat_penalty` (multiplied, where it is not positive), then lowered by
-  c * frequency_penalty + presence_penalty;
-- top-k keeps the k best (0: all); top-p the smallest best-first set whose probability reaches
-  top_p; min-p the tokens at least min_p times as likely as the best one (0: off);
-- temperature divides the logits left, and a token is drawn from their softmax; temperature 0
-  takes the best of them instead (greedy, after the penalties).
+defined here once, in numpy, as the reference the GPU's sampler (cera.gpu.sample,
+shaders/sample*.wgsl) agrees with token for token:
 
-Only what the rule needs is read back from the GPU. Greedy without penalties is the GPU's own
-argmax (4 bytes). With top-k, the k best tokens after the penalties are among the k + w best
-before them (w: the distinct penalized tokens, each at most one of the k + w), and a penalized
-token outside those may still rise (a negative penalty): so the GPU selects the k + w best
-(`TopK`, cera.gpu.layers.top_k) and reads the w penalized tokens' own logits, 8 (k + w) + 4 w
-bytes instead of 4 * vocab (`scripts/bench_sampling.py` measures both). Without top-k, the row.
+- adjusted logits z (float32, as the GPU computes them): a token seen c > 0 times in the last
+  `penalty_last_n` tokens of the sequence (prompt and reply; -1: all of it, 0: none) has its
+  logit multiplied by 1/repeat_penalty (by repeat_penalty where it is not positive), then
+  lowered by c * frequency_penalty + presence_penalty; then `logit_bias[id]` is added; a token
+  the step's mask leaves out, or whose z is -inf or NaN, is not a candidate at all;
+- order: candidates best first by z, ties by the lower id;
+- kept: the first n of that order, n the least of top_k (0: all), the shortest prefix whose
+  softmax mass reaches top_p of the top-k's mass (1: all), and the count with
+  z >= z_best + log(min_p) (0: all);
+- draw: temperature 0 keeps the best; else the kept token with the largest z / T + g, g a Gumbel
+  variate made from the counter-based random stream `uniform(seed, draw, id)`, draw the index of
+  the token in the reply. That is a draw from softmax(z / T) over the kept tokens (the Gumbel-max
+  trick); it depends only on (seed, draw, the kept tokens and their z): not on how many steps a
+  submission chains, on the prefix cache or on the host.
+
+The mask is `allowed(history) -> bool array (vocab,) or None`: the hook constrained output
+(grammars, JSON schemas) uses; the GPU applies it as one bit a token.
 """
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 import numpy as np
 
 from cera.errors import InvalidArgument
-from cera.gpu.layers import TOP_K_MAX
+
+NO_TOKEN = -1   # what a draw returns when no token is a candidate (a mask or bias that leaves none)
+
+Allowed = Callable[[list[int]], "np.ndarray | None"]   # history -> the tokens allowed next (bool, (vocab,))
 
 
-@dataclass(frozen=True)
-class TopK:
-    """A readback: the k best (id, logit) of a row, best first (ties: the lower id), and the
-    logits of the `watch` ids."""
-    k: int
-    watch: tuple[int, ...] = ()
-
-    def select(self, row: np.ndarray) -> "Candidates":
-        """This selection made on the CPU from the whole row (vocab,)."""
-        ids, logits = best_first(np.arange(len(row)), row, self.k)
-        watch = np.asarray(self.watch, np.int64)
-        return Candidates(np.concatenate([ids, watch]), np.concatenate([logits, row[watch]]))
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Some tokens of a row with their logits (an id may repeat, with the same logit)."""
-    ids: np.ndarray      # (n,) int
-    logits: np.ndarray   # (n,) float
+def pcg4d(v: np.ndarray) -> np.ndarray:
+    """Jarzynski and Olano's pcg4d hash ("Hash Functions for GPU Rendering", 2020) of uint32
+    columns v (4, n) -> (4, n); shaders/sample.wgsl's `pcg4d` step for step."""
+    x, y, z, w = (np.asarray(c, np.uint32) * np.uint32(1664525) + np.uint32(1013904223) for c in v)
+    for i in range(2):
+        x = x + y * w
+        y = y + z * x
+        z = z + x * y
+        w = w + y * z
+        if i == 0:
+            x, y, z, w = x ^ (x >> 16), y ^ (y >> 16), z ^ (z >> 16), w ^ (w >> 16)
+    return np.stack([x, y, z, w])
 
 
-def best_first(ids: np.ndarray, logits: np.ndarray, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (all for k = 0) of (ids, logits), best first, ties broken by the lower id."""
-    if 0 < k < len(logits):
-        cut = np.partition(logits, len(logits) - k)[len(logits) - k]   # the k-th largest logit
-        keep = np.flatnonzero(logits >= cut)
-        ids, logits = ids[keep], logits[keep]
-    order = np.lexsort((ids, -logits))[: k or None]
-    return ids[order], logits[order]
+def uniform(seed: int, draw: int, ids: np.ndarray) -> np.ndarray:
+    """The random stream: a uniform variate in (0, 1) for each token id of draw `draw` under
+    `seed` (64 bits), 24 bits of a hash of (seed, draw, id), exact in float32."""
+    ids = np.asarray(ids, np.uint32)
+    n = len(ids)
+    v = np.stack([np.full(n, seed & 0xFFFFFFFF, np.uint32), np.full(n, seed >> 32 & 0xFFFFFFFF, np.uint32),
+                  np.full(n, draw & 0xFFFFFFFF, np.uint32), ids])
+    return ((pcg4d(v)[0] >> 8).astype(np.float64) + 0.5) / (1 << 24)
+
+
+def gumbel(seed: int, draw: int, ids: np.ndarray) -> np.ndarray:
+    """-log(-log(u)) of the stream's variates: the noise whose argmax added to z / T draws from
+    softmax(z / T)."""
+    return -np.log(-np.log(uniform(seed, draw, ids)))
+
+
+def best_first(ids: np.ndarray, z: np.ndarray, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (all for k = 0) of (ids, z), best first, ties broken by the lower id."""
+    if 0 < k < len(z):
+        cut = np.partition(z, len(z) - k)[len(z) - k]   # the k-th largest
+        keep = np.flatnonzero(z >= cut)
+        ids, z = ids[keep], z[keep]
+    order = np.lexsort((ids, -z))[: k or None]
+    return ids[order], z[order]
 
 
 @dataclass
 class Sampler:
-    """The sampling settings of a generation, and its random stream (seeded by `seed`)."""
+    """The sampling settings of a generation (module docstring). `seed` None: a random one,
+    chosen here (so the run can be repeated from `seed`)."""
     temperature: float = 0.0
     top_k: int = 40
     top_p: float = 0.95
@@ -72,14 +92,22 @@ class Sampler:
     presence_penalty: float = 0.0
     penalty_last_n: int = 64
     seed: int | None = None
-    rng: np.random.Generator = field(init=False, repr=False)
+    logit_bias: Mapping[int, float] = field(default_factory=dict)   # token id -> added to its logit
+    allowed: Allowed | None = None    # the per-step mask (module docstring); None: every token
 
     def __post_init__(self):
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p <= 1:
+        if not (self.temperature >= 0 and self.top_k >= 0 and 0 < self.top_p <= 1 and 0 <= self.min_p <= 1):
             raise InvalidArgument("sampling needs temperature >= 0, top_k >= 0, 0 < top_p <= 1 and 0 <= min_p <= 1")
-        if self.repeat_penalty <= 0 or self.penalty_last_n < -1:
+        if not self.repeat_penalty > 0 or self.penalty_last_n < -1:
             raise InvalidArgument("sampling needs repeat_penalty > 0 and penalty_last_n >= -1 (-1: the whole sequence)")
-        self.rng = np.random.default_rng(self.seed)
+        for token, bias in dict(self.logit_bias).items():
+            if type(token) is not int or token < 0 or not isinstance(bias, (int, float)) or not bias < float("inf"):
+                raise InvalidArgument(f"logit_bias {{{token!r}: {bias!r}}}: ids are non-negative integers and "
+                                      f"biases numbers")
+        self.logit_bias = {int(t): float(b) for t, b in dict(self.logit_bias).items()}
+        if self.seed is None:
+            self.seed = secrets.randbits(64)
+        self.seed &= (1 << 64) - 1
 
     @property
     def penalized(self) -> bool:
@@ -87,63 +115,90 @@ class Sampler:
                                              self.presence_penalty) != (1.0, 0.0, 0.0)
 
     @property
+    def adjusts(self) -> bool:
+        """Whether z differs from the logits anywhere (penalties, bias, a mask)."""
+        return self.penalized or bool(self.logit_bias) or self.allowed is not None
+
+    @property
     def greedy(self) -> bool:
-        """The GPU's argmax is the answer: temperature 0 and no penalty."""
-        return self.temperature == 0 and not self.penalized
+        """The GPU's plain argmax is the answer: temperature 0 and the logits unadjusted."""
+        return self.temperature == 0 and not self.adjusts
 
-    def counts(self, history: list[int]) -> Counter:
-        """How often each token occurs in the window the penalties look at (empty: no penalty)."""
+    @property
+    def label(self) -> str:
+        """The chain in a line, for reports: its filters and any penalty, bias or mask."""
+        if self.greedy:
+            return "greedy"
+        parts = [f"temperature {self.temperature:g}" if self.temperature else "greedy", f"top-k {self.top_k}",
+                 f"top-p {self.top_p:g}", f"min-p {self.min_p:g}"]
+        if self.penalized:
+            parts.append(f"penalties {self.repeat_penalty:g}/{self.frequency_penalty:g}/{self.presence_penalty:g} "
+                         f"over {self.penalty_last_n}")
+        if self.logit_bias:
+            parts.append(f"{len(self.logit_bias)} biased")
+        if self.allowed is not None:
+            parts.append("masked")
+        return ", ".join(parts)
+
+    def check(self, vocab: int) -> None:
+        """Refuse a logit bias on an id past the vocabulary."""
+        if bad := [t for t in self.logit_bias if t >= vocab]:
+            raise InvalidArgument(f"logit_bias names token {bad[0]}; the vocabulary has ids 0..{vocab - 1}")
+
+    def window(self, history: list[int]) -> list[int]:
+        """The tokens the penalties look at: the last penalty_last_n of the history."""
         if not self.penalized:
-            return Counter()
-        return Counter(history if self.penalty_last_n == -1 else history[-self.penalty_last_n:])
+            return []
+        return list(history) if self.penalty_last_n == -1 else list(history[-self.penalty_last_n:])
 
-    def request(self, history: list[int], vocab: int) -> TopK | None:
-        """What to read back for the next token after `history`: a TopK, or None for the row."""
-        watch = tuple(self.counts(history))
-        k = 1 if self.temperature == 0 else self.top_k   # temperature 0: the best one
-        if 0 < k and k + len(watch) <= TOP_K_MAX:
-            return TopK(min(k + len(watch), vocab), watch)
-        return None
+    def adjusted(self, logits: np.ndarray, history: list[int], allowed: np.ndarray | None = None) -> np.ndarray:
+        """z (vocab,) float32: the logits after penalties and bias; -inf where `allowed` says no."""
+        z = np.array(logits, np.float32)
+        counts = Counter(self.window(history))
+        if counts:
+            seen = np.fromiter(counts, np.int64, len(counts))
+            c = np.fromiter(counts.values(), np.float32, len(counts))
+            zs = z[seen]
+            zs = np.where(zs <= 0, zs * np.float32(self.repeat_penalty), zs * np.float32(1 / self.repeat_penalty))
+            z[seen] = zs - (c * np.float32(self.frequency_penalty) + np.float32(self.presence_penalty))
+        for token, bias in self.logit_bias.items():
+            z[token] += np.float32(bias)
+        if allowed is not None:
+            z[~np.asarray(allowed, bool)] = -np.inf
+        return z
 
-    def distribution(self, logits: np.ndarray | Candidates, history: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens the next one is drawn from and their probabilities (ids, probs), best
-        first; `logits` is a row (vocab,) or the Candidates `request` asked for."""
-        if isinstance(logits, Candidates):
-            ids, first = np.unique(logits.ids, return_index=True)
-            z = logits.logits[first].astype(np.float64)
-        else:
-            ids, z = np.arange(len(logits)), logits.astype(np.float64)
-        z = self._penalize(ids, z, self.counts(history))
-        ids, z = best_first(ids, z, self.top_k)
-        if self.temperature == 0:
-            return ids[:1], np.ones(1)
-        probs = np.exp(z - z[0])
-        probs /= probs.sum()
-        if self.top_p < 1:   # the smallest set reaching top_p (all when rounding keeps the sum below it)
-            keep = min(int(np.searchsorted(np.cumsum(probs), self.top_p)) + 1, len(ids))
-            ids, z = ids[:keep], z[:keep]
+    def kept(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kept tokens of adjusted logits z, best first, and their z (module docstring)."""
+        valid = np.flatnonzero(z > -np.inf)   # NaN compares false too
+        ids, zk = best_first(valid, z[valid], self.top_k)
+        if not len(ids):
+            return ids, zk
+        n = len(ids)
+        if self.top_p < 1:   # the first prefix whose mass reaches top_p of the whole (the goal, in float32 as on the GPU)
+            mass = np.cumsum(np.exp(zk.astype(np.float64) - zk[0]))
+            goal = np.float32(self.top_p) * np.float32(mass[-1])
+            n = min(n, int(np.searchsorted(mass, goal)) + 1)
         if self.min_p > 0:
-            keep = z >= z[0] + np.log(self.min_p)
-            ids, z = ids[keep], z[keep]
-        probs = np.exp((z - z[0]) / self.temperature)
+            n = min(n, int(np.count_nonzero(zk >= zk[0] + np.float32(np.log(self.min_p)))))
+        return ids[:n], zk[:n]
+
+    def distribution(self, logits: np.ndarray, history: list[int], allowed: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens the next one is drawn from and their probabilities (ids, probs), best first."""
+        ids, z = self.kept(self.adjusted(logits, history, allowed))
+        if self.temperature == 0 or not len(ids):
+            return ids[:1], np.ones(min(1, len(ids)))
+        probs = np.exp((z.astype(np.float64) - z[0]) / self.temperature)
         return ids, probs / probs.sum()
 
-    def sample(self, logits: np.ndarray | Candidates, history: list[int]) -> int:
-        """The next token after `history` (prompt and reply so far)."""
-        ids, probs = self.distribution(logits, history)
-        if len(ids) == 1:
+    def sample(self, logits: np.ndarray, history: list[int], draw: int, allowed: np.ndarray | None = None) -> int:
+        """The next token after `history` (prompt and reply so far), the reply's token `draw`;
+        NO_TOKEN when no token is a candidate."""
+        ids, z = self.kept(self.adjusted(logits, history, allowed))
+        if not len(ids):
+            return NO_TOKEN
+        if self.temperature == 0:
             return int(ids[0])
-        cdf = np.cumsum(probs)
-        return int(ids[min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")), len(ids) - 1)])
-
-    def _penalize(self, ids: np.ndarray, z: np.ndarray, counts: Counter) -> np.ndarray:
-        """Logits z of tokens ids (distinct) after the repetition, frequency and presence penalties."""
-        if not counts:
-            return z
-        seen = np.fromiter(counts, np.int64, len(counts))
-        at = np.flatnonzero(np.isin(ids, seen))
-        c = np.array([counts[int(i)] for i in ids[at]], np.float64)
-        z = z.copy()
-        z[at] = np.where(z[at] <= 0, z[at] * self.repeat_penalty, z[at] / self.repeat_penalty)
-        z[at] -= c * self.frequency_penalty + self.presence_penalty
-        return z
+        perturbed = z.astype(np.float64) * float(np.float32(1 / self.temperature)) + gumbel(self.seed, draw, ids)
+        best = np.flatnonzero(perturbed == perturbed.max())
+        return int(ids[best].min())

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -70,6 +70,8 @@ class Sampling(BaseModel):
     repeat_penalty: float = Field(1.0, gt=0, description="an extension (llama.cpp's server)")
     penalty_last_n: int = Field(64, ge=-1, description="an extension (llama.cpp's server): -1 all, 0 none")
     seed: int | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = Field(
+        None, description="token id (as a string) -> a bias from -100 to 100 added to its logit")
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -80,7 +82,8 @@ class Sampling(BaseModel):
 
     def sampling(self) -> dict:
         return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
-                                        "min_p", "repeat_penalty", "penalty_last_n", "seed", "stop", "lora"})
+                                        "min_p", "repeat_penalty", "penalty_last_n", "seed", "logit_bias", "stop",
+                                        "lora"})
 
 
 class TextPart(BaseModel):

@@ -12,7 +12,9 @@ DIR/NAME.wgsl replaces shaders/NAME.wgsl in the page before the model loads: an 
 variants on one build. With PROBE_JS=FILE, FILE's expression (resolving to a JSON string, e.g.
 subgroup_matrix_probe.js) is evaluated in the page instead of the bench. With PRELOAD=CODE, that
 Python runs in the page's worker before the model loads (e.g. a module's tuning table replaced).
-With INT8=1 the model loads with the page's 8-bit activations (cera.gpu.numerics' int8).
+With INT8=1 the model loads with the page's 8-bit activations (cera.gpu.numerics' int8). With
+SAMPLING='{"temperature": 0.7, "top_k": 40, "seed": 1}' (cera.sampling.Sampler's fields), the
+bench's tokens are drawn by that sampler instead of greedily.
 """
 import asyncio
 import json
@@ -26,19 +28,21 @@ import aiohttp
 
 BENCH = """
 import json, numpy as np
+from cera.sampling import Sampler
 from cera_web.app import _sessions
 e = _sessions[-1].engine
 ids = np.random.default_rng(0).integers(0, e.cfg.vocab_size, 512).tolist()
+settings = json.loads(%r)
 runs = []
 for i in range(4):
     e.reset()
-    r = await e.generate(ids, 128, stop_at_eos=False)
+    r = await e.generate(ids, 128, stop_at_eos=False, sampler=Sampler(**settings))
     if i:
         runs.append(r)
 json.dumps({"prefill_tokens_per_s": max(r.prefill_tokens_per_s for r in runs),
             "decode_tokens_per_s": max(r.decode_tokens_per_s for r in runs),
             "decode_runs": [r.decode_tokens_per_s for r in runs],
-            "dispatches_per_token": e.backend.dispatches_per_token,
+            "dispatches_per_token": e.backend.dispatches_per_token, "sampling": Sampler(**settings).label,
             "adapter": e.backend.device.adapter_name})
 """
 
@@ -133,7 +137,8 @@ async def main(chromium, site, model, flags):
                 if os.environ.get("NO_BENCH"):
                     return
                 out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)
-                out["bench"] = await js(f"window.cera.python({json.dumps(BENCH)})", 900)
+                bench = BENCH % os.environ.get("SAMPLING", "{}")
+                out["bench"] = await js(f"window.cera.python({json.dumps(bench)})", 900)
                 out["stats"] = await js("window.cera.stats().then(s => JSON.stringify(s))", 60)
                 if os.environ.get("PROFILE"):
                     out["profile"] = await js(f"window.cera.python({json.dumps(PROFILE)})", 900)

@@ -13,6 +13,11 @@
 #   bash scripts/h200/device.sh browser X.hdr [...]   only cera in Chromium (dist/web), once prep unpacked it
 #                                                     (CHROME_FLAGS=... adds flags, TAG=-name keeps its files apart)
 #   bash scripts/h200/device.sh peers X.hdr [...]     only llama.cpp CUDA and Vulkan (waits for a background lcpp)
+#   bash scripts/h200/device.sh sampling X [...]      greedy and sampled decode, natively and in Chromium: cera bench
+#                                                     with each of SAMPLINGS below (TAG -greedy, -topk40, -chain,
+#                                                     -topk0); X a header (its clone) or `smollm2` (the real model,
+#                                                     carried in .h200/smol? chunks). BEFORE=DIR also times DIR's
+#                                                     tree (`generate --chat -n 256`, the form older trees have)
 #   bash scripts/h200/device.sh tests FILE [...]      the GPU tests of these files (tests/test_kernels_*.py, ...) on
 #                                                     the H200's own adapter, after prep (pytest from .h200/pyt);
 #                                                     NVIDIA compiles each pipeline in ~1 s: a file or two a call
@@ -30,12 +35,41 @@ ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f $ICD ] && export VK_DRIVER_FILES=$ICD VK_ICD_FILENAMES=$ICD
 HERE=$(cd "$(dirname "$0")" && pwd)
 phase=$1; shift
+# the sampling phase's settings: the issue's table (greedy; top-k; the full chain; the whole vocabulary)
+declare -A SAMPLINGS=(
+  [greedy]=""
+  [topk40]="--temperature 0.7 --top-k 40 --seed 1"
+  [chain]="--temperature 0.7 --top-k 40 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 1"
+  [topk0]="--temperature 0.7 --top-k 0 --seed 1"
+)
+SMOLLM2_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
-clones() {   # expand each header into $CLONES/NAME.gguf once; print the names
+clones() {   # expand each header into $CLONES/NAME.gguf once (smollm2: the real model, from its chunks); print the names
   mkdir -p $CLONES
   for h in "$@"; do n=$(basename "$h" .hdr)
-    [ -s $CLONES/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" $CLONES/$n.gguf --fill ${FILL:-constant} >/dev/null
+    if [ "$h" = smollm2 ]; then
+      [ -s $CLONES/smollm2.gguf ] || cat $H/smol? > $CLONES/smollm2.gguf
+      [ "$(sha256sum $CLONES/smollm2.gguf | cut -d' ' -f1)" = $SMOLLM2_SHA ] || { echo "smollm2 chunks: bad sha256" >&2; continue; }
+    else
+      [ -s $CLONES/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" $CLONES/$n.gguf --fill ${FILL:-constant} >/dev/null
+    fi
     echo $n
+  done
+}
+
+sampled() {  # cera bench (native, then in Chromium) with each setting of SAMPLINGS; BEFORE: DIR's tree too
+  local n=$1 s json
+  for s in greedy topk40 chain topk0; do
+    python3 -m cera bench -m $CLONES/$n.gguf --json ${SAMPLINGS[$s]} > $OUT/cera-native-$s-$n.json 2>/tmp/cera-native-$s-$n.err
+    json=$(python3 -c "import sys, json; from cera.cli import parser; a = parser().parse_args(['bench', *sys.argv[1:]]);
+print(json.dumps({k: getattr(a, k) for k in ('temperature', 'top_k', 'top_p', 'min_p', 'repeat_penalty', 'seed')}))" ${SAMPLINGS[$s]})
+    TAG=-$s SAMPLING="$json" browser $n
+    if [ -n "${BEFORE:-}" ]; then
+      for tree in /tmp/before ""; do   # the same 256-token chat reply from the older tree, then this one
+        PYTHONPATH=$tree python3 -m cera generate -m $CLONES/$n.gguf --chat -p "Write a story about a dragon." -n 256 \
+          --json ${SAMPLINGS[$s]} > $OUT/generate-${tree:+before-}$s-$n.json 2>/dev/null
+      done
+    fi
   done
 }
 
@@ -57,7 +91,7 @@ browser() {  # cera in Chromium: the page served from dist/web, driven by browse
   ln -sf $CLONES/$n.gguf dist/web/$n.gguf
   INT8=$([[ " $FLAGS " == *" --int8 "* ]] && echo 1) LD_LIBRARY_PATH=/opt/chr/lib:/opt/chr/chromium timeout 500 \
     python3 "$HERE/browser_bench.py" $C http://127.0.0.1:8765/index.html http://127.0.0.1:8765/$n.gguf $flags \
-    > $OUT/cera-browser$TAG-$n.json 2>/tmp/cera-browser-$n.err
+    > $OUT/cera-browser${TAG:-}-$n.json 2>/tmp/cera-browser-$n.err
 }
 
 peers() {    # llama.cpp CUDA and Vulkan llama-bench, once a background `lcpp` build is done (or none runs)
@@ -136,6 +170,15 @@ tests)
   name=$(for f in "$@"; do basename "$f" .py; done | paste -sd-)
   timeout ${TESTS_TIMEOUT:-540} python3 -m pytest -p no:cacheprovider -q -rfE "$@" > $OUT/pytest-h200-$name.txt 2>&1
   echo "pytest rc=$? (124: stopped at the time limit)"; tail -3 $OUT/pytest-h200-$name.txt
+  ;;
+sampling)
+  python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
+  [ -n "${BEFORE:-}" ] && python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/before "$BEFORE" 2>&1 | tail -1
+  names=$(clones "$@")
+  serve
+  for n in $names; do sampled $n; done
+  kill $SRV
+  python3 "$HERE/table.py" "$OUT" $names
   ;;
 peers)
   names=$(clones "$@")

@@ -5,7 +5,9 @@ the files scripts/h200/device.sh leaves in a folder, as a Markdown table.
 
 Files read (TAG: empty, or a tree's name when several trees ran): cera-native{TAG}-{model}.json
 (`python -m cera bench --json`), cera-browser{TAG}-{model}.json (browser_bench.py),
-llamacpp-{cuda,vk}-{model}.json (`llama-bench -o json`), plan{TAG}-{model}.json (plan totals).
+llamacpp-{cuda,vk}-{model}.json (`llama-bench -o json`), plan{TAG}-{model}.json (plan totals), and
+generate[-before]-{SETTING}-{model}.json (`python -m cera generate --chat -n 256 --json`, device.sh
+sampling with BEFORE: an older tree's and this one's), as a second table.
 Decode: cera after a 512-token prompt, llama.cpp at depth 512 (-d 512, flash attention).
 """
 import json
@@ -61,6 +63,13 @@ def main() -> None:
             fmt = lambda v: "-" if v is None else f"{v:,.0f}"
             print(f"| {model} | {engine} | {fmt(decode)} | {fmt(prefill)} | {note} |")
     print("decode: cera after a 512-token prompt, llama.cpp at depth 512 (-d 512, flash attention)")
+    replies = [(model, path) for model in models for path in sorted(out.glob(f"generate-*-{model}.json"))]
+    if replies:
+        print("\n| model | tree, sampling | decode tok/s | tokens |\n| --- | --- | ---: | ---: |")
+    for model, path in replies:
+        r = load(path) or {}
+        name = path.name[len("generate-"): -len(f"-{model}.json")]
+        print(f"| {model} | {name} | {r.get('decode_tokens_per_s', 0):,.0f} | {len(r.get('tokens', []))} |")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from cera.config import ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
 from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type
+from cera.gpu.sample import SamplerBuffers
 from cera.gpu.state import Activations, GreedyChain, State
 
 DEFAULT_ALIGNMENT = 256   # WebGPU's default minStorageBufferOffsetAlignment, when no adapter is known
@@ -85,7 +86,7 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     activations = {f"{name}@{rows}": 4 * math.prod(shape)
                    for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows, int8).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
-    state = State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg)
+    state = State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg) | SamplerBuffers.sizes(cfg, ctx)
     return Footprint(ctx, chunk, weights, sized(state), sized(activations), fallbacks)
 
 

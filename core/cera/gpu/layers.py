@@ -1,5 +1,5 @@
 """Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv, glu_act), and of the sampler's top-k selection (shaders/topk).
+shortconv, glu_act, greedy_advance).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
 binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
@@ -16,7 +16,6 @@ import math
 import struct
 from dataclasses import dataclass
 
-import numpy as np
 
 from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
@@ -300,28 +299,3 @@ def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step
 def _check_heads(n_heads: int, n_kv_heads: int) -> None:
     if n_kv_heads <= 0 or n_heads % n_kv_heads:
         raise InvalidArgument(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
-
-
-TOP_K_MAX = 256   # most pairs topk.wgsl selects: one per invocation of its workgroup (WG)
-
-
-def pack_top_k(k: int, watch) -> bytes:
-    # params of shaders/topk.wgsl: k: u32, n_watch: u32, then n_watch ids (u32)
-    return np.array([k, len(watch), *watch], np.uint32).tobytes()
-
-
-def unpack_top_k(raw: bytes, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """topk.wgsl's out -> (ids (k,), their logits (k,), the watched ids' logits (n_watch,))."""
-    pairs = np.frombuffer(raw, np.uint32, 2 * k).reshape(k, 2)
-    return pairs[:, 0].astype(np.int64), pairs[:, 1].view(np.float32), np.frombuffer(raw, np.float32, offset=8 * k)
-
-
-def top_k(kernels, device, out, logits, params, *, n: int, label: str = "top_k") -> Dispatch:
-    """out = the k best (index, logit) of logits[0..n), best first (ties: the lower index), then the
-    logits at the watched ids; k <= TOP_K_MAX and the ids come from `params` (pack_top_k) at run
-    time. out holds (2 TOP_K_MAX + n_watch,) u32. One workgroup, a pass over the logits per byte of
-    the sort key it needs (reads counts one: random logits take three or four)."""
-    digits = max(1, -(-(n - 1).bit_length() // 8))
-    return kernels.dispatch("topk.wgsl", [logits, params, out], (1, 1, 1), label, reads=4 * n,
-                            writes=8 * TOP_K_MAX, N=n, WG=TOP_K_MAX, IDX_DIGITS=digits,
-                            IDX_MASK=(1 << 8 * digits) - 1)

@@ -1,17 +1,18 @@
 """A model on the GPU: its weights (`residency`), the buffers it computes in (`state`), its
 plans (`plan`) recorded once as schedules, and the loop that submits them.
 
-Decode is one step per token: embed the token the last argmax wrote, run every layer, LM head,
-argmax into `tokens[0]`. Everything that changes per token (the position) lives in the Step
-uniform, so the same schedule serves every token. A step alone (`forward`, one submission)
-reads its 4 bytes back; greedy decode chains up to GREEDY_BATCH (state.py) steps in one submission
-(`plan.greedy_plan`: each step's Step record copied into the uniform on the GPU, its token
-appended to a small buffer) and reads the batch's tokens back at once. Prefill goes through the
-batched kernels in chunks of up to `chunk` tokens, one submission per chunk; the KV caches and
-conv states carry across chunks. Only the last row of the last chunk is projected to logits,
-unless all logits are asked for (scoring). A sampler's candidates come from a top-k selection
-of those logits on the GPU, submitted after the step. Embeddings run the layers and the final
-norm on scratch state of their own, so they never disturb the sequence held here.
+Decode is one step per token: embed the token the last step chose, run every layer, LM head,
+then choose the next into `tokens[0]`: the argmax (greedy), or the sampler's dispatches
+(`cera.gpu.sample`, set up by `sample_start`). Everything that changes per token (the position,
+the draw) lives in the Step uniform, so the same schedule serves every token. A step alone
+(`forward`, one submission) reads its 4 bytes back; decode chains up to GREEDY_BATCH (state.py)
+steps in one submission (`plan.chain_plan`: the Step moved on by the GPU, each token appended to
+a small buffer) and reads the batch's tokens back at once. Prefill goes through the batched
+kernels in chunks of up to `chunk` tokens, one submission per chunk; the KV caches and conv
+states carry across chunks. Only the last row of the last chunk is projected to logits, unless
+all logits are asked for (scoring); `choose` draws the token after a prompt from them.
+Embeddings run the layers and the final norm on scratch state of their own, so they never
+disturb the sequence held here.
 
 LoRA adapters (cera.lora) are uploaded once (`add_lora`) and stay loaded; `use_loras` picks the
 set the next submissions apply. Each set gets its own builders and schedules, made on its
@@ -20,6 +21,7 @@ first use and kept (the base model is the empty set).
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,16 +30,18 @@ from cera.config import ModelConfig
 from cera.device import Binding, Copy, Device
 from cera.errors import InvalidArgument
 from cera.gpu.footprint import footprint
-from cera.gpu.layers import SHIFT_BYTES, TOP_K_MAX, pack_shift, pack_top_k, unpack_top_k
+from cera.gpu import sample
+from cera.gpu.layers import SHIFT_BYTES, pack_shift
 from cera.gpu.numerics import EXACT, Numerics
-from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, decode_plan, embed_plan,
-                           greedy_plan, prefill_plan, shift_plan)
+from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, chain_plan, decode_plan,
+                           embed_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
+from cera.gpu.sample import SamplerBuffers
 from cera.gpu.state import Activations, GreedyChain, State, f32_buffer, pack_step
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
-from cera.sampling import Candidates, TopK
+from cera.sampling import NO_TOKEN, Sampler
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
 PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; most prompts end in a new one)
@@ -46,13 +50,13 @@ PREFILL_SCHEDULES = 8    # prefill schedules kept (one per chunk length seen; mo
 @dataclass
 class Schedules:
     """What runs for one set of LoRA adapters: its builders, its decode plan recorded once, the
-    greedy batches recorded on first use ((steps, half) -> schedule), and the prefill schedules
-    made so far ((rows, scoring) -> schedule, the most recent last)."""
+    chained batches recorded on first use ((steps, half, sampler variant) -> schedule), and the
+    prefill schedules made so far ((rows, scoring) -> schedule, the most recent last)."""
     decode: DecodeBuilder
     prefill: Builder
     decode_plan: Plan
     decode_schedule: object
-    greedy_schedules: dict = field(default_factory=dict)
+    chain_schedules: dict = field(default_factory=dict)
     prefill_schedules: OrderedDict = field(default_factory=OrderedDict)
 
 
@@ -71,7 +75,8 @@ class GpuModel:
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
         self.state = State.allocate(device, cfg, ctx, self.chunk)
-        self.chain = GreedyChain.allocate(device, cfg)   # greedy batches' tokens and conv records
+        self.chain = GreedyChain.allocate(device, cfg)   # chained batches' tokens and conv records
+        self.sampling = SamplerBuffers.allocate(device, cfg, ctx)   # the sampler's settings and state
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
         if self.chunk > 1:
             self._act.append(Activations.allocate(device, cfg, self.chunk, numerics.int8))
@@ -83,7 +88,9 @@ class GpuModel:
         self._logits_all = None                  # (chunk, vocab) for scoring, allocated when first asked for
         self._gpu_token = None                   # the token id tokens[0] holds (argmax wrote it)
         self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
-        self._top_k = None                       # (params, out, schedule) of _select(), made on first use
+        self._choose = {}                        # sampler variant -> the schedule of choose() alone
+        self.sampler: Sampler | None = None      # the sampler of the generation under way (sample_start)
+        self._sampled: list[int] = []            # its sequence so far, for its mask
         self._embedder = None                    # (builder on scratch state, schedule) of embed(), likewise
         self.n_past = 0                          # positions of the sequence run so far (cached)
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
@@ -149,16 +156,22 @@ class GpuModel:
             self._logits_all = f32_buffer(self.device, "logits_all", self.chunk, self.cfg.vocab_size)
         return prefill_plan(self.active.prefill, self.active.decode, n, self._logits_all if scoring else None)
 
-    def greedy_plan(self, steps: int, half: int = 0) -> Plan:
-        """The plan of a greedy batch of `steps` decode steps (plan.greedy_plan)."""
-        return greedy_plan(self.active.decode, steps, self.chain, half)
+    def chain_plan(self, steps: int, half: int = 0, sampler: Sampler | None = None) -> Plan:
+        """The plan of `steps` decode steps chained (plan.chain_plan): greedy, or with `sampler`'s
+        dispatches (its variant: whether it adjusts the logits, whether it penalizes)."""
+        return chain_plan(self.active.decode, steps, self.chain, half, sampler and self._choose_steps(sampler))
 
-    def _greedy_schedule(self, steps: int, half: int):
+    def _choose_steps(self, sampler: Sampler) -> list:
+        state = self.state
+        return sample.choose(self.kernels, self.device, self.sampling, state.logits, state.tokens, self.chain.tokens,
+                             state.step, sampler, self.cfg.vocab_size)
+
+    def _chain_schedule(self, steps: int, half: int, sampler: Sampler | None):
         half = half if self.chain.conv else 0   # without conv states the halves are the same plan
-        made = self.active.greedy_schedules
-        if (steps, half) not in made:
-            made[steps, half] = self.device.schedule(self.greedy_plan(steps, half).steps)
-        return made[steps, half]
+        key, made = (steps, half, sampler and _variant(sampler)), self.active.chain_schedules
+        if key not in made:
+            made[key] = self.device.schedule(self.chain_plan(steps, half, sampler).steps)
+        return made[key]
 
     def _schedule(self, n: int, scoring: bool):
         if self._runs_decode(n, scoring):
@@ -217,8 +230,7 @@ class GpuModel:
 
     async def forward(self, tokens: list[int], pos0: int, logits=None):
         """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
-        token after the last one, and logits: None, "last" (vocab,), "all" (T, vocab), or for a
-        TopK the Candidates it asks for."""
+        token after the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
         rows, vocab, scoring = [], self.cfg.vocab_size, logits == "all"
         chunks = [tokens[s: s + self.chunk] for s in range(0, len(tokens), self.chunk)]
         for c, chunk in enumerate(chunks):
@@ -228,8 +240,6 @@ class GpuModel:
             if scoring:
                 raw = await self.device.read(self._logits_all.buffer, 0, 4 * n * vocab)
                 rows.append(np.frombuffer(raw, np.float32).reshape(n, vocab))
-            elif last and isinstance(logits, TopK):
-                rows.append(await self._select(logits))
             elif last and logits:
                 raw = await self.device.read(self.state.logits.buffer, 0, 4 * vocab)
                 rows.append(np.frombuffer(raw, np.float32).copy())
@@ -245,22 +255,6 @@ class GpuModel:
         self.device.write(state.tokens.buffer, np.asarray(tokens, np.uint32).tobytes())
         self.device.write(state.step.buffer, pack_step(pos, len(tokens)))
         return self.device.run(schedule, read)
-
-    async def _select(self, request: TopK) -> Candidates:
-        """The candidates `request` asks for, from the logits the last step wrote: the GPU picks
-        the k best (layers.top_k) and 8 k + 4 len(watch) bytes come back."""
-        k, watch = request.k, request.watch
-        if not 0 < k <= min(TOP_K_MAX, self.cfg.vocab_size) or len(watch) > TOP_K_MAX:
-            raise InvalidArgument(f"top-k of {k} (watching {len(watch)}): the GPU selects 1..{TOP_K_MAX}")
-        if self._top_k is None:   # the params, the output and the schedule, made on first use
-            params = Binding(self.device.buffer(4 * (2 + TOP_K_MAX), "top_k.params"))      # (2 + watch,) u32
-            out = Binding(self.device.buffer(4 * 3 * TOP_K_MAX, "top_k.out"))              # (2 k + watch,) u32
-            self._top_k = params, out, self.device.schedule([self.active.decode.top_k(out, params)])
-        params, out, schedule = self._top_k
-        self.device.write(params.buffer, pack_top_k(k, watch))
-        raw = await self.device.run(schedule, Binding(out.buffer, 0, 8 * k + 4 * len(watch)))
-        ids, logits, watched = unpack_top_k(raw, k)
-        return Candidates(np.concatenate([ids, np.asarray(watch, np.int64)]), np.concatenate([logits, watched]))
 
     async def embed(self, tokens: list[int]) -> np.ndarray:
         """The hidden states after the final norm (T, hidden) of tokens run from position 0 (the
@@ -291,15 +285,44 @@ class GpuModel:
             self._embedder = builder, self.device.schedule(embed_plan(builder).steps)
         return self._embedder
 
-    async def greedy(self, token: int, pos: int, n: int):
-        """Yield the n greedy tokens that follow `token` at `pos` (pos + n <= ctx), a batch of
-        decode steps per submission (greedy_batches) with one batch in flight ahead: the argmax
-        stays on the GPU and feeds the next step, so batch k+1 is submitted before batch k's
-        tokens are awaited. n_past counts the positions of the tokens yielded so far; when the
-        caller stops early, steps run beyond its last token are not counted, and conv states
+    # --- sampling --------------------------------------------------------------------------
+    def sample_start(self, sampler: Sampler, history: list[int]) -> None:
+        """Draw the next tokens with `sampler` (choose, decode with a draw index), after `history`
+        (prompt and reply so far): its settings and penalty window go to the GPU."""
+        sampler.check(self.cfg.vocab_size)
+        self.sampling.load(self.device, sampler, history, self.cfg.vocab_size, self.ctx)
+        self.sampler, self._sampled = sampler, list(history)
+
+    async def choose(self, draw: int) -> int:
+        """The sampler's token after the last position run (the reply's token `draw`), from the
+        logits that step left on the GPU; NO_TOKEN when none is allowed."""
+        key = _variant(self.sampler)
+        if key not in self._choose:
+            self._choose[key] = self.device.schedule(self._choose_steps(self.sampler))
+        self.device.write(self.state.step.buffer, pack_step(self.n_past, 1, draw))
+        if self.sampler.allowed is not None:
+            self.sampling.allow(self.device, self.sampler.allowed(self._sampled), self.cfg.vocab_size)
+        token = self._token_of(await self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4)))
+        self._sampled.append(token)
+        return token
+
+    async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
+        """Yield the n tokens that follow `token` at `pos` (pos + n <= ctx): greedy, or with a
+        `draw` index, drawn by the sampler of sample_start (the first being the reply's token
+        `draw`). A batch of decode steps goes in one submission (greedy_batches) with one batch in
+        flight ahead: the choice stays on the GPU and feeds the next step, so batch k+1 is
+        submitted before batch k's tokens are awaited. A sampler with a mask runs a step at a
+        time instead (_masked). n_past counts the positions of the tokens yielded so far; when
+        the caller stops early, steps run beyond its last token are not counted, and conv states
         are rewound to that token's step (the KV rows beyond are simply overwritten later)."""
         if n < 0 or pos + n > self.ctx:
-            raise InvalidArgument(f"{n} greedy steps from position {pos}: the context holds {self.ctx}")
+            raise InvalidArgument(f"{n} decode steps from position {pos}: the context holds {self.ctx}")
+        sampler = None if draw is None else self.sampler
+        if sampler is not None and sampler.allowed is not None:
+            async with aclosing(self._masked(token, pos, n, draw)) as steps:
+                async for token in steps:
+                    yield token
+            return
         if token != self._gpu_token:
             self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
         batches, ran, done, last = greedy_batches(n, self.chain.batch), 0, 0, None   # steps submitted, yielded
@@ -307,9 +330,9 @@ class GpuModel:
         try:
             for k, steps in enumerate(batches + [0]):   # a batch submitted, then the one before it read
                 previous, pending = pending, None
-                if steps:
-                    self.device.write(self.state.step.buffer, pack_step(pos + ran, 1))   # greedy_advance moves it
-                    pending = steps, self.device.run(self._greedy_schedule(steps, k % 2),
+                if steps:   # the Step's position and draw then move on the GPU (greedy_advance, sample_advance)
+                    self.device.write(self.state.step.buffer, pack_step(pos + ran, 1, (draw or 0) + ran))
+                    pending = steps, self.device.run(self._chain_schedule(steps, k % 2, sampler),
                                                      Binding(self.chain.tokens.buffer, 0, 4 * steps))
                     ran += steps
                 if previous is not None:
@@ -318,14 +341,28 @@ class GpuModel:
                     for last in np.frombuffer(await readback, np.uint32)[:size].tolist():
                         done += 1
                         self.n_past = pos + done
-                        yield last
+                        yield NO_TOKEN if last == sample.NO_TOKEN else last
         finally:
             for p in (previous, pending):   # closed early: let the batches in flight finish
                 if p is not None:
                     await p[1]
-            self._gpu_token = last if ran == done else None   # tokens[0] holds the last step's argmax
+            self._gpu_token = last if ran == done and last != sample.NO_TOKEN else None   # what tokens[0] holds
             if ran > done:
                 await self._rewind_conv(done, batches)
+
+    async def _masked(self, token: int, pos: int, n: int, draw: int):
+        """decode() for a sampler with a mask, a token at a time: each step's forward pass is
+        submitted first, its mask computed on the host meanwhile (it needs only the tokens so
+        far), then the choice is submitted and its 4 bytes read."""
+        for i in range(n):
+            if token != self._gpu_token:
+                self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
+            self.device.write(self.state.step.buffer, pack_step(pos + i, 1))
+            forward = self.device.run(self.decode_schedule)
+            self.n_past = pos + i + 1
+            token = await self.choose(draw + i)
+            await forward
+            yield token
 
     async def _rewind_conv(self, done: int, batches: list[int]) -> None:
         """After a stop: make the conv states those after step done-1 of a greedy run of
@@ -345,8 +382,15 @@ class GpuModel:
         await self.device.run(self.device.schedule(copies))
 
     def _token_of(self, readback: bytes) -> int:
-        self._gpu_token = int(np.frombuffer(readback, np.uint32)[0])
-        return self._gpu_token
+        """The token id tokens[0] holds, read back (NO_TOKEN: the sampler found none)."""
+        token = int(np.frombuffer(readback, np.uint32)[0])
+        self._gpu_token = None if token == sample.NO_TOKEN else token
+        return NO_TOKEN if token == sample.NO_TOKEN else token
+
+
+def _variant(sampler: Sampler) -> tuple[bool, bool]:
+    """What a sampler's dispatches depend on: whether it adjusts the logits, whether it penalizes."""
+    return sampler.adjusts, sampler.penalized
 
 
 def greedy_batches(n: int, batch: int) -> list[int]:

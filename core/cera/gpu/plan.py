@@ -1,6 +1,6 @@
 """The plan: every dispatch of a decode step or a prefill chunk, in order, as data.
 
-`decode_plan`, `greedy_plan` (decode steps chained), `prefill_plan` and `embed_plan` return a
+`decode_plan`, `chain_plan` (decode steps chained, greedy or sampled), `prefill_plan` and `embed_plan` return a
 `Plan`; they walk the model with the same per-layer builders (`Builder.layer`: attention or
 short conv, then the FFN) and differ only in how a step runs for their row count, which their
 `Builder` subclass says:
@@ -22,6 +22,7 @@ A Plan knows what each dispatch moves (`cera.device.Dispatch.reads` ...), so `ta
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -231,10 +232,6 @@ class Builder:
         """tokens[0] = argmax(logits)."""
         return matmul.argmax(self.kernels, self.device, self.state.tokens, self.state.logits, n=self.cfg.vocab_size)
 
-    def top_k(self, out: Binding, params: Binding) -> Dispatch:
-        """out = the best (id, logit) pairs of logits, and watched ids' logits, as params say."""
-        return layers.top_k(self.kernels, self.device, out, self.state.logits, params, n=self.cfg.vocab_size)
-
 
 class DecodeBuilder(Builder):
     """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention with RoPE fused,
@@ -364,32 +361,42 @@ class PrefillBuilder(Builder):
                                           window=cfg.layer_window[i], label=f"blk.{i}.prefill_attention")], self.act.att
 
 
+def decode_steps(decode: DecodeBuilder) -> tuple[Step, ...]:
+    """One token's forward pass: embed tokens[0], every layer, the LM head -> state.logits."""
+    return decode.body + tuple(decode.head(decode.state.logits, decode.act.x))
+
+
 def decode_plan(decode: DecodeBuilder) -> Plan:
-    """One token: embed the token the last argmax wrote, every layer, LM head, argmax -> tokens[0]."""
-    return Plan("decode", 1, decode.body + tuple(decode.head(decode.state.logits, decode.act.x)) + (decode.argmax(),))
+    """One token: its forward pass, then argmax -> tokens[0]."""
+    return Plan("decode", 1, decode_steps(decode) + (decode.argmax(),))
 
 
-def greedy_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0) -> Plan:
-    """n decode steps chained in one submission, the greedy chain kept on the GPU. The host writes
-    the Step of the first (its position, chain index 0); each decode step embeds tokens[0] (the
-    previous argmax) and writes its argmax there; then greedy_advance appends that token to
-    `chain.tokens` at the step's chain index and moves the Step on by one position, all in one
-    compute pass (a copy into the Step and one out of tokens cost ~0.1 ms a step on an H200:
-    docs/PERFORMANCE.md). Each conv state is copied to its record `half` * chain.batch + j (so a
-    stop mid-batch can rewind it; batches alternate halves, so the one submitted ahead never
-    overwrites the records of the one being read)."""
+def chain_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0,
+               choose: Sequence[Step] | None = None) -> Plan:
+    """n decode steps chained in one submission, the chain of tokens kept on the GPU. The host
+    writes the Step of the first (its position, chain index 0, draw); each decode step embeds
+    tokens[0] (the previous step's choice) and runs the layers and head; then `choose` picks the
+    next token into tokens[0], appends it to `chain.tokens` at the step's chain index and moves
+    the Step on by one position: greedy's argmax and greedy_advance by default, a sampler's
+    dispatches (cera.gpu.sample.choose) otherwise, all in one compute pass (a copy into the Step
+    and one out of tokens cost ~0.1 ms a step on an H200: docs/PERFORMANCE.md). Each conv state
+    is copied to its record `half` * chain.batch + j (so a stop mid-batch can rewind it; batches
+    alternate halves, so the one submitted ahead never overwrites the records of the one being
+    read)."""
     if not 1 <= n <= chain.batch:
-        raise InvalidArgument(f"greedy plan of {n} steps: its buffers hold 1..{chain.batch}")
-    state, step = decode.state, decode_plan(decode).steps
-    advance = layers.greedy_advance(decode.kernels, decode.device, state.tokens, chain.tokens, state.step)
+        raise InvalidArgument(f"a chain of {n} steps: its buffers hold 1..{chain.batch}")
+    state, kind = decode.state, "greedy" if choose is None else "sampled"
+    if choose is None:
+        choose = (decode.argmax(), layers.greedy_advance(decode.kernels, decode.device, state.tokens, chain.tokens,
+                                                         state.step))
+    step = decode_steps(decode) + tuple(choose)
     steps = []
     for j in range(n):
         steps += step
-        steps.append(advance)
         for i, saved in chain.conv.items():
             size = state.conv_state[i].nbytes
             steps.append(Copy(state.conv_state[i].buffer, 0, saved.buffer, (half * chain.batch + j) * size, size))
-    return Plan(f"greedy {n}" + (f" (records {half})" if chain.conv else ""), 1, tuple(steps))
+    return Plan(f"{kind} {n}" + (f" (records {half})" if chain.conv else ""), 1, tuple(steps))
 
 
 def prefill_plan(prefill: PrefillBuilder, decode: DecodeBuilder, n: int, logits_all: Binding | None = None) -> Plan:

@@ -14,18 +14,19 @@ from cera.device import Binding, Device
 from cera.gpu import batched, layers
 
 STEP_BYTES = 16
-# Decode steps per greedy submission. A submission costs the host a fixed amount beyond encoding
-# its dispatches (command encoder, submit, a readback mapped and awaited, the Python between), and
-# with one submission in flight ahead the GPU idles whenever that turnaround outlasts the queued
-# work; 8 steps cut that fixed cost per token by 8x and queue 8 steps of GPU work ahead. A stop
-# (EOS, a stop string) wastes what is in flight, up to 2 * 8 - 1 steps, and tokens reach the caller
-# 8 at a time: more would buy little (the fixed cost is already an eighth) for more of both.
+# Decode steps per chained submission (greedy or sampled). A submission costs the host a fixed
+# amount beyond encoding its dispatches (command encoder, submit, a readback mapped and awaited, the
+# Python between), and with one submission in flight ahead the GPU idles whenever that turnaround
+# outlasts the queued work; 8 steps cut that fixed cost per token by 8x and queue 8 steps of GPU
+# work ahead. A stop (EOS, a stop string) wastes what is in flight, up to 2 * 8 - 1 steps, and
+# tokens reach the caller 8 at a time: more would buy little (the fixed cost is already an eighth)
+# for more of both.
 GREEDY_BATCH = 8
 
 
-def pack_step(pos: int, n_tokens: int) -> bytes:
-    # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, _pad: u32 }
-    return struct.pack("<4I", pos, n_tokens, 0, 0)
+def pack_step(pos: int, n_tokens: int, draw: int = 0) -> bytes:
+    # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, draw: u32 }
+    return struct.pack("<4I", pos, n_tokens, 0, draw)
 
 
 def f32_buffer(device: Device, label: str, *shape: int) -> Binding:
@@ -132,11 +133,11 @@ class State:
 
 @dataclass(frozen=True)
 class GreedyChain:
-    """What a greedy batch (plan.greedy_plan: up to `batch` decode steps in one submission) runs
-    through: the token each step picked, and the conv states after each step, in two halves
-    (alternate batches), for rewinding a batch the caller stopped in."""
+    """What a chained batch (plan.chain_plan: up to `batch` decode steps in one submission, greedy
+    or sampled) runs through: the token each step chose, and the conv states after each step, in
+    two halves (alternate batches), for rewinding a batch the caller stopped in."""
     batch: int
-    tokens: Binding                   # (batch,) u32 argmax of each step
+    tokens: Binding                   # (batch,) u32 the token each step chose
     conv: dict[int, Binding]          # layer -> (2, batch, conv_kernel - 1, hidden)
 
     @staticmethod

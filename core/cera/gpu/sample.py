@@ -1,0 +1,126 @@
+"""The sampler on the GPU: cera.sampling's chain as the last dispatches of a decode step, so a
+sampled token feeds the next step on the GPU as greedy's argmax does and a batch of steps reads
+back 4 bytes a token (plan.chain_plan):
+
+    sample_adjust   z = the logits after penalties, logit bias and the step's mask, one
+                    invocation a token (only for a sampler that adjusts anything)
+    sample          the kept set and the draw -> result (one workgroup; shaders/sample.wgsl)
+    sample_advance  result -> tokens[0] and the batch's tokens; the Step moves to the next
+                    position and draw; with penalties the token enters the window's counts
+
+The penalty window lives on the GPU as a count per token and a ring of the window's tokens,
+loaded from the sequence when a generation starts (`SamplerBuffers.load`) and kept by
+sample_advance from then on.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from cera.config import ModelConfig
+from cera.device import Binding, Device, Dispatch
+from cera.sampling import Sampler
+
+SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
+WG = 256                 # sample.wgsl's workgroup; a top_k up to it is selected and sorted in workgroup memory
+WINDOW_ALL = 0xFFFFFFFF  # Sampling.window: the whole sequence
+NO_TOKEN = 0xFFFFFFFF    # result[0] when no token is a candidate
+MIN_P_OFF = -1e30        # Sampling.log_min_p when min-p is off: every finite z is above z_best - 1e30
+
+
+def pack_sampling(s: Sampler, ctx: int) -> bytes:
+    # struct Sampling (shaders/common.wgsl) { top_k: u32, top_p: f32, log_min_p: f32, inv_temperature: f32,
+    #   seed_lo: u32, seed_hi: u32, repeat_penalty: f32, repeat_inv: f32, frequency: f32, presence: f32,
+    #   window: u32, _pad: u32 }; a window past the context is the whole sequence (which holds ctx + 1 at most)
+    window = 0 if not s.penalized else s.penalty_last_n if 0 < s.penalty_last_n <= ctx else WINDOW_ALL
+    return struct.pack("<I3f2I4f2I", s.top_k, s.top_p, math.log(s.min_p) if s.min_p > 0 else MIN_P_OFF,
+                       1 / s.temperature if s.temperature > 0 else 0.0, s.seed & 0xFFFFFFFF, s.seed >> 32,
+                       s.repeat_penalty, 1 / s.repeat_penalty, s.frequency_penalty, s.presence_penalty, window, 0)
+
+
+def pack_mask(allowed: np.ndarray | None, vocab: int) -> bytes:
+    """The allowed tokens (bool (vocab,), None: all) as sample_adjust.wgsl's bits: bit i % 32 of
+    word i // 32 for token i."""
+    words = -(-vocab // 32)
+    if allowed is None:
+        return np.full(words, 0xFFFFFFFF, np.uint32).tobytes()
+    bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
+    return np.pad(bits, (0, 4 * words - len(bits))).tobytes()
+
+
+@dataclass(frozen=True)
+class SamplerBuffers:
+    """What the sampler's kernels read and keep."""
+    params: Binding    # struct Sampling (uniform)
+    counts: Binding    # (vocab,) u32: each token's occurrences in the penalty window
+    ring: Binding      # (2 + ctx,) u32: tokens pushed so far, then the window's tokens, a ring
+    bias: Binding      # (vocab,) f32 logit bias
+    mask: Binding      # (ceil(vocab / 32),) u32: the allowed tokens, a bit each
+    z: Binding         # (vocab,) f32 adjusted logits
+    result: Binding    # (2,) u32: the token chosen (NO_TOKEN: none), how many tokens were kept
+
+    @staticmethod
+    def sizes(cfg: ModelConfig, ctx: int) -> dict[str, int]:
+        """label -> bytes of every buffer `allocate` makes."""
+        v = cfg.vocab_size
+        return {"sampling": SAMPLING_BYTES, "sampler.counts": 4 * v, "sampler.ring": 4 * (2 + ctx),
+                "sampler.bias": 4 * v, "sampler.mask": 4 * -(-v // 32), "sampler.z": 4 * v, "sampler.result": 8}
+
+    @classmethod
+    def allocate(cls, device: Device, cfg: ModelConfig, ctx: int) -> "SamplerBuffers":
+        sizes = cls.sizes(cfg, ctx)
+        buf = lambda label, **kw: Binding(device.buffer(sizes[label], label, **kw), 0, sizes[label])
+        return cls(buf("sampling", uniform=True), *(buf(label) for label in list(sizes)[1:]))
+
+    def load(self, device: Device, sampler: Sampler, history: list[int], vocab: int, ctx: int) -> None:
+        """Start sampling after `history` (prompt and reply so far) with `sampler`: its settings,
+        the penalty window's counts and ring, the logit bias, every token allowed."""
+        device.write(self.params.buffer, pack_sampling(sampler, ctx))
+        if not sampler.adjusts:
+            return
+        window = sampler.window(history)
+        device.write(self.counts.buffer, np.bincount(np.asarray(window, np.int64), minlength=vocab)
+                     .astype(np.uint32).tobytes())
+        if 0 < sampler.penalty_last_n <= ctx:   # oldest first from slot 0: the next one pushed goes to len % size
+            device.write(self.ring.buffer, np.asarray([len(window), *window], np.uint32).tobytes())
+        bias = np.zeros(vocab, np.float32)
+        for token, b in sampler.logit_bias.items():
+            bias[token] = b
+        device.write(self.bias.buffer, bias.tobytes())
+        self.allow(device, None, vocab)
+
+    def allow(self, device: Device, allowed: np.ndarray | None, vocab: int) -> None:
+        """The next step's mask: the tokens allowed (bool (vocab,)), None: all."""
+        device.write(self.mask.buffer, pack_mask(allowed, vocab))
+
+
+def choose(kernels, device, buffers: SamplerBuffers, logits: Binding, tokens: Binding, chain_tokens: Binding,
+           step: Binding, sampler: Sampler, vocab: int) -> list[Dispatch]:
+    """The sampler's dispatches after a decode step wrote `logits`: [adjust,] sample, advance,
+    leaving the token in tokens[0], chain_tokens[step.chain] and buffers.result."""
+    b, steps = buffers, []
+    z = logits
+    if sampler.adjusts:
+        steps.append(kernels.dispatch("sample_adjust.wgsl", [logits, b.params, b.counts, b.bias, b.mask, b.z],
+                                      (-(-vocab // 256), 1, 1), "sample adjust", reads=12 * vocab + vocab // 8,
+                                      writes=4 * vocab, N=vocab))
+        z = b.z
+    steps.append(sample(kernels, device, b.result, z, b.params, step, vocab))
+    extra = [b.params, b.counts, b.ring] if sampler.penalized else []
+    steps.append(kernels.dispatch("sample_advance.wgsl", [b.result, tokens, chain_tokens, step, *extra], (1, 1, 1),
+                                  "sample advance", reads=8 + step.nbytes, writes=8 + step.nbytes,
+                                  **({"PENALTIES": True} if sampler.penalized else {})))
+    return steps
+
+
+def sample(kernels, device, result: Binding, z: Binding, params: Binding, step: Binding, vocab: int,
+           draws: int = 1) -> Dispatch:
+    """result[2 w], result[2 w + 1] = the token of draw step.draw + w and the count kept, for w <
+    draws, from adjusted logits z (vocab,) (shaders/sample.wgsl)."""
+    digits = max(1, -(-(vocab - 1).bit_length() // 8))
+    return kernels.dispatch("sample.wgsl", [z, params, step, result], (draws, 1, 1), f"sample {vocab}",
+                            reads=8 * vocab, writes=8 * draws, N=vocab, WG=WG, IDX_DIGITS=digits,
+                            IDX_MASK=(1 << 8 * digits) - 1)

@@ -1,0 +1,439 @@
+// The sampler's choice of a token (cera.sampling defines it; cera.gpu.sample builds the dispatch):
+// from adjusted logits z[0..N), the candidates (finite z) best first (ties: the lower id), the
+// first n_kept of them kept by top-k, top-p and min-p, then the best kept one (temperature 0) or
+// the kept one with the largest z / T + Gumbel noise of the random stream (seed, draw, id).
+// result[2 w] = the token (NONE: no candidate), result[2 w + 1] = n_kept, for workgroup w, whose
+// draw is step.draw + w (the decode plan runs one; the tests run many to see the distribution).
+// One workgroup of WG invocations a draw. Defines: N, WG, IDX_DIGITS (bytes an index needs),
+// IDX_MASK (2^(8 IDX_DIGITS) - 1).
+// Bindings: z (f32 bits), params (struct Sampling), step, result.
+//
+// Each candidate gets a unique 64-bit sort key, (order_key(z), IDX_MASK - index) as (hi, lo);
+// a non-candidate the key 0, below every other.
+// - top_k of 1..WG: the k best are found as a top-k selection and sorted in workgroup memory:
+//   1. each invocation finds the best key of its elements; the k-th best of those WG is a
+//      bound: at least k elements reach it, so the k best all do;
+//   2. the elements that reach the bound (typically a few more than k) are gathered, and each is
+//      placed among them; the first k are the sorted candidates;
+//   3. if more than CAP reach it (many ties), a radix select over z finds exactly the k best
+//      first, a byte of the key per pass from the top: a pass counts how many of the elements
+//      that share the bytes picked so far take each value of the next byte, and picks the value
+//      where the k-th best falls, until the value picked is taken whole.
+//   top-p is then a scan of the sorted candidates' masses, min-p a compare with the best.
+// - top_k 0 (or past WG): the kept set is found over the whole vocabulary, a prefix of the order
+//   each filter cuts: top-k by the radix select; top-p by a bisection over the keys' high word
+//   for the largest value whose mass at and above it reaches top_p (a pass each), then the tied
+//   elements at that value taken lowest id first as far as the mass needs, by the radix select;
+//   min-p by a compare; then one pass draws.
+#include "common.wgsl"
+
+const NONE = 0xFFFFFFFFu;
+const DIGITS = 4u + IDX_DIGITS;
+const CAP = 1024u;                   // gathered elements held in workgroup memory
+const LOG_WG = countTrailingZeros(WG);
+// Loops count up by one to a constant (strides multiplied out, shorter trips break out):
+// Chromium's compiler guards every other loop with an iteration counter (matvec.wgsl).
+const ROUNDS = (N + WG - 1u) / WG;   // an invocation's elements: lid + r * WG for r < ROUNDS
+
+@group(0) @binding(0) var<storage, read> z: array<u32>;             // (N,) f32 bits
+@group(0) @binding(1) var<uniform> params: Sampling;
+@group(0) @binding(2) var<uniform> step: Step;
+@group(0) @binding(3) var<storage, read_write> result: array<u32>;  // (2 draws,)
+
+var<workgroup> cand_hi: array<u32, CAP>;       // keys of the gathered elements
+var<workgroup> cand_lo: array<u32, CAP>;
+var<workgroup> n_cand: atomic<u32>;
+var<workgroup> shared_u32: u32;                // values every invocation reads (workgroupUniformLoad)
+var<workgroup> shared_f32: f32;
+var<workgroup> shared_key: vec2<u32>;
+var<workgroup> best_hi: array<u32, WG>;        // each invocation's best key
+var<workgroup> best_lo: array<u32, WG>;
+var<workgroup> sums: array<f32, WG>;           // each invocation's part of a sum, then a scan
+var<workgroup> sorted_z: array<f32, WG>;       // top_k <= WG: the candidates best first
+var<workgroup> sorted_id: array<u32, WG>;
+var<workgroup> bound: vec2<u32>;                // gather and radix_select take only keys at or above it
+var<workgroup> hist: array<atomic<u32>, 256>;  // radix select: elements of the prefix per next byte
+var<workgroup> pick: vec3<u32>;                // radix select: byte picked, k left to take, done
+
+// Larger value -> larger key, from f32 bits (negatives flipped; -0 is 0, as numpy compares them).
+fn order_key(bits: u32) -> u32 {
+    let b = select(bits, 0u, bits == 0x80000000u);
+    return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+
+// The value whose order_key is k.
+fn key_value(k: u32) -> f32 {
+    return bitcast<f32>(select(~k, k & 0x7FFFFFFFu, (k & 0x80000000u) != 0u));
+}
+
+fn key_at(i: u32) -> vec2<u32> {
+    let bits = z[i];
+    if ((bits & 0x7F800000u) == 0x7F800000u) {   // -inf (masked), inf or NaN: not a candidate
+        return vec2<u32>(0u, 0u);
+    }
+    return vec2<u32>(order_key(bits), IDX_MASK - i);
+}
+
+// Whether key a comes before key b (is larger).
+fn before(a: vec2<u32>, b: vec2<u32>) -> bool {
+    return a.x > b.x || (a.x == b.x && a.y > b.y);
+}
+
+// Whether key a is a candidate and, its bits under `mask`, at or above p.
+fn reaches(a: vec2<u32>, p: vec2<u32>, mask: vec2<u32>) -> bool {
+    return a.x != 0u && !before(p, a & mask);
+}
+
+// Jarzynski and Olano's pcg4d hash; cera.sampling.pcg4d step for step.
+fn pcg4d(a: vec4<u32>) -> vec4<u32> {
+    var v = a * 1664525u + 1013904223u;
+    v.x += v.y * v.w;
+    v.y += v.z * v.x;
+    v.z += v.x * v.y;
+    v.w += v.y * v.z;
+    v ^= v >> vec4<u32>(16u);
+    v.x += v.y * v.w;
+    v.y += v.z * v.x;
+    v.z += v.x * v.y;
+    v.w += v.y * v.z;
+    return v;
+}
+
+// z / T plus the Gumbel variate of token id in this draw, as a key (ties: the lower id).
+fn perturbed_key(value: f32, id: u32, draw: u32) -> vec2<u32> {
+    let h = pcg4d(vec4<u32>(params.seed_lo, params.seed_hi, draw, id)).x;
+    let u = (f32(h >> 8u) + 0.5) * (1.0 / 16777216.0);
+    return vec2<u32>(order_key(bitcast<u32>(value * params.inv_temperature - log(-log(u)))), IDX_MASK - id);
+}
+
+// Every invocation: n_cand = 0 and shared_u32 = value, seen by all after the barrier it ends with.
+fn share(lid: u32, value: u32) -> u32 {
+    if (lid == 0u) {
+        atomicStore(&n_cand, 0u);
+        shared_u32 = value;
+    }
+    return workgroupUniformLoad(&shared_u32);
+}
+
+// The sum of every invocation's v, seen by all.
+fn total_f32(lid: u32, v: f32) -> f32 {
+    sums[lid] = v;
+    workgroupBarrier();
+    for (var s = 0u; s < LOG_WG; s++) {
+        let width = WG >> (s + 1u);
+        if (lid < width) {
+            sums[lid] += sums[lid + width];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        shared_f32 = sums[0];
+    }
+    return workgroupUniformLoad(&shared_f32);
+}
+
+// The sum of every invocation's v, seen by all.
+fn total_u32(lid: u32, v: u32) -> u32 {
+    share(lid, 0u);
+    atomicAdd(&n_cand, v);
+    workgroupBarrier();
+    return share(lid, atomicLoad(&n_cand));
+}
+
+// The best of every invocation's key, seen by all.
+fn best_key(lid: u32, key: vec2<u32>) -> vec2<u32> {
+    best_hi[lid] = key.x;
+    best_lo[lid] = key.y;
+    workgroupBarrier();
+    for (var s = 0u; s < LOG_WG; s++) {
+        let width = WG >> (s + 1u);
+        if (lid < width) {
+            let other = vec2<u32>(best_hi[lid + width], best_lo[lid + width]);
+            if (before(other, vec2<u32>(best_hi[lid], best_lo[lid]))) {
+                best_hi[lid] = other.x;
+                best_lo[lid] = other.y;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        shared_key = vec2<u32>(best_hi[0], best_lo[0]);
+    }
+    return workgroupUniformLoad(&shared_key);
+}
+
+// Gather the elements whose key, under `mask`, reaches p, and that reach `bound`.
+fn gather(lid: u32, p: vec2<u32>, mask: vec2<u32>) {
+    let all_bits = vec2<u32>(0xFFFFFFFFu, 0xFFFFFFFFu);
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
+        let key = key_at(i);
+        if (reaches(key, p, mask) && reaches(key, bound, all_bits)) {
+            let slot = atomicAdd(&n_cand, 1u);
+            if (slot < CAP) {
+                cand_hi[slot] = key.x;
+                cand_lo[slot] = key.y;
+            }
+        }
+    }
+}
+
+// The prefix of the k best keys among the candidates that reach `bound`: (prefix, mask).
+fn radix_select(lid: u32, k: u32) -> array<vec2<u32>, 2> {
+    let all_bits = vec2<u32>(0xFFFFFFFFu, 0xFFFFFFFFu);
+    var p = vec2<u32>(0u, 0u);
+    var m = vec2<u32>(0u, 0u);
+    var need = k;
+    for (var d = 0u; d < DIGITS; d++) {
+        for (var r = 0u; r < (256u + WG - 1u) / WG; r++) {
+            let b = r * WG + lid;
+            if (b >= 256u) {
+                break;
+            }
+            atomicStore(&hist[b], 0u);
+        }
+        workgroupBarrier();
+        let in_hi = d < 4u;
+        let shift = select(8u * (DIGITS - 1u - d), 24u - 8u * d, in_hi);
+        for (var r = 0u; r < ROUNDS; r++) {
+            let i = r * WG + lid;
+            if (i >= N) {
+                break;
+            }
+            let key = key_at(i);
+            if (key.x != 0u && all((key & m) == p) && reaches(key, bound, all_bits)) {
+                atomicAdd(&hist[(select(key.y, key.x, in_hi) >> shift) & 0xFFu], 1u);
+            }
+        }
+        workgroupBarrier();
+        if (lid == 0u) {   // walk the byte values from the top until the k-th best is reached
+            var taken = 0u;
+            for (var down = 0u; down < 256u; down++) {
+                let b = 255u - down;
+                let count = atomicLoad(&hist[b]);
+                if (taken + count >= need) {
+                    pick = vec3<u32>(b, need - taken, u32(taken + count == need));
+                    break;
+                }
+                taken += count;
+            }
+        }
+        let picked = workgroupUniformLoad(&pick);
+        let byte = 0xFFu << shift;
+        m |= select(vec2<u32>(0u, byte), vec2<u32>(byte, 0u), in_hi);
+        p |= select(vec2<u32>(0u, picked.x << shift), vec2<u32>(picked.x << shift, 0u), in_hi);
+        need = picked.y;
+        if (picked.z == 1u) {
+            break;
+        }
+    }
+    return array<vec2<u32>, 2>(p, m);
+}
+
+// top_k of 1..WG: the k best candidates sorted into sorted_z/sorted_id -> how many there are.
+fn sort_top_k(lid: u32, k: u32, mine: vec2<u32>) -> u32 {
+    best_hi[lid] = mine.x;
+    best_lo[lid] = mine.y;
+    workgroupBarrier();
+    var place = 0u;
+    for (var j = 0u; j < WG; j++) {
+        place += u32(before(vec2<u32>(best_hi[j], best_lo[j]), mine));
+    }
+    if (place == k - 1u) {   // the bound (no k-th best with a candidate: the zero key, every one)
+        bound = mine;
+    }
+    share(lid, 0u);
+    gather(lid, vec2<u32>(0u, 0u), vec2<u32>(0u, 0u));
+    workgroupBarrier();
+    var n = share(lid, atomicLoad(&n_cand));
+    if (n > CAP) {   // too many reach the bound: only the k best
+        let prefix = radix_select(lid, k);
+        gather(lid, prefix[0], prefix[1]);
+        n = k;
+    }
+    workgroupBarrier();
+    for (var r = 0u; r < (CAP + WG - 1u) / WG; r++) {   // place each gathered element among the others
+        let i = r * WG + lid;
+        if (i >= n) {
+            break;
+        }
+        let key = vec2<u32>(cand_hi[i], cand_lo[i]);
+        var at = 0u;
+        for (var j = 0u; j < CAP; j++) {
+            if (j >= n) {
+                break;
+            }
+            at += u32(before(vec2<u32>(cand_hi[j], cand_lo[j]), key));
+        }
+        if (at < k) {
+            sorted_id[at] = IDX_MASK - key.y;
+            sorted_z[at] = bitcast<f32>(z[IDX_MASK - key.y]);
+        }
+    }
+    workgroupBarrier();
+    return min(n, k);
+}
+
+// The sorted candidates' kept count: top-p by a scan of their masses, then min-p.
+fn kept_of_sorted(lid: u32, n: u32) -> u32 {
+    let z0 = sorted_z[0];
+    let e = select(0.0, exp(sorted_z[min(lid, n - 1u)] - z0), lid < n);
+    sums[lid] = e;
+    workgroupBarrier();
+    for (var s = 0u; s < LOG_WG; s++) {   // inclusive scan
+        let off = 1u << s;
+        let add = select(0.0, sums[max(lid, off) - off], lid >= off);
+        workgroupBarrier();
+        sums[lid] += add;
+        workgroupBarrier();
+    }
+    let before_mass = select(0.0, sums[max(lid, 1u) - 1u], lid > 0u);
+    let by_p = params.top_p >= 1.0 || before_mass < params.top_p * sums[WG - 1u];
+    let by_min_p = sorted_z[min(lid, n - 1u)] >= z0 + params.log_min_p;
+    return total_u32(lid, u32(lid < n && by_p && by_min_p));
+}
+
+// The mass (relative to the best, z_best) of the candidates in the set (p, m) whose key's high
+// word is at least h.
+fn mass_from(lid: u32, h: u32, p: vec2<u32>, m: vec2<u32>, z_best: f32) -> f32 {
+    var mass = 0.0;
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
+        let key = key_at(i);
+        if (reaches(key, p, m) && key.x >= h) {
+            mass += exp(bitcast<f32>(z[i]) - z_best);
+        }
+    }
+    return total_f32(lid, mass);
+}
+
+// How many of the n_k best (the set (p, m)) top-p keeps, over the whole vocabulary.
+fn top_p_count(lid: u32, n_k: u32, p: vec2<u32>, m: vec2<u32>, best: vec2<u32>) -> u32 {
+    let z_best = key_value(best.x);
+    let goal = params.top_p * mass_from(lid, 0u, p, m, z_best);
+    // the largest high word lo whose mass at and above reaches the goal: mass(lo) >= goal > mass(hi)
+    var lo = 0u;
+    var hi = best.x + 1u;
+    var mass_hi = 0.0;
+    for (var it = 0u; it < 33u; it++) {
+        if (hi - lo <= 1u) {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2u;
+        let mass = mass_from(lid, mid, p, m, z_best);
+        if (mass >= goal) {
+            lo = mid;
+        } else {
+            hi = mid;
+            mass_hi = mass;
+        }
+    }
+    var above = 0u;
+    var tied = 0u;
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
+        let key = key_at(i);
+        above += u32(reaches(key, p, m) && key.x > lo);
+        tied += u32(reaches(key, p, m) && key.x == lo);
+    }
+    let n_above = total_u32(lid, above);
+    let n_tied = total_u32(lid, tied);
+    // the tied elements (each of the same mass) taken lowest id first until the goal is reached
+    let each = exp(key_value(lo) - z_best);
+    let need = clamp(u32(ceil((goal - mass_hi) / each)), 1u, max(n_tied, 1u));
+    return min(n_above + need, n_k);
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let draw = step.draw + wid.x;
+    let k = params.top_k;
+    let drawn = params.inv_temperature > 0.0;   // else the best kept (temperature 0)
+    if (lid == 0u) {
+        bound = vec2<u32>(0u, 0u);   // every candidate, until sort_top_k finds its bound (not every host zeroes workgroup memory)
+    }
+
+    // each invocation's best key and count of candidates
+    var mine = vec2<u32>(0u, 0u);
+    var count = 0u;
+    for (var r = 0u; r < ROUNDS; r++) {
+        let i = r * WG + lid;
+        if (i >= N) {
+            break;
+        }
+        let key = key_at(i);
+        count += u32(key.x != 0u);
+        if (before(key, mine)) {
+            mine = key;
+        }
+    }
+    let n_valid = total_u32(lid, count);
+    var chosen = vec2<u32>(0u, 0u);
+    var n_kept = 0u;
+
+    if (k != 0u && k <= WG) {
+        // the k best, sorted: the kept ones are the first n_kept
+        let n = sort_top_k(lid, k, mine);
+        if (n > 0u) {
+            n_kept = kept_of_sorted(lid, n);
+            var key = select(vec2<u32>(0u, 0u), vec2<u32>(1u, IDX_MASK - sorted_id[0]), lid == 0u);
+            if (drawn && lid < n_kept) {
+                key = perturbed_key(sorted_z[lid], sorted_id[lid], draw);
+            }
+            chosen = best_key(lid, key);
+        }
+    } else if (n_valid > 0u) {
+        // the kept set is the set of keys reaching (p, m): first top-k, then top-p
+        let best = best_key(lid, mine);
+        let n_k = select(min(k, n_valid), n_valid, k == 0u);
+        var p = vec2<u32>(0u, 0u);
+        var m = vec2<u32>(0u, 0u);
+        if (n_k < n_valid) {
+            let s = radix_select(lid, n_k);
+            p = s[0];
+            m = s[1];
+        }
+        if (params.top_p < 1.0) {
+            let n_p = top_p_count(lid, n_k, p, m, best);
+            if (n_p < n_valid) {
+                let s = radix_select(lid, n_p);
+                p = s[0];
+                m = s[1];
+            }
+        }
+        // min-p, then the draw over what is kept
+        let cut = key_value(best.x) + params.log_min_p;
+        var kept = 0u;
+        var winner = vec2<u32>(0u, 0u);
+        for (var r = 0u; r < ROUNDS; r++) {
+            let i = r * WG + lid;
+            if (i >= N) {
+                break;
+            }
+            let key = key_at(i);
+            let value = bitcast<f32>(z[i]);
+            if (reaches(key, p, m) && value >= cut) {
+                kept += 1u;
+                let candidate = select(key, perturbed_key(value, i, draw), drawn);
+                if (before(candidate, winner)) {
+                    winner = candidate;
+                }
+            }
+        }
+        n_kept = total_u32(lid, kept);
+        chosen = best_key(lid, winner);
+    }
+    if (lid == 0u) {
+        result[2u * wid.x] = select(NONE, IDX_MASK - chosen.y, chosen.x != 0u);
+        result[2u * wid.x + 1u] = n_kept;
+    }
+}
