@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the project's root, with the prepared .h200/ beside it (README.md):
-#   bash scripts/h200/device.sh chunk                 append the carried .h200/chr? chunk(s) to /opt/chr.tar.xz
+#   bash scripts/h200/device.sh chunk                 take the carried .h200/chr? chunk(s) into /opt/chr.tar.xz and
+#                                                     .h200/smol? (the real SmolLM2) into /tmp/smolparts, once each
 #   bash scripts/h200/device.sh prep                  loaders, wheels, this project; unpack Chromium once
 #                                                     its chunks are all there
 #   bash scripts/h200/device.sh lcpp                  build llama.cpp's llama-bench for CUDA and Vulkan (~6 min;
@@ -17,7 +18,8 @@
 #                                                     with each of SAMPLINGS below (TAG -greedy, -topk40, -chain,
 #                                                     -topk0); X a header (its clone) or `smollm2` (the real model,
 #                                                     carried in .h200/smol? chunks). BEFORE=DIR also times DIR's
-#                                                     tree (`generate --chat -n 256`, the form older trees have)
+#                                                     tree (`generate --chat -n 256`, the form older trees have);
+#                                                     HOSTS=native or HOSTS=browser runs one host only
 #   bash scripts/h200/device.sh tests FILE [...]      the GPU tests of these files (tests/test_kernels_*.py, ...) on
 #                                                     the H200's own adapter, after prep (pytest from .h200/pyt);
 #                                                     NVIDIA compiles each pipeline in ~1 s: a file or two a call
@@ -48,7 +50,7 @@ clones() {   # expand each header into $CLONES/NAME.gguf once (smollm2: the real
   mkdir -p $CLONES
   for h in "$@"; do n=$(basename "$h" .hdr)
     if [ "$h" = smollm2 ]; then
-      [ -s $CLONES/smollm2.gguf ] || cat $H/smol? > $CLONES/smollm2.gguf
+      [ -s $CLONES/smollm2.gguf ] || cat /tmp/smolparts/smol? > $CLONES/smollm2.gguf
       [ "$(sha256sum $CLONES/smollm2.gguf | cut -d' ' -f1)" = $SMOLLM2_SHA ] || { echo "smollm2 chunks: bad sha256" >&2; continue; }
     else
       [ -s $CLONES/$n.gguf ] || python3 scripts/shape_clone.py expand "$h" $CLONES/$n.gguf --fill ${FILL:-constant} >/dev/null
@@ -58,13 +60,14 @@ clones() {   # expand each header into $CLONES/NAME.gguf once (smollm2: the real
 }
 
 sampled() {  # cera bench (native, then in Chromium) with each setting of SAMPLINGS; BEFORE: DIR's tree too
-  local n=$1 s json
+  local n=$1 s json hosts=${HOSTS:-native browser}
   for s in greedy topk40 chain topk0; do
-    python3 -m cera bench -m $CLONES/$n.gguf --json ${SAMPLINGS[$s]} > $OUT/cera-native-$s-$n.json 2>/tmp/cera-native-$s-$n.err
+    [[ $hosts == *native* ]] &&
+      python3 -m cera bench -m $CLONES/$n.gguf --json ${SAMPLINGS[$s]} > $OUT/cera-native-$s-$n.json 2>/tmp/cera-native-$s-$n.err
     json=$(python3 -c "import sys, json; from cera.cli import parser; a = parser().parse_args(['bench', *sys.argv[1:]]);
 print(json.dumps({k: getattr(a, k) for k in ('temperature', 'top_k', 'top_p', 'min_p', 'repeat_penalty', 'seed')}))" ${SAMPLINGS[$s]})
-    TAG=-$s SAMPLING="$json" browser $n
-    if [ -n "${BEFORE:-}" ]; then
+    [[ $hosts == *browser* ]] && TAG=-$s SAMPLING="$json" browser $n
+    if [ -n "${BEFORE:-}" ] && [[ $hosts == *native* ]]; then
       for tree in /tmp/before ""; do   # the same 256-token chat reply from the older tree, then this one
         PYTHONPATH=$tree python3 -m cera generate -m $CLONES/$n.gguf --chat -p "Write a story about a dragon." -n 256 \
           --json ${SAMPLINGS[$s]} > $OUT/generate-${tree:+before-}$s-$n.json 2>/dev/null
@@ -109,9 +112,16 @@ serve() {    # dist/web on 127.0.0.1:8765 in the background; its pid in SRV
 }
 
 case $phase in
-chunk)
-  mkdir -p /opt && for c in $H/chr?; do [ -f "$c" ] && cat "$c" >> /opt/chr.tar.xz && echo "appended $c"; done
-  ls -la /opt/chr.tar.xz
+chunk)   # each chunk taken once, whatever earlier calls left in $H: Chromium's appended, SmolLM2's kept in /tmp
+  mkdir -p /opt /tmp/smolparts
+  for c in $H/chr? $H/smol?; do
+    [ -f "$c" ] || continue
+    sum=$(sha256sum "$c" | cut -c1-16)
+    grep -qx "$sum" /opt/chunks.done 2>/dev/null && continue
+    case $(basename "$c") in chr?) cat "$c" >> /opt/chr.tar.xz ;; *) cp "$c" /tmp/smolparts/ ;; esac
+    echo "$sum" >> /opt/chunks.done && echo "took $c"
+  done
+  ls -la /opt/chr.tar.xz /tmp/smolparts
   ;;
 prep)
   for f in $H/gl/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done; ldconfig
@@ -173,7 +183,10 @@ tests)
   ;;
 sampling)
   python3 -m pip install -q --no-deps --no-build-isolation . 2>&1 | tail -1     # this tree's code
-  [ -n "${BEFORE:-}" ] && python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/before "$BEFORE" 2>&1 | tail -1
+  if [ -n "${BEFORE:-}" ]; then
+    python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/before "$BEFORE" 2>&1 | tail -3
+    PYTHONPATH=/tmp/before python3 -c "import cera; print('BEFORE tree:', cera.__file__)"
+  fi
   names=$(clones "$@")
   serve
   for n in $names; do sampled $n; done
