@@ -1,24 +1,31 @@
-// The sampler's choice of a token (cera.sampling defines it; cera.gpu.sample builds the dispatch):
-// from adjusted logits z[0..N), the candidates (finite z) best first (ties: the lower id), the
-// first n_kept of them kept by top-k, top-p and min-p, then the best kept one (temperature 0) or
-// the kept one with the largest z / T + Gumbel noise of the random stream (seed, draw, id).
-// result[2 w] = the token (NONE: no candidate), result[2 w + 1] = n_kept, for workgroup w, whose
-// draw is step.draw + w (the decode plan runs one; the tests run many to see the distribution).
-// One workgroup of WG invocations a draw. Defines: N, WG, IDX_DIGITS (bytes an index needs),
-// IDX_MASK (2^(8 IDX_DIGITS) - 1).
-// Bindings: z (f32 bits), params (struct Sampling), step, result.
+// The sampler's choice of a token (cera.sampling defines it; cera.gpu.sample builds the
+// dispatches): from adjusted logits z of a vocabulary of VOCAB, the candidates (finite z) best
+// first (ties: the lower id), the first n_kept of them kept by top-k, top-p and min-p, then the
+// best kept one (temperature 0) or the kept one with the largest z / T + Gumbel noise of the
+// random stream (seed, draw, id). One workgroup of WG invocations a draw, in one of three forms:
+// - SELECT (top_k of 1..WG, first of two dispatches): workgroup w takes the slice
+//   z[w N .. (w + 1) N) and writes its top_k best keys, best first, to out[w WG ..] (the zero key
+//   after them): the k best of the vocabulary are among them, in a few WG-wide rows;
+// - CANDIDATES (the second): the elements are those keys (N of them), and the draw is made;
+// - neither (top_k 0 or past WG): the elements are z itself, all N = VOCAB of them.
+// A drawing form writes result[2 w] = the token (NONE: no candidate), result[2 w + 1] = n_kept,
+// for workgroup w, whose draw is step.draw + w (the decode plan runs one; the tests run many to
+// see the distribution). Defines: N, VOCAB, WG, IDX_DIGITS (bytes a token id needs), IDX_MASK
+// (2^(8 IDX_DIGITS) - 1), flag SELECT or CANDIDATES.
+// Bindings: z (f32 bits; CANDIDATES: the keys), params (struct Sampling), then SELECT: out;
+// else step, result.
 //
-// Each candidate gets a unique 64-bit sort key, (order_key(z), IDX_MASK - index) as (hi, lo);
-// a non-candidate the key 0, below every other.
+// Each candidate gets a unique 64-bit sort key, (order_key(z), IDX_MASK - id) as (hi, lo); a
+// non-candidate the key 0, below every other.
 // - top_k of 1..WG: the k best are found as a top-k selection and sorted in workgroup memory:
 //   1. each invocation finds the best key of its elements; the k-th best of those WG is a
 //      bound: at least k elements reach it, so the k best all do;
 //   2. the elements that reach the bound (typically a few more than k) are gathered, and each is
 //      placed among them; the first k are the sorted candidates;
-//   3. if more than CAP reach it (many ties), a radix select over z finds exactly the k best
-//      first, a byte of the key per pass from the top: a pass counts how many of the elements
-//      that share the bytes picked so far take each value of the next byte, and picks the value
-//      where the k-th best falls, until the value picked is taken whole.
+//   3. if more than CAP reach it (many ties), a radix select finds exactly the k best first, a
+//      byte of the key per pass from the top: a pass counts how many of the elements that share
+//      the bytes picked so far take each value of the next byte, and picks the value where the
+//      k-th best falls, until the value picked is taken whole.
 //   top-p is then a scan of the sorted candidates' masses, min-p a compare with the best.
 // - top_k 0 (or past WG): the kept set is found over the whole vocabulary, a prefix of the order
 //   each filter cuts: top-k by the radix select; top-p by a bisection over the keys' high word
@@ -39,10 +46,19 @@ const LOG_WG = countTrailingZeros(WG);
 const LOADS = 8u;
 const ROUNDS = (N + LOADS * WG - 1u) / (LOADS * WG);   // elements (r LOADS + j) WG + lid, j < LOADS
 
-@group(0) @binding(0) var<storage, read> z: array<u32>;             // (N,) f32 bits
 @group(0) @binding(1) var<uniform> params: Sampling;
+#ifdef CANDIDATES
+@group(0) @binding(0) var<storage, read> z: array<vec2<u32>>;       // (N,) the SELECT dispatch's keys
+#else
+@group(0) @binding(0) var<storage, read> z: array<u32>;             // (VOCAB,) f32 bits
+#endif
+#ifdef SELECT
+@group(0) @binding(2) var<storage, read_write> out: array<vec2<u32>>;  // (workgroups, WG) keys
+var<private> base: u32;                        // the first element of this workgroup's slice
+#else
 @group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> result: array<u32>;  // (2 draws,)
+#endif
 
 var<workgroup> cand_hi: array<u32, CAP>;       // keys of the gathered elements
 var<workgroup> cand_lo: array<u32, CAP>;
@@ -70,15 +86,26 @@ fn key_value(k: u32) -> f32 {
     return bitcast<f32>(select(~k, k & 0x7FFFFFFFu, (k & 0x80000000u) != 0u));
 }
 
+// The key of element i (the zero key past the elements).
 fn key_at(i: u32) -> vec2<u32> {
+#ifdef CANDIDATES
+    return select(vec2<u32>(0u, 0u), z[min(i, N - 1u)], i < N);
+#else
+#ifdef SELECT
+    let id = base + i;
+    if (i >= N || id >= VOCAB) {
+#else
+    let id = i;
     if (i >= N) {
+#endif
         return vec2<u32>(0u, 0u);
     }
-    let bits = z[i];
+    let bits = z[id];
     if ((bits & 0x7F800000u) == 0x7F800000u) {   // -inf (masked), inf or NaN: not a candidate
         return vec2<u32>(0u, 0u);
     }
-    return vec2<u32>(order_key(bits), IDX_MASK - i);
+    return vec2<u32>(order_key(bits), IDX_MASK - id);
+#endif
 }
 
 // The keys of an invocation's elements in round r (the zero key past N).
@@ -284,7 +311,7 @@ fn sort_top_k(lid: u32, k: u32, mine: vec2<u32>) -> u32 {
         }
         if (at < k) {
             sorted_id[at] = IDX_MASK - key.y;
-            sorted_z[at] = bitcast<f32>(z[IDX_MASK - key.y]);
+            sorted_z[at] = key_value(key.x);
         }
     }
     workgroupBarrier();
@@ -367,12 +394,13 @@ fn top_p_count(lid: u32, n_k: u32, p: vec2<u32>, m: vec2<u32>, best: vec2<u32>) 
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let draw = step.draw + wid.x;
     let k = params.top_k;
-    let drawn = params.inv_temperature > 0.0;   // else the best kept (temperature 0)
     if (lid == 0u) {
         bound = vec2<u32>(0u, 0u);   // every candidate, until sort_top_k finds its bound (not every host zeroes workgroup memory)
     }
+#ifdef SELECT
+    base = wid.x * N;
+#endif
 
     // each invocation's best key and count of candidates
     var mine = vec2<u32>(0u, 0u);
@@ -388,9 +416,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         }
     }
     let n_valid = total_u32(lid, count);
+#ifdef SELECT
+    // the slice's k best, best first, then zero keys
+    let n = sort_top_k(lid, k, mine);
+    var key = vec2<u32>(0u, 0u);
+    if (lid < n) {
+        key = vec2<u32>(order_key(bitcast<u32>(sorted_z[lid])), IDX_MASK - sorted_id[lid]);
+    }
+    out[wid.x * WG + lid] = key;
+#else
+    draw_one(lid, wid.x, k, mine, n_valid);
+#endif
+}
+
+#ifndef SELECT
+// Draw step.draw + w: the kept set, then the draw; result[2 w ..] = (token, n_kept).
+fn draw_one(lid: u32, w: u32, k: u32, mine: vec2<u32>, n_valid: u32) {
+    let draw = step.draw + w;
+    let drawn = params.inv_temperature > 0.0;   // else the best kept (temperature 0)
     var chosen = vec2<u32>(0u, 0u);
     var n_kept = 0u;
-
     if (k != 0u && k <= WG) {
         // the k best, sorted: the kept ones are the first n_kept
         let n = sort_top_k(lid, k, mine);
@@ -428,12 +473,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var r = 0u; r < ROUNDS; r++) {
             let keys = keys_of(lid, r);
             for (var j = 0u; j < LOADS; j++) {
-                let i = (r * LOADS + j) * WG + lid;
                 let key = keys[j];
                 let value = key_value(key.x);
                 if (reaches(key, p, m) && value >= cut) {
                     kept += 1u;
-                    let candidate = select(key, perturbed_key(value, i, draw), drawn);
+                    let candidate = select(key, perturbed_key(value, IDX_MASK - key.y, draw), drawn);
                     if (before(candidate, winner)) {
                         winner = candidate;
                     }
@@ -444,7 +488,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         chosen = best_key(lid, winner);
     }
     if (lid == 0u) {
-        result[2u * wid.x] = select(NONE, IDX_MASK - chosen.y, chosen.x != 0u);
-        result[2u * wid.x + 1u] = n_kept;
+        result[2u * w] = select(NONE, IDX_MASK - chosen.y, chosen.x != 0u);
+        result[2u * w + 1u] = n_kept;
     }
 }
+#endif

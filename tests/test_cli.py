@@ -100,7 +100,8 @@ def test_logit_bias_flag(model):
 
 def test_plan_and_bench_take_the_sampling_flags(model):
     plan = cera_json("plan", "-m", model, "--ctx", "64", "--temperature", "0.7", "--repeat-penalty", "1.1")
-    assert [s["kernel"] for s in plan["steps"]][-3:] == ["sample adjust", "sample 309", "sample advance"]
+    assert [s["kernel"] for s in plan["steps"]][-4:] == ["sample adjust", "sample select 309", "sample 1x256",
+                                                         "sample advance"]
     bench = cera_json("bench", "-m", model, "--ctx", "64", "--prompt-tokens", "8", "--gen-tokens", "8",
                       "--repeat", "1", "--temperature", "0.7", "--top-k", "40", "--seed", "1")
     assert bench["sampling"] == "temperature 0.7, top-k 40, top-p 0.95, min-p 0" and bench["decode_tokens_per_s"] > 0

@@ -58,19 +58,22 @@ def test_greedy_plan_chains_decode_steps_through_the_step_uniform(smollm2):
 def test_sampled_plan_ends_each_step_with_the_sampler(smollm2):
     """A sampled batch of 2: the decode step's layers and head, then the sampler's dispatches in
     place of the argmax and greedy_advance: adjust (only with a penalty, bias or mask), sample
-    (one workgroup), sample advance (with the penalty window's buffers only when it penalizes)."""
+    (a top-k of up to 256: the 24 slices of SmolLM2's vocabulary select their best, then one
+    workgroup draws; else one workgroup over the vocabulary), sample advance (with the penalty
+    window's buffers only when it penalizes)."""
     _, cfg, model = smollm2
     decode = model.plan(1)
     body = [s.label for s in decode.steps][:-1]   # without the argmax
-    plain = model.chain_plan(2, sampler=Sampler(temperature=0.7, seed=1))
+    plain = model.chain_plan(2, sampler=Sampler(temperature=0.7, top_k=0, seed=1))
     assert [s.label for s in plain.steps] == 2 * (body + [f"sample {cfg.vocab_size}", "sample advance"])
     assert plain.name == "sampled 2"
-    full = model.chain_plan(1, sampler=Sampler(temperature=0.7, repeat_penalty=1.1, seed=1))
-    assert [s.label for s in full.steps][len(body):] == ["sample adjust", f"sample {cfg.vocab_size}", "sample advance"]
+    full = model.chain_plan(1, sampler=Sampler(temperature=0.7, top_k=40, repeat_penalty=1.1, seed=1))
+    assert [s.label for s in full.steps][len(body):] == ["sample adjust", "sample select 49152", "sample 24x256",
+                                                         "sample advance"]
+    assert [s.groups for s in full.steps[len(body) + 1: len(body) + 3]] == [(24, 1, 1), (1, 1, 1)]
     advance = full.steps[-1]
     assert [b.buffer.label for b in advance.bindings] == ["sampler.result", "tokens", "greedy.tokens", "step",
                                                           "sampling", "sampler.counts", "sampler.ring"]
-    assert full.steps[len(body) + 1].groups == (1, 1, 1)
 
 
 def test_prefill_submission_is_flushed_after_its_first_layers(smollm2, device):

@@ -160,7 +160,7 @@ class Chooser:
         if allowed is not None:
             self.buffers.allow(dev, allowed, self.vocab)
         dev.write(self.step.buffer, pack_step(0, 1, draw))
-        steps = sample.choose(self.gpu.kernels, dev, self.buffers, self.logits, self.tokens, self.chain, self.step,
+        steps = sample.choose(self.gpu.kernels, self.buffers, self.logits, self.tokens, self.chain, self.step,
                               sampler, self.vocab)
         raw = asyncio.run(dev.run(dev.schedule(steps), Binding(self.buffers.result.buffer, 0, 8)))
         return tuple(np.frombuffer(raw, np.uint32).tolist())
@@ -172,8 +172,8 @@ class Chooser:
         b.load(dev, sampler, [], self.vocab, self.ctx)
         dev.write(self.step.buffer, pack_step(0, 1, 0))
         result = Binding(dev.buffer(8 * n, "results"), 0, 8 * n)
-        dispatch = sample.sample(self.gpu.kernels, dev, result, self.logits, b.params, self.step, self.vocab, n)
-        raw = asyncio.run(dev.run(dev.schedule([dispatch]), result))
+        steps = sample.sample(self.gpu.kernels, b, self.logits, self.step, result, self.vocab, sample.selects(sampler), n)
+        raw = asyncio.run(dev.run(dev.schedule(steps), result))
         return np.frombuffer(raw, np.uint32).reshape(n, 2)[:, 0].astype(np.int64)
 
 

@@ -163,7 +163,7 @@ class GpuModel:
 
     def _choose_steps(self, sampler: Sampler) -> list:
         state = self.state
-        return sample.choose(self.kernels, self.device, self.sampling, state.logits, state.tokens, self.chain.tokens,
+        return sample.choose(self.kernels, self.sampling, state.logits, state.tokens, self.chain.tokens,
                              state.step, sampler, self.cfg.vocab_size)
 
     def _chain_schedule(self, steps: int, half: int, sampler: Sampler | None):
@@ -388,9 +388,10 @@ class GpuModel:
         return NO_TOKEN if token == sample.NO_TOKEN else token
 
 
-def _variant(sampler: Sampler) -> tuple[bool, bool]:
-    """What a sampler's dispatches depend on: whether it adjusts the logits, whether it penalizes."""
-    return sampler.adjusts, sampler.penalized
+def _variant(sampler: Sampler) -> tuple[bool, bool, bool]:
+    """What a sampler's dispatches depend on: whether it adjusts the logits, whether it penalizes,
+    whether its top-k is selected by slices first."""
+    return sampler.adjusts, sampler.penalized, sample.selects(sampler)
 
 
 def greedy_batches(n: int, batch: int) -> list[int]:

@@ -4,7 +4,9 @@ back 4 bytes a token (plan.chain_plan):
 
     sample_adjust   z = the logits after penalties, logit bias and the step's mask, one
                     invocation a token (only for a sampler that adjusts anything)
-    sample          the kept set and the draw -> result (one workgroup; shaders/sample.wgsl)
+    sample          the kept set and the draw -> result (shaders/sample.wgsl): for a top-k of up
+                    to WG, one workgroup per SLICE tokens first selects its slice's k best, and one
+                    workgroup draws from those; else one workgroup walks the whole vocabulary
     sample_advance  result -> tokens[0] and the batch's tokens; the Step moves to the next
                     position and draw; with penalties the token enters the window's counts
 
@@ -26,6 +28,10 @@ from cera.sampling import Sampler
 
 SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
 WG = 256                 # sample.wgsl's workgroup; a top_k up to it is selected and sorted in workgroup memory
+# Tokens a SELECT workgroup takes: one round of 8 loads an invocation (sample.wgsl's LOADS). A pass of
+# one workgroup over a whole vocabulary is bound by its loads' latency, which the slices spread over
+# the GPU: SmolLM2's 49,152 in 24 workgroups, Qwen2.5's 151,936 in 75.
+SLICE = 8 * WG
 WINDOW_ALL = 0xFFFFFFFF  # Sampling.window: the whole sequence
 NO_TOKEN = 0xFFFFFFFF    # result[0] when no token is a candidate
 MIN_P_OFF = -1e30        # Sampling.log_min_p when min-p is off: every finite z is above z_best - 1e30
@@ -60,6 +66,7 @@ class SamplerBuffers:
     bias: Binding      # (vocab,) f32 logit bias
     mask: Binding      # (ceil(vocab / 32),) u32: the allowed tokens, a bit each
     z: Binding         # (vocab,) f32 adjusted logits
+    candidates: Binding  # (ceil(vocab / SLICE), WG) u32 pairs: each slice's best keys (sample.wgsl SELECT)
     result: Binding    # (2,) u32: the token chosen (NO_TOKEN: none), how many tokens were kept
 
     @staticmethod
@@ -67,7 +74,8 @@ class SamplerBuffers:
         """label -> bytes of every buffer `allocate` makes."""
         v = cfg.vocab_size
         return {"sampling": SAMPLING_BYTES, "sampler.counts": 4 * v, "sampler.ring": 4 * (2 + ctx),
-                "sampler.bias": 4 * v, "sampler.mask": 4 * -(-v // 32), "sampler.z": 4 * v, "sampler.result": 8}
+                "sampler.bias": 4 * v, "sampler.mask": 4 * -(-v // 32), "sampler.z": 4 * v,
+                "sampler.candidates": 8 * WG * -(-v // SLICE), "sampler.result": 8}
 
     @classmethod
     def allocate(cls, device: Device, cfg: ModelConfig, ctx: int) -> "SamplerBuffers":
@@ -97,7 +105,7 @@ class SamplerBuffers:
         device.write(self.mask.buffer, pack_mask(allowed, vocab))
 
 
-def choose(kernels, device, buffers: SamplerBuffers, logits: Binding, tokens: Binding, chain_tokens: Binding,
+def choose(kernels, buffers: SamplerBuffers, logits: Binding, tokens: Binding, chain_tokens: Binding,
            step: Binding, sampler: Sampler, vocab: int) -> list[Dispatch]:
     """The sampler's dispatches after a decode step wrote `logits`: [adjust,] sample, advance,
     leaving the token in tokens[0], chain_tokens[step.chain] and buffers.result."""
@@ -108,7 +116,7 @@ def choose(kernels, device, buffers: SamplerBuffers, logits: Binding, tokens: Bi
                                       (-(-vocab // 256), 1, 1), "sample adjust", reads=12 * vocab + vocab // 8,
                                       writes=4 * vocab, N=vocab))
         z = b.z
-    steps.append(sample(kernels, device, b.result, z, b.params, step, vocab))
+    steps += sample(kernels, b, z, step, b.result, vocab, selects(sampler))
     extra = [b.params, b.counts, b.ring] if sampler.penalized else []
     steps.append(kernels.dispatch("sample_advance.wgsl", [b.result, tokens, chain_tokens, step, *extra], (1, 1, 1),
                                   "sample advance", reads=8 + step.nbytes, writes=8 + step.nbytes,
@@ -116,11 +124,25 @@ def choose(kernels, device, buffers: SamplerBuffers, logits: Binding, tokens: Bi
     return steps
 
 
-def sample(kernels, device, result: Binding, z: Binding, params: Binding, step: Binding, vocab: int,
-           draws: int = 1) -> Dispatch:
+def selects(sampler: Sampler) -> bool:
+    """Whether the sampler's top-k goes through the slices' selection first (1..WG)."""
+    return 1 <= sampler.top_k <= WG
+
+
+def sample(kernels, buffers: SamplerBuffers, z: Binding, step: Binding, result: Binding, vocab: int, select: bool,
+           draws: int = 1) -> list[Dispatch]:
     """result[2 w], result[2 w + 1] = the token of draw step.draw + w and the count kept, for w <
-    draws, from adjusted logits z (vocab,) (shaders/sample.wgsl)."""
+    draws, from adjusted logits z (vocab,) (shaders/sample.wgsl): with `select` (a top-k of up to
+    WG), each slice's best first, then the draw from those."""
     digits = max(1, -(-(vocab - 1).bit_length() // 8))
-    return kernels.dispatch("sample.wgsl", [z, params, step, result], (draws, 1, 1), f"sample {vocab}",
-                            reads=8 * vocab, writes=8 * draws, N=vocab, WG=WG, IDX_DIGITS=digits,
-                            IDX_MASK=(1 << 8 * digits) - 1)
+    ids = dict(VOCAB=vocab, WG=WG, IDX_DIGITS=digits, IDX_MASK=(1 << 8 * digits) - 1)
+    params = buffers.params
+    if not select:
+        return [kernels.dispatch("sample.wgsl", [z, params, step, result], (draws, 1, 1), f"sample {vocab}",
+                                 reads=8 * vocab, writes=8 * draws, N=vocab, **ids)]
+    slices, candidates = -(-vocab // SLICE), buffers.candidates
+    return [kernels.dispatch("sample.wgsl", [z, params, candidates], (slices, 1, 1), f"sample select {vocab}",
+                             reads=4 * vocab, writes=candidates.nbytes, N=SLICE, SELECT=True, **ids),
+            kernels.dispatch("sample.wgsl", [candidates, params, step, result], (draws, 1, 1),
+                             f"sample {slices}x{WG}", reads=candidates.nbytes, writes=8 * draws, N=slices * WG,
+                             CANDIDATES=True, **ids)]
