@@ -343,8 +343,8 @@ def test_a_mask_constrains_the_model(model, device):
 
 
 def test_a_step_reads_back_only_its_token(model, device, monkeypatch):
-    """Greedy and sampled alike: 4 bytes for the prompt's token (sampled: the argmax, then the
-    draw), then a chained batch's tokens at once, never logits."""
+    """Greedy and sampled alike: 4 bytes for the prompt's token (chosen in the prefill's own
+    submission), then a chained batch's tokens at once, never logits."""
     engine = asyncio.run(Engine.load(model, device, ctx=64))
     sizes, run = [], device.run
 
@@ -357,4 +357,4 @@ def test_a_step_reads_back_only_its_token(model, device, monkeypatch):
     assert sizes == [4] + [4 * n for n in greedy_batches(7, GREEDY_BATCH)]
     sizes.clear()
     asyncio.run(engine.generate("hello", 8, stop_at_eos=False, sampler=Sampler(**FULL_CHAIN, seed=0)))
-    assert sizes == [4, 4] + [4 * n for n in greedy_batches(7, GREEDY_BATCH)]
+    assert sizes == [4] + [4 * n for n in greedy_batches(7, GREEDY_BATCH)]

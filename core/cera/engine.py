@@ -1,8 +1,8 @@
 """The generation loop, shared by every backend and host: prompt -> tokens -> text.
 
 A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or browser) or
-`ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits)`
-with the greedy next token and, when asked, logits (the last row or every row); `decode(token,
+`ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits, sampled)`
+with the next token (greedy, or drawn) and, when asked, logits (the last row or every row); `decode(token,
 pos, n, draw)` with the n tokens that follow, greedy or drawn by the sampler given to
 `sample_start` (cera.sampling), which `choose(draw)` also draws from after a forward; and
 `embed(tokens)` with hidden states, computed apart from the sequence they hold. The GPU chooses
@@ -60,10 +60,11 @@ class ReferenceBackend:
     def use_loras(self, key: tuple[int, ...]) -> None:
         self.model.use_loras(key)
 
-    async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE):
+    async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE, sampled: bool = False):
         out = self.model.forward(tokens, pos0)                          # (T, vocab)
         self._last = out[-1]
-        return int(np.argmax(out[-1])), {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
+        token = await self.choose(0) if sampled else int(np.argmax(out[-1]))
+        return token, {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
 
     async def embed(self, tokens: list[int]) -> np.ndarray:
         return self.model.embed(tokens)
@@ -246,13 +247,13 @@ class Engine:
         t0 = time.perf_counter()
         self.backend.use_loras(loras)
         reused = await self._resume(ids, loras)
-        token, logits = await self.backend.forward(ids[reused:], reused, LOGITS_LAST if keep_logits else LOGITS_NONE)
+        if not sampler.greedy:
+            self.backend.sample_start(sampler, ids)
+        token, logits = await self.backend.forward(ids[reused:], reused, LOGITS_LAST if keep_logits else LOGITS_NONE,
+                                                   not sampler.greedy)
         if self.prefix_cache is not None and reused < len(ids):
             self.prefix_cache.store(await self.backend.snapshot(ids), self._lora_tag(loras))
         self.history, self._history_loras = list(ids), loras
-        if not sampler.greedy:
-            self.backend.sample_start(sampler, self.history)
-            token = await self.backend.choose(0)
         t1 = time.perf_counter()
         budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
         out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"

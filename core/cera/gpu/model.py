@@ -173,12 +173,14 @@ class GpuModel:
             made[key] = self.device.schedule(self.chain_plan(steps, half, sampler).steps)
         return made[key]
 
-    def _schedule(self, n: int, scoring: bool):
+    def _schedule(self, n: int, scoring: bool, sampler: Sampler | None = None):
+        """The schedule of a submission of n tokens, ending in `sampler`'s choice if given."""
         if self._runs_decode(n, scoring):
-            return self.decode_schedule
-        key, made = (n, scoring), self.active.prefill_schedules
+            return self.decode_schedule if sampler is None else self._chain_schedule(1, 0, sampler)
+        key, made = (n, scoring, sampler and _variant(sampler)), self.active.prefill_schedules
         if key not in made:
-            made[key] = self.device.schedule(self.plan(n, scoring).steps)
+            choose = self._choose_steps(sampler) if sampler else []
+            made[key] = self.device.schedule(self.plan(n, scoring).steps + tuple(choose))
             if len(made) > PREFILL_SCHEDULES:
                 made.popitem(last=False)
         made.move_to_end(key)
@@ -228,15 +230,21 @@ class GpuModel:
         self.device.write(uniform.buffer, pack_shift(keep, discard, n))
         await self.device.run(self.device.schedule(shift_plan(self.active.decode, keep, n, scratch, uniform).steps))
 
-    async def forward(self, tokens: list[int], pos0: int, logits=None):
-        """Run tokens at positions pos0.. in chunks (one submission each); return the greedy next
-        token after the last one, and logits: None, "last" (vocab,) or "all" (T, vocab)."""
+    async def forward(self, tokens: list[int], pos0: int, logits=None, sampled: bool = False):
+        """Run tokens at positions pos0.. in chunks (one submission each); return the next token
+        after the last one, and logits: None, "last" (vocab,) or "all" (T, vocab). The token is
+        the argmax, or with `sampled` the choice of sample_start's sampler (its draw 0: a reply's
+        first token), made at the end of the last chunk's submission."""
         rows, vocab, scoring = [], self.cfg.vocab_size, logits == "all"
         chunks = [tokens[s: s + self.chunk] for s in range(0, len(tokens), self.chunk)]
         for c, chunk in enumerate(chunks):
             n, last = len(chunk), c == len(chunks) - 1
-            self._token_of(await self._run(self.state, self._schedule(n, scoring), chunk, pos0 + c * self.chunk,
-                                           self.state.tokens))
+            sampler = self.sampler if sampled and last else None
+            if sampler is not None and sampler.allowed is not None:
+                self.sampling.allow(self.device, sampler.allowed(self._sampled), vocab)
+            read = Binding(self.sampling.result.buffer, 0, 4) if sampler else self.state.tokens
+            token = self._token_of(await self._run(self.state, self._schedule(n, scoring, sampler), chunk,
+                                                   pos0 + c * self.chunk, read))
             if scoring:
                 raw = await self.device.read(self._logits_all.buffer, 0, 4 * n * vocab)
                 rows.append(np.frombuffer(raw, np.float32).reshape(n, vocab))
@@ -246,9 +254,11 @@ class GpuModel:
         if len(tokens) > 1:
             self.submits_per_prefill = len(chunks)
         self.n_past = pos0 + len(tokens)
+        if sampled:
+            self._sampled.append(token)
         if scoring:
-            return self._gpu_token, np.concatenate(rows)
-        return self._gpu_token, rows[-1] if logits else None
+            return token, np.concatenate(rows)
+        return token, rows[-1] if logits else None
 
     def _run(self, state: State, schedule, tokens: list[int], pos: int, read: Binding):
         """Submit `schedule` for `tokens` at positions pos.. of `state`, reading `read` back."""

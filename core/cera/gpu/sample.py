@@ -90,7 +90,7 @@ class SamplerBuffers:
         if not sampler.adjusts:
             return
         window = sampler.window(history)
-        device.write(self.counts.buffer, np.bincount(np.asarray(window, np.int64), minlength=vocab)
+        device.write(self.counts.buffer, np.bincount(np.asarray(window, np.intp), minlength=vocab)
                      .astype(np.uint32).tobytes())
         if 0 < sampler.penalty_last_n <= ctx:   # oldest first from slot 0: the next one pushed goes to len % size
             device.write(self.ring.buffer, np.asarray([len(window), *window], np.uint32).tobytes())
