@@ -35,6 +35,8 @@
 #include "common.wgsl"
 
 const NONE = 0xFFFFFFFFu;
+const UNRESOLVED = 0xFFFFFFFFu;      // result[1] of a CANDIDATES draw that left top_k 0's kept set to the last form
+const UNKNOWN = 0xFFFFFFFFu;         // a count past the sorted candidates
 const DIGITS = 4u + IDX_DIGITS;
 const CAP = 1024u;                   // gathered elements held in workgroup memory
 const LOG_WG = countTrailingZeros(WG);
@@ -52,13 +54,20 @@ const ROUNDS = (N + LOADS * WG - 1u) / (LOADS * WG);   // elements (r LOADS + j)
 #else
 @group(0) @binding(0) var<storage, read> z: array<u32>;             // (VOCAB,) f32 bits
 #endif
+@group(0) @binding(2) var<uniform> step: Step;
 #ifdef SELECT
-@group(0) @binding(2) var<storage, read_write> out: array<vec2<u32>>;  // (workgroups, WG) keys
+@group(0) @binding(3) var<storage, read_write> out: array<vec2<u32>>;       // (slices, WG) keys
+@group(0) @binding(4) var<storage, read_write> summary: array<vec4<u32>>;  // (slices,) Summary
 var<private> base: u32;                        // the first element of this workgroup's slice
 #else
-@group(0) @binding(2) var<uniform> step: Step;
 @group(0) @binding(3) var<storage, read_write> result: array<u32>;  // (2 draws,)
+#ifdef CANDIDATES
+@group(0) @binding(4) var<storage, read> summary: array<vec4<u32>>;       // (slices,)
 #endif
+#endif
+// A slice's summary for top_k 0 (SELECT writes it, CANDIDATES reads it): its candidates, their
+// mass relative to its best, and the key of its best z / T + Gumbel noise of draw step.draw.
+// as vec4<u32>(count, mass bits, winner.x, winner.y)
 
 var<workgroup> cand_hi: array<u32, CAP>;       // keys of the gathered elements
 var<workgroup> cand_lo: array<u32, CAP>;
@@ -318,8 +327,9 @@ fn sort_top_k(lid: u32, k: u32, mine: vec2<u32>) -> u32 {
     return min(n, k);
 }
 
-// The sorted candidates' kept count: top-p by a scan of their masses, then min-p.
-fn kept_of_sorted(lid: u32, n: u32) -> u32 {
+// How many of the n sorted candidates top-p keeps (the goal top_p of `whole`, their mass relative
+// to the best; 0: of their own) and min-p keeps: (by top-p, by min-p), each a prefix's length.
+fn kept_counts(lid: u32, n: u32, whole: f32) -> vec2<u32> {
     let z0 = sorted_z[0];
     let e = select(0.0, exp(sorted_z[min(lid, n - 1u)] - z0), lid < n);
     sums[lid] = e;
@@ -332,9 +342,19 @@ fn kept_of_sorted(lid: u32, n: u32) -> u32 {
         workgroupBarrier();
     }
     let before_mass = select(0.0, sums[max(lid, 1u) - 1u], lid > 0u);
-    let by_p = params.top_p >= 1.0 || before_mass < params.top_p * sums[WG - 1u];
+    let by_p = params.top_p >= 1.0 || before_mass < params.top_p * select(whole, sums[WG - 1u], whole == 0.0);
     let by_min_p = sorted_z[min(lid, n - 1u)] >= z0 + params.log_min_p;
-    return total_u32(lid, u32(lid < n && by_p && by_min_p));
+    return vec2<u32>(total_u32(lid, u32(lid < n && by_p)), total_u32(lid, u32(lid < n && by_min_p)));
+}
+
+// The draw among the first n_kept sorted candidates: the best (temperature 0), or the largest
+// z / T + Gumbel noise.
+fn draw_sorted(lid: u32, n_kept: u32, draw: u32) -> vec2<u32> {
+    var key = select(vec2<u32>(0u, 0u), vec2<u32>(1u, IDX_MASK - sorted_id[0]), lid == 0u);
+    if (params.inv_temperature > 0.0 && lid < n_kept) {
+        key = perturbed_key(sorted_z[lid], sorted_id[lid], draw);
+    }
+    return best_key(lid, key);
 }
 
 // The mass (relative to the best, z_best) of the candidates in the set (p, m) whose key's high
@@ -401,6 +421,13 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
 #ifdef SELECT
     base = wid.x * N;
 #endif
+#ifndef SELECT
+#ifndef CANDIDATES
+    if (share(lid, result[2u * wid.x + 1u]) != UNRESOLVED) {   // the CANDIDATES draw settled it
+        return;
+    }
+#endif
+#endif
 
     // each invocation's best key and count of candidates
     var mine = vec2<u32>(0u, 0u);
@@ -417,79 +444,174 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     let n_valid = total_u32(lid, count);
 #ifdef SELECT
-    // the slice's k best, best first, then zero keys
-    let n = sort_top_k(lid, k, mine);
-    var key = vec2<u32>(0u, 0u);
-    if (lid < n) {
-        key = vec2<u32>(order_key(bitcast<u32>(sorted_z[lid])), IDX_MASK - sorted_id[lid]);
-    }
-    out[wid.x * WG + lid] = key;
+    select_slice(lid, wid.x, k, mine, n_valid);
 #else
-    draw_one(lid, wid.x, k, mine, n_valid);
-#endif
-}
-
-#ifndef SELECT
-// Draw step.draw + w: the kept set, then the draw; result[2 w ..] = (token, n_kept).
-fn draw_one(lid: u32, w: u32, k: u32, mine: vec2<u32>, n_valid: u32) {
-    let draw = step.draw + w;
-    let drawn = params.inv_temperature > 0.0;   // else the best kept (temperature 0)
     var chosen = vec2<u32>(0u, 0u);
     var n_kept = 0u;
+    let draw = step.draw + wid.x;
     if (k != 0u && k <= WG) {
         // the k best, sorted: the kept ones are the first n_kept
         let n = sort_top_k(lid, k, mine);
         if (n > 0u) {
-            n_kept = kept_of_sorted(lid, n);
-            var key = select(vec2<u32>(0u, 0u), vec2<u32>(1u, IDX_MASK - sorted_id[0]), lid == 0u);
-            if (drawn && lid < n_kept) {
-                key = perturbed_key(sorted_z[lid], sorted_id[lid], draw);
-            }
-            chosen = best_key(lid, key);
+            let counts = kept_counts(lid, n, 0.0);
+            n_kept = min(counts.x, counts.y);
+            chosen = draw_sorted(lid, n_kept, draw);
         }
-    } else if (n_valid > 0u) {
-        // the kept set is the set of keys reaching (p, m): first top-k, then top-p
-        let best = best_key(lid, mine);
-        let n_k = select(min(k, n_valid), n_valid, k == 0u);
-        var p = vec2<u32>(0u, 0u);
-        var m = vec2<u32>(0u, 0u);
-        if (n_k < n_valid) {
-            let s = radix_select(lid, n_k);
-            p = s[0];
-            m = s[1];
-        }
-        if (params.top_p < 1.0) {
-            let n_p = top_p_count(lid, n_k, p, m, best);
-            if (n_p < n_valid) {
-                let s = radix_select(lid, n_p);
-                p = s[0];
-                m = s[1];
-            }
-        }
-        // min-p, then the draw over what is kept
-        let cut = key_value(best.x) + params.log_min_p;
-        var kept = 0u;
-        var winner = vec2<u32>(0u, 0u);
-        for (var r = 0u; r < ROUNDS; r++) {
-            let keys = keys_of(lid, r);
-            for (var j = 0u; j < LOADS; j++) {
-                let key = keys[j];
+    } else {
+#ifdef CANDIDATES
+        let settled = settle_whole(lid, wid.x, mine, draw);
+        chosen = settled.xy;
+        n_kept = settled.z;
+#else
+        let drawn = draw_whole(lid, k, mine, n_valid, draw);
+        chosen = drawn.xy;
+        n_kept = drawn.z;
+#endif
+    }
+    if (lid == 0u) {
+        result[2u * wid.x] = select(NONE, IDX_MASK - chosen.y, chosen.x != 0u);
+        result[2u * wid.x + 1u] = n_kept;
+    }
+#endif
+}
+
+#ifdef SELECT
+// The slice's k best (for top_k 0 or past WG: its WG best and its Summary), best first, then
+// zero keys, into its row of out.
+fn select_slice(lid: u32, w: u32, k: u32, mine: vec2<u32>, n_valid: u32) {
+    let whole = k == 0u || k > WG;
+    let n = sort_top_k(lid, select(k, WG, whole), mine);
+    var key = vec2<u32>(0u, 0u);
+    if (lid < n) {
+        key = vec2<u32>(order_key(bitcast<u32>(sorted_z[lid])), IDX_MASK - sorted_id[lid]);
+    }
+    out[w * WG + lid] = key;
+    if (!whole) {
+        return;
+    }
+    let z0 = sorted_z[0];   // the slice's best (no candidate: no term uses it)
+    var mass = 0.0;
+    var winner = vec2<u32>(0u, 0u);
+    for (var r = 0u; r < ROUNDS; r++) {
+        let keys = keys_of(lid, r);
+        for (var j = 0u; j < LOADS; j++) {
+            let key = keys[j];
+            if (key.x != 0u) {
                 let value = key_value(key.x);
-                if (reaches(key, p, m) && value >= cut) {
-                    kept += 1u;
-                    let candidate = select(key, perturbed_key(value, IDX_MASK - key.y, draw), drawn);
-                    if (before(candidate, winner)) {
-                        winner = candidate;
-                    }
+                mass += exp(value - z0);
+                let candidate = perturbed_key(value, IDX_MASK - key.y, step.draw);
+                if (before(candidate, winner)) {
+                    winner = candidate;
                 }
             }
         }
-        n_kept = total_u32(lid, kept);
-        chosen = best_key(lid, winner);
     }
+    let total = total_f32(lid, mass);
+    let best = best_key(lid, winner);
     if (lid == 0u) {
-        result[2u * w] = select(NONE, IDX_MASK - chosen.y, chosen.x != 0u);
-        result[2u * w + 1u] = n_kept;
+        summary[w] = vec4<u32>(n_valid, bitcast<u32>(total), best);
     }
 }
+#endif
+
+#ifdef CANDIDATES
+// top_k 0 or past WG, from the slices' WG best and Summaries: the kept set is settled when it
+// ends within the WG best (top-p's or min-p's cut there), or is every candidate (neither filter
+// on: the best of the slices' winners) -> (chosen key, n_kept); else (and for a top_k past WG,
+// or any draw but a batch's first) n_kept UNRESOLVED, for the last form.
+fn settle_whole(lid: u32, w: u32, mine: vec2<u32>, draw: u32) -> vec3<u32> {
+    let slices = N / WG;
+    let z0 = key_value(best_key(lid, mine).x);   // the vocabulary's best
+    var count = 0u;
+    var mass = 0.0;
+    var winner = vec2<u32>(0u, 0u);
+    for (var r = 0u; r < (N / WG + WG - 1u) / WG; r++) {   // slices <= WG when VOCAB <= WG * SLICE
+        let s = r * WG + lid;
+        if (s >= slices) {
+            break;
+        }
+        let summed = summary[s];
+        let first = z[s * WG];   // the slice's best key
+        count += summed.x;
+        if (first.x != 0u) {
+            mass += bitcast<f32>(summed.y) * exp(key_value(first.x) - z0);
+        }
+        if (before(summed.zw, winner)) {
+            winner = summed.zw;
+        }
+    }
+    let n_valid = total_u32(lid, count);
+    let whole = total_f32(lid, mass);
+    let best_winner = best_key(lid, winner);
+    let n = sort_top_k(lid, WG, mine);
+    if (n == 0u) {
+        return vec3<u32>(0u, 0u, 0u);
+    }
+    let counts = kept_counts(lid, n, whole);
+    let beyond = n < n_valid;   // candidates past the sorted ones
+    let by_p = select(select(counts.x, UNKNOWN, counts.x == n && beyond), n_valid, params.top_p >= 1.0);
+    let by_min_p = select(select(counts.y, UNKNOWN, counts.y == n && beyond), n_valid, params.log_min_p < -1e29);
+    var n_kept = UNKNOWN;   // an unknown count is at least n: the other filter settles it if it cuts within n
+    if (by_p != UNKNOWN && by_min_p != UNKNOWN) {
+        n_kept = min(by_p, by_min_p);
+    } else if (min(by_p, by_min_p) <= n) {
+        n_kept = min(by_p, by_min_p);
+    }
+    if (params.top_k > WG || w > 0u || n_kept == UNKNOWN) {
+        return vec3<u32>(0u, 0u, UNRESOLVED);
+    }
+    if (n_kept <= n) {
+        return vec3<u32>(draw_sorted(lid, n_kept, draw), n_kept);
+    }
+    let first = vec2<u32>(1u, IDX_MASK - sorted_id[0]);
+    return vec3<u32>(select(first, best_winner, params.inv_temperature > 0.0), n_kept);   // every candidate kept
+}
+#endif
+
+#ifndef SELECT
+#ifndef CANDIDATES
+// top_k 0 or past WG over the whole vocabulary, one workgroup: the kept set is the set of keys
+// reaching (p, m), first by top-k, then top-p; then min-p and the draw -> (chosen key, n_kept).
+fn draw_whole(lid: u32, k: u32, mine: vec2<u32>, n_valid: u32, draw: u32) -> vec3<u32> {
+    if (n_valid == 0u) {
+        return vec3<u32>(0u, 0u, 0u);
+    }
+    let best = best_key(lid, mine);
+    let n_k = select(min(k, n_valid), n_valid, k == 0u);
+    var p = vec2<u32>(0u, 0u);
+    var m = vec2<u32>(0u, 0u);
+    if (n_k < n_valid) {
+        let s = radix_select(lid, n_k);
+        p = s[0];
+        m = s[1];
+    }
+    if (params.top_p < 1.0) {
+        let n_p = top_p_count(lid, n_k, p, m, best);
+        if (n_p < n_valid) {
+            let s = radix_select(lid, n_p);
+            p = s[0];
+            m = s[1];
+        }
+    }
+    let cut = key_value(best.x) + params.log_min_p;
+    let drawn = params.inv_temperature > 0.0;
+    var kept = 0u;
+    var winner = vec2<u32>(0u, 0u);
+    for (var r = 0u; r < ROUNDS; r++) {
+        let keys = keys_of(lid, r);
+        for (var j = 0u; j < LOADS; j++) {
+            let key = keys[j];
+            let value = key_value(key.x);
+            if (reaches(key, p, m) && value >= cut) {
+                kept += 1u;
+                let candidate = select(key, perturbed_key(value, IDX_MASK - key.y, draw), drawn);
+                if (before(candidate, winner)) {
+                    winner = candidate;
+                }
+            }
+        }
+    }
+    return vec3<u32>(best_key(lid, winner), total_u32(lid, kept));
+}
+#endif
 #endif

@@ -58,14 +58,15 @@ def test_greedy_plan_chains_decode_steps_through_the_step_uniform(smollm2):
 def test_sampled_plan_ends_each_step_with_the_sampler(smollm2):
     """A sampled batch of 2: the decode step's layers and head, then the sampler's dispatches in
     place of the argmax and greedy_advance: adjust (only with a penalty, bias or mask), sample
-    (a top-k of up to 256: the 24 slices of SmolLM2's vocabulary select their best, then one
-    workgroup draws; else one workgroup over the vocabulary), sample advance (with the penalty
-    window's buffers only when it penalizes)."""
+    (the 24 slices of SmolLM2's vocabulary select their best, then one workgroup draws; for
+    top-k 0, a last one that walks the vocabulary when the slices leave the kept set unsettled),
+    sample advance (with the penalty window's buffers only when it penalizes)."""
     _, cfg, model = smollm2
     decode = model.plan(1)
     body = [s.label for s in decode.steps][:-1]   # without the argmax
     plain = model.chain_plan(2, sampler=Sampler(temperature=0.7, top_k=0, seed=1))
-    assert [s.label for s in plain.steps] == 2 * (body + [f"sample {cfg.vocab_size}", "sample advance"])
+    assert [s.label for s in plain.steps] == 2 * (body + ["sample select 49152", "sample 24x256",
+                                                          f"sample {cfg.vocab_size}", "sample advance"])
     assert plain.name == "sampled 2"
     full = model.chain_plan(1, sampler=Sampler(temperature=0.7, top_k=40, repeat_penalty=1.1, seed=1))
     assert [s.label for s in full.steps][len(body):] == ["sample adjust", "sample select 49152", "sample 24x256",

@@ -177,6 +177,16 @@ class Chooser:
         return np.frombuffer(raw, np.uint32).reshape(n, 2)[:, 0].astype(np.int64)
 
 
+    def settled(self, row, sampler: Sampler) -> tuple[int, int]:
+        """(token, kept count) of draw 0 from the slices alone (top-k 0: without the last form)."""
+        dev, b = self.gpu.device, self.buffers
+        dev.write(self.logits.buffer, np.asarray(row, np.float32).tobytes())
+        b.load(dev, sampler, [], self.vocab, self.ctx)
+        dev.write(self.step.buffer, pack_step(0, 1, 0))
+        steps = sample.sample(self.gpu.kernels, b, self.logits, self.step, b.result, self.vocab, False)[:2]
+        return tuple(np.frombuffer(asyncio.run(dev.run(dev.schedule(steps), b.result)), np.uint32).tolist())
+
+
 def numpy_choice(row, sampler: Sampler, history, draw: int, allowed=None) -> tuple[int, int]:
     token = sampler.sample(row, history, draw, allowed)
     kept = len(sampler.kept(sampler.adjusted(row, history, allowed))[0])
@@ -189,8 +199,9 @@ def rows(vocab: int) -> dict[str, np.ndarray]:
     masked = x.copy()
     masked[rng.integers(0, vocab, vocab // 3)] = -np.inf
     masked[:2] = [0.0, -0.0]
+    peaked = (-0.05 * rng.permutation(vocab)).astype(np.float32)   # top-p's and min-p's cuts within the 256 best
     return {"random": x, "ties": np.round(x), "all equal": np.zeros(vocab, np.float32), "masked": masked,
-            "one best": np.where(np.arange(vocab) == vocab // 2, 8.0, -1.0).astype(np.float32)}
+            "one best": np.where(np.arange(vocab) == vocab // 2, 8.0, -1.0).astype(np.float32), "peaked": peaked}
 
 
 GPU_CASES = {
@@ -258,11 +269,23 @@ def test_gpu_choice_on_big_vocabularies(gpu, vocab):
     choose, history = Chooser(gpu, vocab), list(range(100))
     for name, row in rows(vocab).items():
         for settings in (dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.05, repeat_penalty=1.1),
-                         dict(temperature=1.0, top_k=0, top_p=0.9)):
+                         dict(temperature=1.0, top_k=0, top_p=0.9), dict(temperature=1.0, top_k=0, top_p=1.0),
+                         dict(temperature=0.7, top_k=0, top_p=1.0, min_p=0.2)):
             sampler = Sampler(**settings, seed=99)
             (token, kept), (want_token, want_kept) = (choose(row, sampler, history, 4),
                                                       numpy_choice(row, sampler, history, 4))
             assert token == want_token and abs(kept - want_kept) <= (vocab > 2 ** 16 or name == "random"), (name, settings, kept, want_kept)
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=0.9, top_p=0.9), dict(temperature=0.9, top_p=1.0, min_p=0.2),
+                                      dict(temperature=1.0, top_p=1.0), dict(temperature=0.0, top_p=0.5)])
+def test_top_k_0_is_settled_by_the_slices(gpu, settings):
+    """Top-k 0 over 49,153 tokens (24 slices) where top-p's or min-p's cut falls within the 256
+    best, or neither filter is on: the slices' selection and summaries settle the draw without
+    the walk over the whole vocabulary, as numpy draws it."""
+    row = rows(49153)["peaked"]
+    sampler = Sampler(top_k=0, seed=21, **settings)
+    assert Chooser(gpu, 49153).settled(row, sampler) == numpy_choice(row, sampler, [], 0)
 
 
 @pytest.mark.parametrize("where", ["numpy", "gpu"])

@@ -4,9 +4,11 @@ back 4 bytes a token (plan.chain_plan):
 
     sample_adjust   z = the logits after penalties, logit bias and the step's mask, one
                     invocation a token (only for a sampler that adjusts anything)
-    sample          the kept set and the draw -> result (shaders/sample.wgsl): for a top-k of up
-                    to WG, one workgroup per SLICE tokens first selects its slice's k best, and one
-                    workgroup draws from those; else one workgroup walks the whole vocabulary
+    sample          the kept set and the draw -> result (shaders/sample.wgsl): one workgroup per
+                    SLICE tokens selects its slice's k best (top-k 0: its WG best, its count, mass
+                    and best draw), then one workgroup draws from those; for top-k 0 a third
+                    dispatch walks the whole vocabulary when the kept set reaches past the WG
+                    best (a flat row's top-p or min-p) and otherwise returns at once
     sample_advance  result -> tokens[0] and the batch's tokens; the Step moves to the next
                     position and draw; with penalties the token enters the window's counts
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device, Dispatch
+from cera.errors import Unsupported
 from cera.sampling import Sampler
 
 SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
@@ -66,7 +69,8 @@ class SamplerBuffers:
     bias: Binding      # (vocab,) f32 logit bias
     mask: Binding      # (ceil(vocab / 32),) u32: the allowed tokens, a bit each
     z: Binding         # (vocab,) f32 adjusted logits
-    candidates: Binding  # (ceil(vocab / SLICE), WG) u32 pairs: each slice's best keys (sample.wgsl SELECT)
+    candidates: Binding  # (slices, WG) u32 pairs: each slice's best keys (sample.wgsl SELECT)
+    summary: Binding   # (slices, 4) u32: each slice's count, mass and best draw (top-k 0)
     result: Binding    # (2,) u32: the token chosen (NO_TOKEN: none), how many tokens were kept
 
     @staticmethod
@@ -75,7 +79,8 @@ class SamplerBuffers:
         v = cfg.vocab_size
         return {"sampling": SAMPLING_BYTES, "sampler.counts": 4 * v, "sampler.ring": 4 * (2 + ctx),
                 "sampler.bias": 4 * v, "sampler.mask": 4 * -(-v // 32), "sampler.z": 4 * v,
-                "sampler.candidates": 8 * WG * -(-v // SLICE), "sampler.result": 8}
+                "sampler.candidates": 8 * WG * -(-v // SLICE), "sampler.summary": 16 * -(-v // SLICE),
+                "sampler.result": 8}
 
     @classmethod
     def allocate(cls, device: Device, cfg: ModelConfig, ctx: int) -> "SamplerBuffers":
@@ -125,24 +130,30 @@ def choose(kernels, buffers: SamplerBuffers, logits: Binding, tokens: Binding, c
 
 
 def selects(sampler: Sampler) -> bool:
-    """Whether the sampler's top-k goes through the slices' selection first (1..WG)."""
+    """Whether the sampler's top-k is one the slices' selection holds whole (1..WG)."""
     return 1 <= sampler.top_k <= WG
 
 
 def sample(kernels, buffers: SamplerBuffers, z: Binding, step: Binding, result: Binding, vocab: int, select: bool,
            draws: int = 1) -> list[Dispatch]:
     """result[2 w], result[2 w + 1] = the token of draw step.draw + w and the count kept, for w <
-    draws, from adjusted logits z (vocab,) (shaders/sample.wgsl): with `select` (a top-k of up to
-    WG), each slice's best first, then the draw from those."""
+    draws, from adjusted logits z (vocab,) (shaders/sample.wgsl): each slice's best first, then the
+    draw from those; without `select` (top-k 0 or past WG), the whole vocabulary's form after,
+    which one draw only may need."""
+    slices = -(-vocab // SLICE)
+    if slices > WG or (draws > 1 and not select):
+        raise Unsupported(f"the GPU sampler takes vocabularies of up to {WG * SLICE} tokens, and one draw at a "
+                          f"time for top-k 0 (asked: {vocab}, {draws})")
     digits = max(1, -(-(vocab - 1).bit_length() // 8))
     ids = dict(VOCAB=vocab, WG=WG, IDX_DIGITS=digits, IDX_MASK=(1 << 8 * digits) - 1)
-    params = buffers.params
+    b = buffers
+    steps = [kernels.dispatch("sample.wgsl", [z, b.params, step, b.candidates, b.summary], (slices, 1, 1),
+                              f"sample select {vocab}", reads=4 * vocab, writes=b.candidates.nbytes + b.summary.nbytes,
+                              N=SLICE, SELECT=True, **ids),
+             kernels.dispatch("sample.wgsl", [b.candidates, b.params, step, result, b.summary], (draws, 1, 1),
+                              f"sample {slices}x{WG}", reads=b.candidates.nbytes + b.summary.nbytes, writes=8 * draws,
+                              N=slices * WG, CANDIDATES=True, **ids)]
     if not select:
-        return [kernels.dispatch("sample.wgsl", [z, params, step, result], (draws, 1, 1), f"sample {vocab}",
-                                 reads=8 * vocab, writes=8 * draws, N=vocab, **ids)]
-    slices, candidates = -(-vocab // SLICE), buffers.candidates
-    return [kernels.dispatch("sample.wgsl", [z, params, candidates], (slices, 1, 1), f"sample select {vocab}",
-                             reads=4 * vocab, writes=candidates.nbytes, N=SLICE, SELECT=True, **ids),
-            kernels.dispatch("sample.wgsl", [candidates, params, step, result], (draws, 1, 1),
-                             f"sample {slices}x{WG}", reads=candidates.nbytes, writes=8 * draws, N=slices * WG,
-                             CANDIDATES=True, **ids)]
+        steps.append(kernels.dispatch("sample.wgsl", [z, b.params, step, result], (1, 1, 1), f"sample {vocab}",
+                                      reads=4 * vocab, writes=8, N=vocab, **ids))
+    return steps
