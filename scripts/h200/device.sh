@@ -19,7 +19,8 @@
 #                                                     -topk0); X a header (its clone) or `smollm2` (the real model,
 #                                                     carried in .h200/smol? chunks). BEFORE=DIR also times DIR's
 #                                                     tree (`generate --chat -n 256`, the form older trees have);
-#                                                     HOSTS=native or HOSTS=browser runs one host only
+#                                                     HOSTS=native or HOSTS=browser runs one host only,
+#                                                     SETTINGS="greedy chain" some of the settings
 #   bash scripts/h200/device.sh tests FILE [...]      the GPU tests of these files (tests/test_kernels_*.py, ...) on
 #                                                     the H200's own adapter, after prep (pytest from .h200/pyt);
 #                                                     NVIDIA compiles each pipeline in ~1 s: a file or two a call
@@ -61,7 +62,7 @@ clones() {   # expand each header into $CLONES/NAME.gguf once (smollm2: the real
 
 sampled() {  # cera bench (native, then in Chromium) with each setting of SAMPLINGS; BEFORE: DIR's tree too
   local n=$1 s json hosts=${HOSTS:-native browser}
-  for s in greedy topk40 chain topk0; do
+  for s in ${SETTINGS:-greedy topk40 chain topk0}; do
     [[ $hosts == *native* ]] &&
       python3 -m cera bench -m $CLONES/$n.gguf --json ${SAMPLINGS[$s]} > $OUT/cera-native-$s-$n.json 2>/tmp/cera-native-$s-$n.err
     json=$(python3 -c "import sys, json; from cera.cli import parser; a = parser().parse_args(['bench', *sys.argv[1:]]);
