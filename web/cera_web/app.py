@@ -13,7 +13,7 @@ import time
 
 from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
-from cera.errors import CeraError
+from cera.errors import CeraError, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
