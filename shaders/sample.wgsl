@@ -3,17 +3,19 @@
 // first (ties: the lower id), the first n_kept of them kept by top-k, top-p and min-p, then the
 // best kept one (temperature 0) or the kept one with the largest z / T + Gumbel noise of the
 // random stream (seed, draw, id). One workgroup of WG invocations a draw, in one of three forms:
-// - SELECT (top_k of 1..WG, first of two dispatches): workgroup w takes the slice
-//   z[w N .. (w + 1) N) and writes its top_k best keys, best first, to out[w WG ..] (the zero key
-//   after them): the k best of the vocabulary are among them, in a few WG-wide rows;
-// - CANDIDATES (the second): the elements are those keys (N of them), and the draw is made;
-// - neither (top_k 0 or past WG): the elements are z itself, all N = VOCAB of them.
+// - SELECT (the first dispatch): workgroup w takes the slice z[w N .. (w + 1) N) and writes its
+//   top_k best keys (top_k 0 or past WG: its WG best, and its summary), best first, to
+//   out[w WG ..] (the zero key after them): the k best of the vocabulary are among them;
+// - CANDIDATES (the second): the elements are those keys (N of them), and the draw is made; for
+//   top_k 0 it may leave the draw UNRESOLVED (settle_whole says when);
+// - neither (top_k 0 or past WG, a third dispatch that returns at once unless the draw is
+//   UNRESOLVED): the elements are z itself, all N = VOCAB of them.
 // A drawing form writes result[2 w] = the token (NONE: no candidate), result[2 w + 1] = n_kept,
 // for workgroup w, whose draw is step.draw + w (the decode plan runs one; the tests run many to
 // see the distribution). Defines: N, VOCAB, WG, IDX_DIGITS (bytes a token id needs), IDX_MASK
 // (2^(8 IDX_DIGITS) - 1), flag SELECT or CANDIDATES.
-// Bindings: z (f32 bits; CANDIDATES: the keys), params (struct Sampling), then SELECT: out;
-// else step, result.
+// Bindings: z (f32 bits; CANDIDATES: the keys), params (struct Sampling), step, then SELECT:
+// out, summary; CANDIDATES: result, summary; else result.
 //
 // Each candidate gets a unique 64-bit sort key, (order_key(z), IDX_MASK - id) as (hi, lo); a
 // non-candidate the key 0, below every other.
@@ -27,15 +29,15 @@
 //      the bytes picked so far take each value of the next byte, and picks the value where the
 //      k-th best falls, until the value picked is taken whole.
 //   top-p is then a scan of the sorted candidates' masses, min-p a compare with the best.
-// - top_k 0 (or past WG): the kept set is found over the whole vocabulary, a prefix of the order
-//   each filter cuts: top-k by the radix select; top-p by a bisection over the keys' high word
-//   for the largest value whose mass at and above it reaches top_p (a pass each), then the tied
-//   elements at that value taken lowest id first as far as the mass needs, by the radix select;
-//   min-p by a compare; then one pass draws.
+// - top_k 0 (or past WG), when the slices do not settle it: one workgroup finds the kept set over
+//   the whole vocabulary, a prefix of the order each filter cuts: top-k by the radix select;
+//   top-p by a bisection over the keys' high word for the largest value whose mass at and above
+//   it reaches top_p (a pass each), then the tied elements at that value taken lowest id first as
+//   far as the mass needs, by the radix select; min-p by a compare; then one pass draws.
 #include "common.wgsl"
 
 const NONE = 0xFFFFFFFFu;
-const UNRESOLVED = 0xFFFFFFFFu;      // result[1] of a CANDIDATES draw that left top_k 0's kept set to the last form
+const UNRESOLVED = 0xFFFFFFFFu;      // result[1] of a CANDIDATES draw that leaves top_k 0 to the last form
 const UNKNOWN = 0xFFFFFFFFu;         // a count past the sorted candidates
 const DIGITS = 4u + IDX_DIGITS;
 const CAP = 1024u;                   // gathered elements held in workgroup memory
@@ -66,8 +68,8 @@ var<private> base: u32;                        // the first element of this work
 #endif
 #endif
 // A slice's summary for top_k 0 (SELECT writes it, CANDIDATES reads it): its candidates, their
-// mass relative to its best, and the key of its best z / T + Gumbel noise of draw step.draw.
-// as vec4<u32>(count, mass bits, winner.x, winner.y)
+// mass relative to its best, and the key of its best z / T + Gumbel noise of draw step.draw, as
+// vec4<u32>(count, mass bits, winner.x, winner.y).
 
 var<workgroup> cand_hi: array<u32, CAP>;       // keys of the gathered elements
 var<workgroup> cand_lo: array<u32, CAP>;

@@ -111,6 +111,25 @@ def test_frequency_and_presence_penalties(runner):
         assert error_of(err.value)["param"] == "presence_penalty"
 
 
+def test_logit_bias(runner):
+    """OpenAI's logit_bias reaches the sampler: +100 on a token makes greedy pick it each time,
+    -100 keeps greedy off the token it picks unbiased; a key that is not a token id, an id past
+    the vocabulary or a bias past 100 is a 400."""
+    vocab = runner.engine.cfg.vocab_size
+    with serving(runner) as (url, _):
+        c = client(url)
+        forced = complete(c, "hello world", 4, logit_bias={"42": 100}).choices[0]
+        assert runner.engine.history[-4:] == [42] * 4 and forced.finish_reason == "length"
+        complete(c, "hello world", 1)
+        first = runner.engine.history[-1]
+        complete(c, "hello world", 4, logit_bias={str(first): -100})
+        assert first not in runner.engine.history[-4:]
+        for bad, param in (({"x": 1}, None), ({str(vocab): 1}, None), ({"42": 101}, "logit_bias")):
+            with pytest.raises(openai.BadRequestError) as err:
+                complete(c, "hello world", 2, logit_bias=bad)
+            assert param is None or param in error_of(err.value)["param"]
+
+
 def test_concurrent_streams_do_not_mix(runner):
     prompts = ["hello world", "the quick brown fox", "a", "one two three", "def f(x):", "zzz", "Paris is", "42"]
     with serving(runner) as (url, server):

@@ -156,13 +156,13 @@ class Server:
             if len(prompt) != 1:
                 raise ApiError(400, "one prompt per request (a batch of prompts is not supported)", param="prompt")
             prompt = prompt[0]
-        return await self._answer(request, req, completion_job(prompt, req.max_tokens, **req.sampling()),
+        return await self._answer(request, req, _job(completion_job, prompt, req.max_tokens, **req.sampling()),
                                   TextCompletion)
 
     async def chat_completions(self, request: Request) -> Response:
         req = await _parse(request, ChatRequest)
-        job = chat_job([m.model_dump() for m in req.messages], self.runner.engine.ctx, req.max_tokens,
-                       req.max_completion_tokens, **req.sampling())
+        job = _job(chat_job, [m.model_dump() for m in req.messages], self.runner.engine.ctx, req.max_tokens,
+                   req.max_completion_tokens, **req.sampling())
         return await self._answer(request, req, job, ChatCompletion)
 
     async def _answer(self, request: Request, req: Sampling, job: Job, shape) -> Response:
@@ -276,6 +276,15 @@ def _result_or_raise(future, param: str) -> Result:
     if result.stop_reason == "cancelled":
         raise ApiError(503, "the server is shutting down", "server_error", code="server_shutting_down")
     return result
+
+
+def _job(make, *args, **fields) -> Job:
+    """make(*args, **fields): the request's job; fields the engine refuses (a logit_bias key that
+    is no token id, ...) are a 400."""
+    try:
+        return make(*args, **fields)
+    except ValueError as err:
+        raise _engine_error(err, None) from None
 
 
 def _engine_error(error: BaseException, param: str | None) -> ApiError:
