@@ -79,6 +79,7 @@ class SynthConfig:
     qkv_bias: bool = False
     qk_norm: bool = False
     write_vocab_size: bool = True
+    chat_template: str = CHATML_TEMPLATE
     embedding_scale: float = 0.0  # granite scalars (0 = not written)
     residual_scale: float = 0.0
     attention_scale: float = 0.0
@@ -387,7 +388,7 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     w.add_pad_token_id(PAD_ID)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_chat_template(CHATML_TEMPLATE)
+    w.add_chat_template(cfg.chat_template)
 
 
 def write_model(path: str | os.PathLike, arch: str, *, wtype: str = "f32", seed: int = 0,
