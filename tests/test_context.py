@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from cera.engine import Engine
+from cera.errors import ContextFull
 from cera.gguf_file import GGUFFile
 from cera import ops, weights
 from gpu_util import assert_close
@@ -106,3 +107,20 @@ def test_without_context_shift_generation_stops_when_full(engines):
 def test_keep_must_leave_room(engines):
     with pytest.raises(ValueError, match="keep"):
         asyncio.run(engines("llama_f32", "gpu").generate("hello", 5, keep=CTX))
+
+
+def test_a_prompt_no_tokenization_fits_is_refused_before_tokenizing(engines, monkeypatch):
+    """20 MB of text cannot be fewer than 20 MB / (the longest token's bytes) tokens: past the
+    context, ContextFull comes at once, the tokenizer never called; a text that may fit is
+    tokenized and checked as before."""
+    engine = engines("llama_q4_0", "reference")
+    tokenize = engine.tokenizer.encode
+    monkeypatch.setattr(engine.tokenizer, "encode", lambda *a, **k: pytest.fail("tokenized"))
+    for chat in (False, True):
+        with pytest.raises(ContextFull, match="bytes are at least"):
+            asyncio.run(engine.generate("x" * 20_000_000, 1, chat=chat))
+    monkeypatch.setattr(engine.tokenizer, "encode", tokenize)
+    longest = engine.tokenizer.max_token_bytes
+    assert longest == max(len(t.encode()) for t in engine.tokenizer.tokens)
+    with pytest.raises(ContextFull, match="prompt has"):
+        asyncio.run(engine.generate("ab " * engine.ctx, 1))

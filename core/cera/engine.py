@@ -205,7 +205,16 @@ class Engine:
         if chat:
             return self.chat_tokens(([{"role": "system", "content": system}] if system else []) +
                                     [{"role": "user", "content": prompt}])
-        return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        return self._encode(prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        """A prompt's tokens; one whose bytes cannot fit the context in any tokenization is
+        refused before it is tokenized (a token stands for at most max_token_bytes of them)."""
+        size, most = len(text.encode("utf-8", "surrogatepass")), self.tokenizer.max_token_bytes
+        if size > (self.ctx - 1) * most:
+            raise ContextFull(f"the prompt's {size} bytes are at least {-(-size // most)} tokens; the context holds "
+                              f"{self.ctx} (raise --ctx)")
+        return self.tokenizer.encode(text, add_special=True, parse_special=True)
 
     def chat_tokens(self, messages: list[dict]) -> list[int]:
         """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
@@ -216,7 +225,7 @@ class Engine:
                                   "use plain completion (no --chat)")
         tok = self.tokenizer
         text = render(template, messages, bos_token=tok.token_text(tok.bos_id), eos_token=tok.token_text(tok.eos_id))
-        return tok.encode(text, add_special=True, parse_special=True)
+        return self._encode(text)
 
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,

@@ -18,6 +18,7 @@ Pure Python and stdlib only: this module runs in Pyodide too.
 from __future__ import annotations
 
 import codecs
+import functools
 import heapq
 
 from cera.pretokenize import CHAR_BYTES, byte_encode, splitter
@@ -169,6 +170,13 @@ class Tokenizer:
     def is_eog(self, token_id: int) -> bool:
         """True for tokens that end generation (EOS, EOT, <|im_end|>, ...)."""
         return token_id in self.eog_ids
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token can stand for: its entry's UTF-8 length bounds it
+        (byte-level symbols, "▁" and <0xNN> entries are as long as what they stand for, or longer),
+        so a text of b bytes is at least b / max_token_bytes tokens."""
+        return max(len(t.encode("utf-8", "surrogatepass")) for t in self.tokens)
 
     def token_text(self, token_id: int | None) -> str:
         """The token's entry in the vocabulary ("" for None), e.g. "<s>" or "Ġthe"."""
