@@ -210,6 +210,7 @@ GPU_CASES = {
     "top-k 40": dict(temperature=0.7, top_k=40),
     "top-k 256": dict(temperature=1.3, top_k=256),
     "top-k past the workgroup": dict(temperature=1.0, top_k=300, top_p=1.0),
+    "top-k past 32 bits": dict(temperature=1.0, top_k=1 << 40, top_p=0.9),
     "whole vocabulary": dict(temperature=1.0, top_k=0, top_p=1.0),
     "top-p": dict(temperature=1.0, top_k=0, top_p=0.9),
     "top-p small": dict(temperature=0.8, top_k=0, top_p=0.05),

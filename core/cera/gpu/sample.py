@@ -45,7 +45,7 @@ def pack_sampling(s: Sampler, ctx: int) -> bytes:
     #   seed_lo: u32, seed_hi: u32, repeat_penalty: f32, repeat_inv: f32, frequency: f32, presence: f32,
     #   window: u32, _pad: u32 }; a window past the context is the whole sequence (which holds ctx + 1 at most)
     window = 0 if not s.penalized else s.penalty_last_n if 0 < s.penalty_last_n <= ctx else WINDOW_ALL
-    return struct.pack("<I3f2I4f2I", s.top_k, s.top_p, math.log(s.min_p) if s.min_p > 0 else MIN_P_OFF,
+    return struct.pack("<I3f2I4f2I", min(s.top_k, 0xFFFFFFFF), s.top_p, math.log(s.min_p) if s.min_p > 0 else MIN_P_OFF,
                        1 / s.temperature if s.temperature > 0 else 0.0, s.seed & 0xFFFFFFFF, s.seed >> 32,
                        s.repeat_penalty, 1 / s.repeat_penalty, s.frequency_penalty, s.presence_penalty, window, 0)
 
