@@ -240,8 +240,8 @@ class GpuModel:
         for c, chunk in enumerate(chunks):
             n, last = len(chunk), c == len(chunks) - 1
             sampler = self.sampler if sampled and last else None
-            if sampler is not None and sampler.allowed is not None:
-                self.sampling.allow(self.device, sampler.allowed(self._sampled), vocab)
+            if sampler is not None:
+                self._mask_next()
             read = Binding(self.sampling.result.buffer, 0, 4) if sampler else self.state.tokens
             token = self._token_of(await self._run(self.state, self._schedule(n, scoring, sampler), chunk,
                                                    pos0 + c * self.chunk, read))
@@ -299,7 +299,6 @@ class GpuModel:
     def sample_start(self, sampler: Sampler, history: list[int]) -> None:
         """Draw the next tokens with `sampler` (choose, decode with a draw index), after `history`
         (prompt and reply so far): its settings and penalty window go to the GPU."""
-        sampler.check(self.cfg.vocab_size)
         self.sampling.load(self.device, sampler, history, self.cfg.vocab_size, self.ctx)
         self.sampler, self._sampled = sampler, list(history)
 
@@ -310,11 +309,15 @@ class GpuModel:
         if key not in self._choose:
             self._choose[key] = self.device.schedule(self._choose_steps(self.sampler))
         self.device.write(self.state.step.buffer, pack_step(self.n_past, 1, draw))
-        if self.sampler.allowed is not None:
-            self.sampling.allow(self.device, self.sampler.allowed(self._sampled), self.cfg.vocab_size)
+        self._mask_next()
         token = self._token_of(await self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4)))
         self._sampled.append(token)
         return token
+
+    def _mask_next(self) -> None:
+        """The mask of the sampler's next choice, from its `allowed` and the sequence so far."""
+        if self.sampler.allowed is not None:
+            self.sampling.allow(self.device, self.sampler.allowed(self._sampled), self.cfg.vocab_size)
 
     async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
         """Yield the n tokens that follow `token` at `pos` (pos + n <= ctx): greedy, or with a
@@ -351,12 +354,12 @@ class GpuModel:
                     for last in np.frombuffer(await readback, np.uint32)[:size].tolist():
                         done += 1
                         self.n_past = pos + done
-                        yield NO_TOKEN if last == sample.NO_TOKEN else last
+                        yield _token(last)
         finally:
             for p in (previous, pending):   # closed early: let the batches in flight finish
                 if p is not None:
                     await p[1]
-            self._gpu_token = last if ran == done and last != sample.NO_TOKEN else None   # what tokens[0] holds
+            self._gpu_token = last if ran == done and _token(last) != NO_TOKEN else None   # what tokens[0] holds
             if ran > done:
                 await self._rewind_conv(done, batches)
 
@@ -393,9 +396,14 @@ class GpuModel:
 
     def _token_of(self, readback: bytes) -> int:
         """The token id tokens[0] holds, read back (NO_TOKEN: the sampler found none)."""
-        token = int(np.frombuffer(readback, np.uint32)[0])
-        self._gpu_token = None if token == sample.NO_TOKEN else token
-        return NO_TOKEN if token == sample.NO_TOKEN else token
+        token = _token(int(np.frombuffer(readback, np.uint32)[0]))
+        self._gpu_token = None if token == NO_TOKEN else token
+        return token
+
+
+def _token(read: int) -> int:
+    """A token id read back from the GPU, its NO_TOKEN sentinel as cera.sampling's."""
+    return NO_TOKEN if read == sample.NO_TOKEN else read
 
 
 def _variant(sampler: Sampler) -> tuple[bool, bool, bool]:
