@@ -16,6 +16,7 @@ from cera.errors import InvalidArgument
 from cera.gpu import sample
 from cera.gpu.model import greedy_batches
 from cera.gpu.state import GREEDY_BATCH, pack_step
+from cera.constrain import Constraint
 from cera.sampling import NO_TOKEN, Sampler, uniform
 
 VOCAB = 1000
@@ -63,6 +64,7 @@ def as_row(ids, probs, vocab=VOCAB) -> np.ndarray:
 
 
 ODD = np.arange(VOCAB) % 2 == 1
+ANYTHING = Constraint("regex", "(?s:.*)")   # a constraint, for a sampler that masks (the tests give the masks)
 CASES = {
     "temperature": dict(temperature=0.6),
     "top_k": dict(top_k=17),
@@ -95,6 +97,17 @@ def test_each_step_matches_its_definition(case):
     np.testing.assert_array_equal(np.flatnonzero(as_row(ids, probs)), np.flatnonzero(want), "the kept tokens")
     np.testing.assert_allclose(as_row(ids, probs), want, rtol=1e-5, atol=1e-12)
     assert np.all(np.diff(probs) <= 1e-12), "best first"
+
+
+def test_a_mask_as_bits_is_the_mask():
+    """A mask given as the GPU's bits (uint32 words, bit i % 32 of word i // 32) is that bool mask."""
+    bits = np.packbits(ODD, bitorder="little")
+    words = np.pad(bits, (0, -len(bits) % 4)).view(np.uint32)
+    for settings in (dict(temperature=0.0), dict(temperature=0.7, top_k=40)):
+        sampler = Sampler(**NEUTRAL | settings, seed=5)
+        for got, want in zip(sampler.distribution(LOGITS, HISTORY, words), sampler.distribution(LOGITS, HISTORY, ODD)):
+            np.testing.assert_array_equal(got, want)
+        assert sampler.sample(LOGITS, HISTORY, 3, words) == sampler.sample(LOGITS, HISTORY, 3, ODD)
 
 
 def test_the_random_stream_is_pcg4d():
@@ -251,11 +264,11 @@ def test_gpu_mask_equals_numpy(chooser):
     for name, row in rows(VOCAB).items():
         allowed = rng.random(VOCAB) < 0.1
         for settings in (dict(temperature=0.0), dict(temperature=0.9, top_k=0, top_p=0.8), dict(temperature=0.9)):
-            sampler = Sampler(**settings, seed=3, allowed=lambda h: allowed)
+            sampler = Sampler(**settings, seed=3, constraint=ANYTHING)
             got = chooser(row, sampler, history, 0, allowed)
             assert got == numpy_choice(row, sampler, history, 0, allowed), (name, settings)
             assert allowed[got[0]]
-    nothing = Sampler(temperature=0.0, allowed=lambda h: None)
+    nothing = Sampler(temperature=0.0, constraint=ANYTHING)
     assert chooser(LOGITS, nothing, [], 0, np.zeros(VOCAB, bool)) == (sample.NO_TOKEN, 0)
 
 
@@ -371,17 +384,36 @@ def test_sampling_through_a_context_shift(model, device):
     assert run(gpu) == run(ref)
 
 
-def test_a_mask_constrains_the_model(model, device):
-    """Sampler.allowed, asked before each token with the sequence so far: every token it
-    allows, the GPU's as the reference's; a bias that bans every token ends the reply."""
-    gpu, ref = (asyncio.run(Engine.load(model, d, ctx=64)) for d in (device, None))
-    allowed = lambda history: np.arange(gpu.cfg.vocab_size) % 3 == len(history) % 3
+class Thirds:
+    """A grammar engine for tests (cera.constrain.Grammars): token i of a reply must be i mod 3."""
+
+    def __init__(self, vocab: int):
+        self.ids = np.arange(vocab)
+
+    def matcher(self, constraint):
+        return self
+
+    def mask(self) -> np.ndarray:
+        bits = np.packbits(self.ids % 3 == self.n % 3, bitorder="little")
+        return np.pad(bits, (0, -len(bits) % 4)).view(np.uint32)
+
+    def advance(self, token: int) -> None:
+        self.n += 1
+
+
+def test_a_constraint_masks_the_model(model, device):
+    """A constraint's matcher, asked before each token and told each one chosen: every token it
+    allows, the GPU's as the reference's, through context shifts (ctx 16, 30 tokens) as
+    within one; a bias that bans every token ends the reply."""
+    gpu, ref = (asyncio.run(Engine.load(model, d, ctx=16)) for d in (device, None))
     results = []
     for engine in (gpu, ref):
+        engine.grammars = Thirds(gpu.cfg.vocab_size)
         for temperature in (0.0, 0.9):
-            s = Sampler(temperature=temperature, seed=4, allowed=allowed)
-            r = asyncio.run(engine.generate([5, 6, 7], 10, stop_at_eos=False, sampler=s))
-            assert all(t % 3 == (3 + i) % 3 for i, t in enumerate(r.tokens))
+            engine.grammars.n = 0
+            s = Sampler(temperature=temperature, seed=4, constraint=ANYTHING)
+            r = asyncio.run(engine.generate([5, 6, 7], 30, stop_at_eos=False, sampler=s))
+            assert [t % 3 for t in r.tokens] == [i % 3 for i in range(30)]
             results.append(r.tokens)
     assert results[:2] == results[2:]
     banned = Sampler(temperature=0.5, logit_bias={i: -np.inf for i in range(gpu.cfg.vocab_size)})

@@ -25,6 +25,8 @@ from cera.engine import Engine, Result
 from cera.gpu.numerics import EXACT, Numerics
 from cera.runner import DEFAULT_BACKEND, Job, Runner
 from cera.sampling import Sampler
+from cera.constrain import Constraint
+from cera.tools import Tools
 
 
 def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = DEFAULT_BACKEND,
@@ -42,9 +44,12 @@ class Model:
     """generate / chat return the engine's Result (text, tokens, stop_reason, timings);
     stream / stream_chat yield the text as it is generated. Sampling keywords (cera.sampling):
     temperature (0, the default, is greedy), top_k, top_p, min_p, repeat_penalty,
-    frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias ({id: bias}), allowed (a
-    per-step mask, cera.sampling); stop: strings that end generation;
-    adapters: the loaded LoRA adapters to apply, by file name or index (default: all)."""
+    frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias ({id: bias}); stop:
+    strings that end generation; adapters: the loaded LoRA adapters to apply, by file name or
+    index (default: all). What the reply must match (cera.constrain), one of: json_schema (a
+    dict or JSON text), regex, grammar (GBNF or Lark), response_format (OpenAI's). chat and
+    stream_chat also take tools and tool_choice (OpenAI's; the calls come back in the Result's
+    tool_calls, cera.tools)."""
 
     def __init__(self, runner: Runner):
         self._runner = runner
@@ -98,6 +103,8 @@ class Model:
 
 def _job(max_tokens: int, sampling: dict, **prompt) -> Job:
     stop, adapters = sampling.pop("stop", ()), sampling.pop("adapters", None)
-    return Job(**prompt, max_tokens=max_tokens, sampler=Sampler(**sampling),
+    tools = Tools.of(sampling.pop("tools", None), sampling.pop("tool_choice", None))
+    constraint = Constraint.one_of(*(sampling.pop(k, None) for k in ("json_schema", "regex", "grammar", "response_format")))
+    return Job(**prompt, max_tokens=max_tokens, sampler=Sampler(**sampling, constraint=constraint),
                stop=(stop,) if isinstance(stop, str) else tuple(stop),
-               adapters=None if adapters is None else tuple(adapters))
+               adapters=None if adapters is None else tuple(adapters), tools=tools)

@@ -64,14 +64,15 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 def render(template: str, messages: list[dict], add_generation_prompt: bool = True,
-           bos_token: str = "", eos_token: str = "") -> str:
-    """The prompt text for `messages` ([{"role": ..., "content": ...}])."""
+           bos_token: str = "", eos_token: str = "", tools: list[dict] | None = None) -> str:
+    """The prompt text for `messages` ([{"role": ..., "content": ...}]) and `tools` (OpenAI's
+    tool objects, as transformers passes them; None: none)."""
     text = sum(len(m.get("content") or "") for m in messages)
     env = BoundedEnvironment(text + MAX_RENDERED, trim_blocks=True, lstrip_blocks=True)
     try:
         pieces, size = [], 0
         for piece in env.from_string(template).generate(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                        bos_token=bos_token, eos_token=eos_token):
+                                                        bos_token=bos_token, eos_token=eos_token, tools=tools):
             size += len(piece)
             if size > env.budget:
                 raise TemplateLimit(f"it renders more than {env.budget} characters")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cera import catalogue
 from cera.config import ModelConfig
+from cera.constrain import Constraint
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
 from cera.errors import CeraError, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
@@ -114,11 +115,27 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
                    help="add BIAS to a token's logit before the filters (15043+1; 15043-inf: never); repeat for more")
     p.add_argument("--seed", type=int, help="random seed for sampling (default: a random one); a seeded reply "
                                             "is the same on every host and batching")
+    c = p.add_mutually_exclusive_group()
+    c.add_argument("--json-schema", metavar="FILE", type=text_file,
+                   help="the reply is JSON valid under the JSON schema in FILE (compact: \", \" and \": \" between "
+                        "items); generation ends when it is complete")
+    c.add_argument("--grammar", metavar="FILE", type=text_file,
+                   help="the reply matches the grammar in FILE: llama.cpp's GBNF (root rule `root`, as its "
+                        "--grammar-file) or Lark (`start`)")
+    c.add_argument("--regex", help="the reply matches this regular expression, whole")
+
+
+def text_file(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r}: {e}") from None
 
 
 def _sampler(args) -> Sampler:
     return Sampler(args.temperature, args.top_k, args.top_p, args.min_p, args.repeat_penalty, args.frequency_penalty,
-                   args.presence_penalty, args.penalty_last_n, args.seed, dict(args.logit_bias))
+                   args.presence_penalty, args.penalty_last_n, args.seed, dict(args.logit_bias),
+                   Constraint.one_of(args.json_schema, args.regex, args.grammar))
 
 
 def _prefix_cache_args(p: argparse.ArgumentParser, budget_mb: int) -> None:

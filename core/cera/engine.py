@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cera.chat import render
 from cera.config import ModelConfig
+from cera.constrain import Grammars, LLGuidance, Matcher
 from cera.errors import ContextFull, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.gpu.numerics import EXACT, Numerics
@@ -31,6 +32,7 @@ from cera.prefix import PrefixCache, Snapshot
 from cera.reference import Reference
 from cera.sampling import NO_TOKEN, Sampler
 from cera.tokenizer import Tokenizer
+from cera.tools import Tools, knows_tools, messages_for
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 POOLINGS = ("none", "mean", "last")   # embed(): a row per token, their mean, the last one
@@ -49,6 +51,7 @@ class ReferenceBackend:
         self.ctx = model.ctx
         self.sampler: Sampler | None = None   # the sampler of the generation under way (sample_start)
         self._sampled: list[int] = []         # its sequence so far
+        self._matcher: Matcher | None = None  # its constraint's walk through the reply
         self._last: np.ndarray | None = None  # (vocab,) logits of the last position run
 
     def reset(self) -> None:
@@ -94,14 +97,17 @@ class ReferenceBackend:
                 cache[: len(array)] = array.reshape(len(array), *cache.shape[1:])
         m.n_past = len(snapshot.tokens)
 
-    def sample_start(self, sampler: Sampler, history: list[int]) -> None:
-        self.sampler, self._sampled = sampler, list(history)
+    def sample_start(self, sampler: Sampler, history: list[int], matcher: Matcher | None = None) -> None:
+        self.sampler, self._sampled, self._matcher = sampler, list(history), matcher
 
     async def choose(self, draw: int) -> int:
         """The sampler's token after the last position run, the reply's token `draw`."""
-        s = self.sampler
-        token = s.sample(self._last, self._sampled, draw, s.allowed(self._sampled) if s.allowed else None)
-        self._sampled.append(token)
+        matcher = self._matcher
+        token = self.sampler.sample(self._last, self._sampled, draw, matcher.mask() if matcher else None)
+        if token != NO_TOKEN:
+            self._sampled.append(token)
+            if matcher is not None:
+                matcher.advance(token)
         return token
 
     async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
@@ -119,11 +125,14 @@ class Result:
     text: str
     tokens: list[int]                 # generated ids
     prompt_tokens: list[int]
-    stop_reason: str                  # "eos", "max_tokens", "context_full", "stopped" or "no_allowed_token"
+    stop_reason: str                  # "eos", "max_tokens", "context_full", "stopped", "no_allowed_token"
+                                      # (a constraint or bias left none), or a runner's (cera.runner.run_job)
     prefill_s: float
     decode_s: float
     logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
     reused: int = 0                   # prompt tokens whose state was already cached (not prefilled)
+    tool_calls: list[dict] = field(default_factory=list)   # OpenAI tool_calls parsed from the reply (cera.tools)
+    logprobs: list[TokenLogprobs] | None = None   # per generated token, when asked for (generate's logprobs)
 
     @property
     def prefilled(self) -> int:
@@ -141,6 +150,28 @@ class Result:
         return n / self.decode_s if n > 0 and self.decode_s else 0.0
 
 
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A generated token's log-probability under the model, and the most likely tokens' there."""
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]   # (id, logprob), most likely first
+
+
+def log_softmax(rows: np.ndarray) -> np.ndarray:
+    """log softmax along the last axis, in float64."""
+    rows = rows.astype(np.float64)
+    top = rows.max(axis=-1, keepdims=True)
+    return rows - (top + np.log(np.exp(rows - top).sum(axis=-1, keepdims=True)))
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> TokenLogprobs:
+    """The log-softmax of one step's logits at `token`, and its `top` best."""
+    log_p = log_softmax(logits)
+    best = np.argsort(-log_p, kind="stable")[:top]
+    return TokenLogprobs(token, float(log_p[token]), tuple((int(i), float(log_p[i])) for i in best))
+
+
 class Engine:
     """Generation over one backend. The sequence in the backend is remembered (`history`), so a
     prompt that extends it prefills only the new tokens (a conversation's next turn); with a
@@ -156,6 +187,19 @@ class Engine:
         self.history: list[int] = []   # the sequence's tokens; the first backend.n_past of them are cached
         self.loras: list[LoraAdapter] = []     # loaded adapters, in load order
         self._history_loras: tuple[int, ...] = ()   # the adapter set the cached sequence was run with
+        self._grammars: Grammars | None = None   # the host's grammar engine (cera.constrain), made on first use
+
+    @property
+    def grammars(self) -> Grammars:
+        """The grammar engine that compiles a sampler's constraint: natively llguidance, unless
+        the host set another (the page sets XGrammar's)."""
+        if self._grammars is None:
+            self._grammars = LLGuidance(self.tokenizer, self.cfg.vocab_size)
+        return self._grammars
+
+    @grammars.setter
+    def grammars(self, grammars: Grammars) -> None:
+        self._grammars = grammars
 
     @classmethod
     async def load(cls, gguf_file, device=None, ctx: int | None = None, progress=None,
@@ -216,24 +260,34 @@ class Engine:
                               f"{self.ctx} (raise --ctx)")
         return self.tokenizer.encode(text, add_special=True, parse_special=True)
 
-    def chat_tokens(self, messages: list[dict]) -> list[int]:
-        """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
-        model's chat template, ending where the assistant speaks next."""
+    @property
+    def chat_template(self) -> str:
         template = self.gguf.metadata.get("tokenizer.chat_template")
         if not template:
             raise InvalidArgument("this model has no chat template (tokenizer.chat_template); "
                                   "use plain completion (no --chat)")
-        tok = self.tokenizer
-        text = render(template, messages, bos_token=tok.token_text(tok.bos_id), eos_token=tok.token_text(tok.eos_id))
+        return template
+
+    def chat_tokens(self, messages: list[dict], tools: Tools | None = None) -> list[int]:
+        """Tokenize a whole conversation ([{"role": ..., "content": ...}, ...]) rendered with the
+        model's chat template, ending where the assistant speaks next; with the `tools` it may
+        call (cera.tools)."""
+        template, tok = self.chat_template, self.tokenizer
+        listed = tools.for_template if tools is not None and knows_tools(template) else None
+        text = render(template, messages_for(template, messages, tools), bos_token=tok.token_text(tok.bos_id),
+                      eos_token=tok.token_text(tok.eos_id), tools=listed)
         return self._encode(text)
 
     async def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, chat: bool = False,
                        on_text=None, sampler: Sampler | None = None, stop_at_eos: bool = True,
                        keep_logits: bool = False, should_stop=None, context_shift: bool = True,
-                       keep: int | None = None, adapters=()) -> Result:
+                       keep: int | None = None, adapters=(), logprobs: int | None = None) -> Result:
         """Generate up to `max_tokens` after `prompt` (text, or token ids), calling on_text(piece)
         as text becomes complete, with the LoRA `adapters` given (names or indices of loaded ones;
         none: the base model). keep_logits: read back and return the last position's logits.
+        logprobs: each token's log-probability under the model (its logits' log-softmax) and the
+        `logprobs` most likely tokens' (0: none), in the Result's logprobs; the logits of every
+        step are read back for them.
         should_stop: called before each new token; True ends generation ("stopped").
         context_shift: when the context fills, keep its first `keep` positions (default: the BOS
         token, if the model adds one), drop half of the rest and go on; without it generation
@@ -252,12 +306,14 @@ class Engine:
                                   f"holds {self.ctx})")
         detok = self.tokenizer.detokenizer()
         loras = self.lora_set(adapters)
+        matcher = self.grammars.matcher(sampler.constraint) if sampler.constraint is not None else None
 
         t0 = time.perf_counter()
         self.backend.use_loras(loras)
         reused = await self._resume(ids, loras)
         if not sampler.greedy:
-            self.backend.sample_start(sampler, ids)
+            self.backend.sample_start(sampler, ids, matcher)
+        keep_logits = keep_logits or logprobs is not None
         token, logits = await self.backend.forward(ids[reused:], reused, LOGITS_LAST if keep_logits else LOGITS_NONE,
                                                    not sampler.greedy)
         if self.prefix_cache is not None and reused < len(ids):
@@ -265,9 +321,10 @@ class Engine:
         self.history, self._history_loras = list(ids), loras
         t1 = time.perf_counter()
         budget = max_tokens if context_shift else min(max_tokens, self.ctx - len(ids) + 1)   # token i > 0 runs at len(ids)+i-1
-        out, pieces, stop = [], [], "max_tokens" if budget == max_tokens else "context_full"
+        out, pieces, probs, stop = [], [], [], "max_tokens" if budget == max_tokens else "context_full"
         emit = on_text or (lambda piece: None)
-        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, keep_logits, keep)) as steps:
+        async with aclosing(self._continue(token, logits, len(ids), budget, sampler, matcher, keep_logits,
+                                           keep)) as steps:
             async for token, logits in steps:
                 if token == NO_TOKEN:
                     stop = "no_allowed_token"
@@ -279,6 +336,8 @@ class Engine:
                     stop = "stopped"
                     break
                 out.append(token)
+                if logprobs is not None:
+                    probs.append(token_logprobs(logits, token, logprobs))
                 if piece := detok.push(token):
                     pieces.append(piece)
                     emit(piece)
@@ -286,7 +345,7 @@ class Engine:
             pieces.append(tail)
             emit(tail)
         return Result("".join(pieces), out, ids, stop, t1 - t0, time.perf_counter() - t1,
-                      logits if keep_logits else None, reused)
+                      logits if keep_logits else None, reused, logprobs=probs if logprobs is not None else None)
 
     def reset(self) -> None:
         """Forget the sequence: the next prompt is prefilled whole (unless the prefix cache has it)."""
@@ -332,14 +391,15 @@ class Engine:
         self.backend.reset()
         return 0
 
-    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, keep_logits: bool, keep: int):
+    async def _continue(self, token: int, logits, pos: int, n: int, sampler: Sampler, matcher: Matcher | None,
+                        keep_logits: bool, keep: int):
         """The n tokens that follow the prompt, each with the logits it was chosen from (None
         unless the caller asks for them): the first from the prefill, then one forward step
         each, at positions pos, pos+1, ... They come from the backend's own loop (the GPU's is
         pipelined, its choice greedy or drawn on the GPU), or, when the logits are asked for,
         a forward step and a choice at a time. Token i of the reply is the sampler's draw i. When
         the context is full, the cache shifts (see generate) and the sampler restarts from the
-        shortened sequence."""
+        shortened sequence, its matcher where the reply had taken it."""
         sampled = not sampler.greedy
         self._append(token)
         yield token, logits
@@ -351,7 +411,7 @@ class Engine:
                 del self.history[keep: keep + discard]
                 pos -= discard
                 if sampled:
-                    self.backend.sample_start(sampler, self.history)
+                    self.backend.sample_start(sampler, self.history, matcher)
             steps = min(n - done, self.ctx - pos)
             if not keep_logits:
                 async with aclosing(self.backend.decode(token, pos, steps, done if sampled else None)) as run:
@@ -411,8 +471,6 @@ class Engine:
         targets = np.asarray(tokens[1:])                                # (n-1,)
         nll = 0.0
         for r in range(0, len(targets), PPL_ROWS):   # float64 a block at a time (262k-token vocabs)
-            rows = logits[r: r + PPL_ROWS].astype(np.float64)           # (<=PPL_ROWS, vocab)
-            top = rows.max(axis=-1)                                     # (<=PPL_ROWS,)
-            log_z = top + np.log(np.exp(rows - top[:, None]).sum(axis=-1))
-            nll += float((log_z - rows[np.arange(len(rows)), targets[r: r + PPL_ROWS]]).sum())
+            log_p = log_softmax(logits[r: r + PPL_ROWS])                # (<=PPL_ROWS, vocab)
+            nll -= float(log_p[np.arange(len(log_p)), targets[r: r + PPL_ROWS]].sum())
         return float(np.exp(nll / len(targets)))

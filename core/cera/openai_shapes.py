@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from itertools import accumulate
 
 from cera.engine import Result
 from cera.errors import InvalidArgument
 from cera.runner import Job
 from cera.sampling import Sampler
+from cera.constrain import Constraint
+from cera.tokenizer import Tokenizer
+from cera.tools import Tools
 
 # OpenAI's defaults for the sampling fields cera honours; top_k is an extension (as in llama.cpp's
 # server) whose 0 keeps the whole vocabulary
@@ -23,39 +27,51 @@ SAMPLING_EXTENSIONS = ("min_p", "repeat_penalty", "penalty_last_n")   # not Open
 COMPLETION_MAX_TOKENS = 16   # a text completion's default; a chat completion runs until the context is full
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
                   "cancelled": "stop",         # interrupted by the caller (cera.js's interrupt())
-                  "no_allowed_token": "stop"}  # the logit bias (or a mask) left no token to choose
+                  "no_allowed_token": "stop",  # the logit bias (or a constraint) left no token to choose
+                  "tool_calls": "tool_calls"}
 
 
 def chat_job(messages: list[dict], ctx: int, max_tokens: int | None = None,
-             max_completion_tokens: int | None = None, **sampling) -> Job:
+             max_completion_tokens: int | None = None, tools: list[dict] | None = None, tool_choice=None,
+             logprobs: bool = False, top_logprobs: int | None = None, **sampling) -> Job:
     """A chat completion request: `messages` ({"role", "content"}, content a string or OpenAI's
-    text parts) rendered with the model's chat template; without a limit, up to `ctx` tokens."""
-    plain = [{"role": m["role"], "content": _text(m.get("content"))} for m in messages]
-    return _job(max_completion_tokens or max_tokens or ctx, messages=plain, **sampling)
+    text parts; an assistant's tool_calls, a tool's tool_call_id) rendered with the model's chat
+    template, with the `tools` a reply may call (cera.tools); without a limit, up to `ctx` tokens."""
+    if top_logprobs is not None and not logprobs:
+        raise InvalidArgument("top_logprobs needs logprobs: true")
+    conversation = [{**m, "content": _text(m.get("content"))} for m in messages]
+    return _job(max_completion_tokens or max_tokens or ctx, messages=conversation, tools=Tools.of(tools, tool_choice),
+                logprobs=(top_logprobs or 0) if logprobs else None, **sampling)
 
 
-def completion_job(prompt: str | list[int], max_tokens: int = COMPLETION_MAX_TOKENS, **sampling) -> Job:
-    """A text completion request: `prompt` is text or token ids."""
-    return _job(max_tokens, prompt=prompt, **sampling)
+def completion_job(prompt: str | list[int], max_tokens: int = COMPLETION_MAX_TOKENS, logprobs: int | None = None,
+                   **sampling) -> Job:
+    """A text completion request: `prompt` is text or token ids; logprobs: how many of the most
+    likely tokens to report beside each one chosen."""
+    return _job(max_tokens, prompt=prompt, logprobs=logprobs, **sampling)
 
 
-def _text(content: str | list[dict] | None) -> str:
-    return content if isinstance(content, str) else "".join(part["text"] for part in content or [])
+def _text(content: str | list[dict] | None) -> str | None:
+    return content if isinstance(content, str) or content is None else "".join(part["text"] for part in content)
 
 
 def _job(max_tokens: int, temperature: float = TEMPERATURE, top_p: float = TOP_P, top_k: int = TOP_K,
          frequency_penalty: float = 0.0, presence_penalty: float = 0.0, seed: int | None = None,
          stop: str | list[str] | None = None, lora: list[str | int] | None = None,
-         logit_bias: dict | None = None, **extensions) -> Job:
+         logit_bias: dict | None = None, response_format: dict | None = None, json_schema=None,
+         grammar: str | None = None, **extensions) -> Job:
     """lora: the adapters to apply, by name or index (None: every one loaded; []: none);
-    logit_bias: OpenAI's {token id (a string of digits): bias}, added to those logits.
-    extensions: the prompt or messages, and llama.cpp server's sampling fields (SAMPLING_EXTENSIONS)."""
+    logit_bias: OpenAI's {token id (a string of digits): bias}, added to those logits;
+    response_format (OpenAI's), json_schema and grammar (llama.cpp server's): what the reply must
+    match (cera.constrain). extensions: the prompt or messages, tools, logprobs, and llama.cpp
+    server's sampling fields (SAMPLING_EXTENSIONS)."""
     stops = [stop] if isinstance(stop, str) else stop or []
     sampling = {k: extensions.pop(k) for k in SAMPLING_EXTENSIONS if k in extensions}
+    constraint = Constraint.one_of(json_schema, None, grammar, response_format)
     return Job(**extensions, max_tokens=max_tokens, stop=tuple(stops),
                sampler=Sampler(temperature=temperature, top_k=top_k, top_p=top_p, frequency_penalty=frequency_penalty,
                                presence_penalty=presence_penalty, seed=seed, logit_bias=_bias(logit_bias),
-                               **sampling),
+                               constraint=constraint, **sampling),
                adapters=None if lora is None else tuple(lora))
 
 
@@ -76,26 +92,33 @@ def usage(result: Result) -> dict:
 class Shape:
     """The objects of one response: `whole` (not streamed), or `start`, a `piece` per text
     piece, `end` and optionally `usage_chunk` (streamed). `param` names the request field that
-    errors about the prompt point at."""
+    errors about the prompt point at. Streamed, the logprobs and tool calls come in the end chunk."""
     prefix = chunk_object = param = ""
 
-    def __init__(self, model: str):
-        self.model, self.created = model, int(time.time())
+    def __init__(self, model: str, tokenizer: Tokenizer):
+        self.model, self.tokenizer, self.created = model, tokenizer, int(time.time())
         self.id = f"{self.prefix}-{uuid.uuid4().hex}"
 
     def _object(self, kind: str, choice: dict, **extra) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "choices": [{"index": 0, **choice, "logprobs": None}] if choice else [], **extra}
+                "choices": [{"index": 0, "logprobs": None, **choice}] if choice else [], **extra}
 
     def usage_chunk(self, result: Result) -> dict:
         return self._object(self.chunk_object, {}, usage=usage(result))
+
+    def _piece(self, token: int) -> tuple[str, bytes]:
+        piece = self.tokenizer.token_to_piece(token)
+        return piece.decode("utf-8", "replace"), piece
 
 
 class ChatCompletion(Shape):
     prefix, chunk_object, param = "chatcmpl", "chat.completion.chunk", "messages"
 
     def whole(self, result: Result) -> dict:
-        return self._object("chat.completion", {"message": {"role": "assistant", "content": result.text},
+        message = {"role": "assistant", "content": result.text if result.text or not result.tool_calls else None}
+        if result.tool_calls:
+            message["tool_calls"] = result.tool_calls
+        return self._object("chat.completion", {"message": message, **self._logprobs(result),
                                                 "finish_reason": FINISH_REASONS[result.stop_reason]},
                             usage=usage(result))
 
@@ -106,14 +129,29 @@ class ChatCompletion(Shape):
         return self._object(self.chunk_object, {"delta": {"content": text}, "finish_reason": None})
 
     def end(self, result: Result) -> dict:
-        return self._object(self.chunk_object, {"delta": {}, "finish_reason": FINISH_REASONS[result.stop_reason]})
+        delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(result.tool_calls)]} \
+            if result.tool_calls else {}
+        return self._object(self.chunk_object, {"delta": delta, **self._logprobs(result),
+                                                "finish_reason": FINISH_REASONS[result.stop_reason]})
+
+    def _logprobs(self, result: Result) -> dict:
+        """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs}, ...]}."""
+        if result.logprobs is None:
+            return {}
+
+        def entry(token: int, logprob: float) -> dict:
+            text, piece = self._piece(token)
+            return {"token": text, "logprob": logprob, "bytes": list(piece)}
+
+        return {"logprobs": {"content": [{**entry(p.token, p.logprob), "top_logprobs": [entry(*t) for t in p.top]}
+                                         for p in result.logprobs]}}
 
 
 class TextCompletion(Shape):
     prefix, chunk_object, param = "cmpl", "text_completion", "prompt"
 
     def whole(self, result: Result) -> dict:
-        return self._object("text_completion", {"text": result.text,
+        return self._object("text_completion", {"text": result.text, **self._logprobs(result),
                                                 "finish_reason": FINISH_REASONS[result.stop_reason]},
                             usage=usage(result))
 
@@ -124,4 +162,15 @@ class TextCompletion(Shape):
         return self._object(self.chunk_object, {"text": text, "finish_reason": None})
 
     def end(self, result: Result) -> dict:
-        return self._object(self.chunk_object, {"text": "", "finish_reason": FINISH_REASONS[result.stop_reason]})
+        return self._object(self.chunk_object, {"text": "", **self._logprobs(result),
+                                                "finish_reason": FINISH_REASONS[result.stop_reason]})
+
+    def _logprobs(self, result: Result) -> dict:
+        """The legacy completions logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+        if result.logprobs is None:
+            return {}
+        texts = [self._piece(p.token)[0] for p in result.logprobs]
+        offsets = list(accumulate((len(t) for t in texts[:-1]), initial=0)) if texts else []
+        return {"logprobs": {"tokens": texts, "token_logprobs": [p.logprob for p in result.logprobs],
+                             "top_logprobs": [{self._piece(i)[0]: lp for i, lp in p.top} for p in result.logprobs],
+                             "text_offset": offsets}}

@@ -25,6 +25,8 @@ from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import EXACT, Numerics
 from cera.prefix import PrefixCache
 from cera.sampling import Sampler
+from cera import tools
+from cera.tools import CallText, Tools, call_format
 
 BACKENDS = ("auto", "gpu", "reference")
 DEFAULT_BACKEND = os.environ.get("CERA_BACKEND", "auto")
@@ -41,12 +43,16 @@ class Job:
     sampler: Sampler = field(default_factory=Sampler)
     stop: tuple[str, ...] = ()
     adapters: tuple[str | int, ...] | None = None   # LoRA adapters by name or index; None: every one loaded
+    tools: Tools | None = None   # the functions a chat reply may call (cera.tools)
+    logprobs: int | None = None  # report each token's log-probability and this many alternatives' (Engine.generate)
 
     def prompt_ids(self, engine: Engine) -> list[int]:
         if (self.prompt is None) == (self.messages is None):
             raise InvalidArgument("a Job takes a prompt or messages, not both")
+        if self.tools is not None and self.messages is None:
+            raise InvalidArgument("tools go with a conversation (messages), not a plain prompt")
         if self.messages is not None:
-            return engine.chat_tokens(self.messages)
+            return engine.chat_tokens(self.messages, self.tools)
         return engine.prompt_tokens(self.prompt) if isinstance(self.prompt, str) else list(self.prompt)
 
 
@@ -79,30 +85,48 @@ class StopText:
 
 async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> Result:
     """Run `job` on the caller's event loop. Text goes to on_text(piece) cut at the first stop
-    string (a tail that may still become one is held back). should_stop(), asked before the job
-    starts and before each token, ends it early. stop_reason: the engine's, or "stop_string" or
-    "cancelled" (should_stop said so)."""
+    string (a tail that may still become one is held back), and with tools, up to where a call
+    may begin (the calls come back parsed in the Result's tool_calls; cera.tools). should_stop(),
+    asked before the job starts and before each token, ends it early. stop_reason: the engine's,
+    or "stop_string", "cancelled" (should_stop said so) or "tool_calls"."""
     on_text = on_text or (lambda piece: None)
     should_stop = should_stop or (lambda: False)
     if should_stop():   # left while waiting its turn: nothing to run
         return Result("", [], [], "cancelled", 0.0, 0.0)
     stops = StopText(job.stop)
+    fmt = call_format(engine.chat_template) if job.tools is not None else None
+    calls = CallText(fmt) if fmt else None
     shown = []
 
     def show(piece: str) -> None:
         if text := stops.push(piece):
             shown.append(text)
-            on_text(text)
+            if calls is not None:
+                text = calls.push(text)
+            if text:
+                on_text(text)
 
     adapters = range(len(engine.loras)) if job.adapters is None else job.adapters
-    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show, sampler=job.sampler,
-                                   should_stop=lambda: stops.hit or should_stop(), adapters=adapters)
+    sampler = job.sampler
+    if fmt and (forced := tools.constraint(job.tools, fmt, engine.tokenizer)):
+        if sampler.constraint is not None:
+            raise InvalidArgument("a reply is a tool call (tool_choice) or fits a response_format, not both")
+        sampler = replace(sampler, constraint=forced)
+    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show, sampler=sampler,
+                                   should_stop=lambda: stops.hit or should_stop(), adapters=adapters,
+                                   logprobs=job.logprobs)
     if tail := stops.flush():
         shown.append(tail)
-        on_text(tail)
+        on_text(calls.push(tail) if calls else tail)
     reason = "stop_string" if stops.hit else "cancelled" if result.stop_reason == "stopped" \
         else result.stop_reason
-    return replace(result, text="".join(shown), stop_reason=reason)
+    text, found = "".join(shown), []
+    if calls is not None:
+        held, text, found = calls.end()
+        if held:
+            on_text(held)
+        reason = "tool_calls" if found else reason
+    return replace(result, text=text or "", stop_reason=reason, tool_calls=found)
 
 
 def open_lora(path: str | Path) -> GGUFFile:

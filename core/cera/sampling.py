@@ -20,23 +20,24 @@ shaders/sample*.wgsl) agrees with token for token:
   trick); it depends only on (seed, draw, the kept tokens and their z): not on how many steps a
   submission chains, on the prefix cache or on the host.
 
-The mask is `allowed(history) -> bool array (vocab,) or None`: the hook constrained output
-(grammars, JSON schemas) uses; the GPU applies it as one bit a token.
+The mask is where constrained output enters: a `constraint` (cera.constrain: a JSON schema, a
+regular expression, a grammar) says which tokens may come next at each step; the GPU applies it
+as one bit a token, the reference as `allowed` (bool (vocab,) or those bits, uint32 words).
 """
 from __future__ import annotations
 
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Mapping
 
 import numpy as np
 
+from cera.constrain import Constraint
 from cera.errors import InvalidArgument
 
 NO_TOKEN = -1   # what a draw returns when no token is a candidate (a mask or bias that leaves none)
 
-Allowed = Callable[[list[int]], "np.ndarray | None"]   # history -> the tokens allowed next (bool, (vocab,))
 
 
 def pcg4d(v: np.ndarray) -> np.ndarray:
@@ -79,6 +80,14 @@ def best_first(ids: np.ndarray, z: np.ndarray, k: int = 0) -> tuple[np.ndarray, 
     return ids[order], z[order]
 
 
+def as_bools(allowed: np.ndarray, vocab: int) -> np.ndarray:
+    """A mask as bool (vocab,): given so, or as bits (uint32 words, bit i % 32 of word i // 32)."""
+    allowed = np.asarray(allowed)
+    if allowed.dtype == np.uint32:
+        return np.unpackbits(allowed.view(np.uint8), bitorder="little")[:vocab].astype(bool)
+    return allowed.astype(bool)
+
+
 @dataclass
 class Sampler:
     """The sampling settings of a generation (module docstring). `seed` None: a random one,
@@ -93,7 +102,7 @@ class Sampler:
     penalty_last_n: int = 64
     seed: int | None = None
     logit_bias: Mapping[int, float] = field(default_factory=dict)   # token id -> added to its logit
-    allowed: Allowed | None = None    # the per-step mask (module docstring); None: every token
+    constraint: Constraint | None = None   # what the reply must match (module docstring); None: anything
 
     def __post_init__(self):
         if not (self.temperature >= 0 and self.top_k >= 0 and 0 < self.top_p <= 1 and 0 <= self.min_p <= 1):
@@ -117,7 +126,7 @@ class Sampler:
     @property
     def adjusts(self) -> bool:
         """Whether z differs from the logits anywhere (penalties, bias, a mask)."""
-        return self.penalized or bool(self.logit_bias) or self.allowed is not None
+        return self.penalized or bool(self.logit_bias) or self.constraint is not None
 
     @property
     def greedy(self) -> bool:
@@ -136,8 +145,8 @@ class Sampler:
                          f"over {self.penalty_last_n}")
         if self.logit_bias:
             parts.append(f"{len(self.logit_bias)} biased")
-        if self.allowed is not None:
-            parts.append("masked")
+        if self.constraint is not None:
+            parts.append(f"constrained by a {self.constraint.label}")
         return ", ".join(parts)
 
     def check(self, vocab: int) -> None:
@@ -164,7 +173,7 @@ class Sampler:
         for token, bias in self.logit_bias.items():
             z[token] += np.float32(bias)
         if allowed is not None:
-            z[~np.asarray(allowed, bool)] = -np.inf
+            z[~as_bools(allowed, len(z))] = -np.inf
         return z
 
     def kept(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -51,14 +51,18 @@ class ApiError(Exception):
         return JSONResponse(self.body(), self.status, headers=self.headers)
 
 
-# ---- requests: the OpenAI fields cera honours; other fields are accepted and ignored ----
+# ---- requests: the OpenAI fields cera honours; others are a 400 that names them, but for
+# those that change nothing cera returns (IGNORED) ----
+
+IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key",
+                     "safety_identifier", "cache_prompt", "id_slot"})   # the last two: llama.cpp's, always on here
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
 class Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")
     model: str | None = None   # None: the model being served
     temperature: float = Field(TEMPERATURE, ge=0, le=2)
     top_p: float = Field(TOP_P, gt=0, le=1)
@@ -79,11 +83,21 @@ class Sampling(BaseModel):
     lora: list[str | int] | None = Field(None, description="an extension: the LoRA adapters this request applies, "
                                                            "by file name or index among those the server loaded "
                                                            "(--lora); absent: all of them, []: none")
+    response_format: dict | None = None
+    json_schema: dict | bool | None = Field(None, description="llama.cpp server's: the reply is JSON valid under it")
+    grammar: str | None = Field(None, description="llama.cpp server's: the reply matches this GBNF (or Lark) grammar")
 
     def sampling(self) -> dict:
+        unknown = sorted(set(self.model_extra or ()) - IGNORED)
+        if unknown:
+            raise ApiError(400, f"cera does not honour {', '.join(unknown)} (it takes "
+                                f"{', '.join(sorted(type(self).model_fields))})", param=unknown[0],
+                           code="unsupported_parameter")
         return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
                                         "min_p", "repeat_penalty", "penalty_last_n", "seed", "logit_bias", "stop",
-                                        "lora"})
+                                        "lora", "response_format", "json_schema", "grammar", *self._fields})
+
+    _fields = ()   # a request kind's own fields that go to its job
 
 
 class TextPart(BaseModel):
@@ -91,20 +105,41 @@ class TextPart(BaseModel):
     text: str
 
 
+class Function(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: Function
+
+
 class Message(BaseModel):
     role: str
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCall] | None = None   # an assistant's calls
+    tool_call_id: str | None = None            # a tool's answer: to which call
+    name: str | None = None
 
 
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    _fields = ("tools", "tool_choice", "logprobs", "top_logprobs")
 
 
 class CompletionRequest(Sampling):
     prompt: str | list[int] | list[str]
     max_tokens: int = Field(COMPLETION_MAX_TOKENS, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=5)
+    _fields = ("logprobs",)
 
 
 # ---- the server ----
@@ -161,7 +196,8 @@ class Server:
 
     async def chat_completions(self, request: Request) -> Response:
         req = await _parse(request, ChatRequest)
-        job = _job(chat_job, [m.model_dump() for m in req.messages], self.runner.engine.ctx, req.max_tokens,
+        job = _job(chat_job, [m.model_dump(exclude_none=True) for m in req.messages], self.runner.engine.ctx,
+                   req.max_tokens,
                    req.max_completion_tokens, **req.sampling())
         return await self._answer(request, req, job, ChatCompletion)
 
@@ -173,7 +209,7 @@ class Server:
             raise ApiError(429, f"{self.admitted} requests are ahead of this one (the server queues at most "
                                 f"{self.max_queue} behind the one generating); retry later",
                            "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"})
-        call = _Call(self, request, job, shape(self.model_id))
+        call = _Call(self, request, job, shape(self.model_id, self.runner.engine.tokenizer))
         first = await call.next()   # before answering: a request the engine refuses gets its status
         if first[0] == "gone":
             return Response(status_code=204)   # nobody is listening

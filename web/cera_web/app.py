@@ -162,9 +162,9 @@ class Session:
                 body.pop(checked, None)
             async with self._turn:
                 if endpoint == "chat":
-                    job, shape = chat_job(ctx=self.engine.ctx, **body), ChatCompletion(self.model)
+                    job, shape = chat_job(ctx=self.engine.ctx, **body), ChatCompletion(self.model, self.engine.tokenizer)
                 else:
-                    job, shape = completion_job(**body), TextCompletion(self.model)
+                    job, shape = completion_job(**body), TextCompletion(self.model, self.engine.tokenizer)
                 chunks = _Chunks(self.post, msg_id, shape) if stream else None
                 result = await self._run(job, msg_id, chunks)
             if not stream:

@@ -41,6 +41,7 @@ from cera.gpu.state import Activations, GreedyChain, State, f32_buffer, pack_ste
 from cera.kernels import Kernels
 from cera.lora import LoraAdapter
 from cera.prefix import Snapshot
+from cera.constrain import Matcher
 from cera.sampling import NO_TOKEN, Sampler
 
 DEFAULT_CHUNK = 512      # prompt tokens per prefill submission
@@ -90,7 +91,8 @@ class GpuModel:
         self._shift = None                       # ((k, v) scratch, Shift uniform) of shift(), made on first use
         self._choose = {}                        # sampler variant -> the schedule of choose() alone
         self.sampler: Sampler | None = None      # the sampler of the generation under way (sample_start)
-        self._sampled: list[int] = []            # its sequence so far, for its mask
+        self._sampled: list[int] = []            # its sequence so far, for its penalties
+        self._matcher: Matcher | None = None     # its constraint's walk through the reply
         self._embedder = None                    # (builder on scratch state, schedule) of embed(), likewise
         self.n_past = 0                          # positions of the sequence run so far (cached)
         self.submits_per_prefill = 0             # submissions the last multi-token forward() took
@@ -255,7 +257,7 @@ class GpuModel:
             self.submits_per_prefill = len(chunks)
         self.n_past = pos0 + len(tokens)
         if sampled:
-            self._sampled.append(token)
+            self._chosen(token)
         if scoring:
             return token, np.concatenate(rows)
         return token, rows[-1] if logits else None
@@ -296,11 +298,12 @@ class GpuModel:
         return self._embedder
 
     # --- sampling --------------------------------------------------------------------------
-    def sample_start(self, sampler: Sampler, history: list[int]) -> None:
+    def sample_start(self, sampler: Sampler, history: list[int], matcher: Matcher | None = None) -> None:
         """Draw the next tokens with `sampler` (choose, decode with a draw index), after `history`
-        (prompt and reply so far): its settings and penalty window go to the GPU."""
+        (prompt and reply so far): its settings and penalty window go to the GPU. `matcher`: the
+        sampler's constraint on this reply (cera.constrain), which masks every choice."""
         self.sampling.load(self.device, sampler, history, self.cfg.vocab_size, self.ctx)
-        self.sampler, self._sampled = sampler, list(history)
+        self.sampler, self._sampled, self._matcher = sampler, list(history), matcher
 
     async def choose(self, draw: int) -> int:
         """The sampler's token after the last position run (the reply's token `draw`), from the
@@ -311,13 +314,20 @@ class GpuModel:
         self.device.write(self.state.step.buffer, pack_step(self.n_past, 1, draw))
         self._mask_next()
         token = self._token_of(await self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4)))
-        self._sampled.append(token)
+        self._chosen(token)
         return token
 
     def _mask_next(self) -> None:
-        """The mask of the sampler's next choice, from its `allowed` and the sequence so far."""
-        if self.sampler.allowed is not None:
-            self.sampling.allow(self.device, self.sampler.allowed(self._sampled), self.cfg.vocab_size)
+        """The mask of the sampler's next choice: its matcher's, after the reply so far."""
+        if self._matcher is not None:
+            self.sampling.allow(self.device, self._matcher.mask(), self.cfg.vocab_size)
+
+    def _chosen(self, token: int) -> None:
+        """A token the sampler chose: into the sequence and, if any, its matcher."""
+        if token != NO_TOKEN:
+            self._sampled.append(token)
+            if self._matcher is not None:
+                self._matcher.advance(token)
 
     async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
         """Yield the n tokens that follow `token` at `pos` (pos + n <= ctx): greedy, or with a
@@ -331,7 +341,7 @@ class GpuModel:
         if n < 0 or pos + n > self.ctx:
             raise InvalidArgument(f"{n} decode steps from position {pos}: the context holds {self.ctx}")
         sampler = None if draw is None else self.sampler
-        if sampler is not None and sampler.allowed is not None:
+        if sampler is not None and self._matcher is not None:
             async with aclosing(self._masked(token, pos, n, draw)) as steps:
                 async for token in steps:
                     yield token

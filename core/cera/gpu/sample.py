@@ -51,12 +51,13 @@ def pack_sampling(s: Sampler, ctx: int) -> bytes:
 
 
 def pack_mask(allowed: np.ndarray | None, vocab: int) -> bytes:
-    """The allowed tokens (bool (vocab,), None: all) as sample_adjust.wgsl's bits: bit i % 32 of
-    word i // 32 for token i."""
+    """The allowed tokens (bool (vocab,), those bits already packed as uint32 words, or None:
+    all) as sample_adjust.wgsl's bits: bit i % 32 of word i // 32 for token i."""
     words = -(-vocab // 32)
     if allowed is None:
         return np.full(words, 0xFFFFFFFF, np.uint32).tobytes()
-    bits = np.packbits(np.asarray(allowed, bool), bitorder="little")
+    allowed = np.asarray(allowed)
+    bits = allowed.view(np.uint8) if allowed.dtype == np.uint32 else np.packbits(allowed.astype(bool), bitorder="little")
     return np.pad(bits, (0, 4 * words - len(bits))).tobytes()
 
 
@@ -106,7 +107,7 @@ class SamplerBuffers:
         self.allow(device, None, vocab)
 
     def allow(self, device: Device, allowed: np.ndarray | None, vocab: int) -> None:
-        """The next step's mask: the tokens allowed (bool (vocab,)), None: all."""
+        """The next step's mask: the tokens allowed (as pack_mask takes them), None: all."""
         device.write(self.mask.buffer, pack_mask(allowed, vocab))
 
 
