@@ -15,8 +15,11 @@ only the end-of-generation tokens.
 The grammar engine is a maintained one, not cera's own: natively `llguidance` (`LLGuidance`
 below: JSON schema, regex, Lark and llama.cpp's GBNF; the engine llama.cpp links), in the page
 XGrammar compiled to WebAssembly (web/cera_web/grammar.py), each set up to accept the same
-language. JSON is compact with fixed separators (", " and ": ", no other whitespace) in both:
-a model cannot spin in whitespace, and the two engines agree token for token.
+language. JSON is compact with fixed separators (", " and ": ", no other whitespace) in both,
+and numbers are written as llama.cpp's JSON grammars write them, with bounded digits (at most
+15 before the point and DECIMALS after it, no exponent) unless the schema bounds them itself: a
+model can neither spin in whitespace nor run on in digits, and the two engines agree token for
+token. What comes out is always valid under the schema as given.
 """
 from __future__ import annotations
 
@@ -33,6 +36,9 @@ from cera.tokenizer import CONTROL, USER_DEFINED, Tokenizer
 KINDS = ("json_schema", "regex", "grammar")
 ANY_OBJECT = {"type": "object"}      # OpenAI's response_format {"type": "json_object"}
 JSON_SEPARATORS = (", ", ": ")       # item, key
+LARGEST = 10 ** 15 - 1               # a number's largest magnitude, unless its schema says otherwise
+DECIMALS = 10                        # a number's digits after the point, unless its schema sets multipleOf
+_DATA = ("const", "enum", "default", "examples")   # schema keys whose values are JSON data, not schemas
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class Constraint:
                 raise InvalidArgument(f"the JSON schema is not JSON: {e}") from None
         if not isinstance(schema, (dict, bool)):
             raise InvalidArgument(f"a JSON schema is an object or a boolean, not {type(schema).__name__}")
-        return cls("json_schema", json.dumps(schema, sort_keys=True))
+        return cls("json_schema", json.dumps(rewrite(schema, _bounded)))
 
     @classmethod
     def one_of(cls, json_schema=None, regex: str | None = None, grammar: str | None = None,
@@ -79,6 +85,30 @@ class Constraint:
     @property
     def label(self) -> str:
         return self.kind.replace("_", " ")
+
+
+def rewrite(schema, fix):
+    """`schema` with fix(subschema) -> subschema applied to each of its objects, innermost first
+    (the values of const, enum, default and examples are data, left as they are)."""
+    if isinstance(schema, list):
+        return [rewrite(s, fix) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return fix({k: v if k in _DATA else rewrite(v, fix) for k, v in schema.items()})
+
+
+def _bounded(schema: dict) -> dict:
+    """A numeric schema with the module docstring's bounds where it sets none."""
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if "number" not in types and "integer" not in types:
+        return schema
+    bounds = {"minimum": -LARGEST, "maximum": LARGEST}
+    if "number" in types:
+        bounds["multipleOf"] = 10 ** -DECIMALS
+    taken = {"minimum": ("minimum", "exclusiveMinimum"), "maximum": ("maximum", "exclusiveMaximum"),
+             "multipleOf": ("multipleOf",)}
+    return {**{k: v for k, v in bounds.items() if not any(t in schema for t in taken[k])}, **schema}
 
 
 def _response_schema(response_format) -> dict | bool | None:

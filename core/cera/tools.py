@@ -22,7 +22,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from cera.constrain import JSON_SEPARATORS, Constraint
+from cera.constrain import JSON_SEPARATORS, Constraint, rewrite
 from cera.errors import InvalidArgument
 from cera.tokenizer import Tokenizer
 
@@ -157,14 +157,10 @@ def constraint(tools: Tools, fmt: str, tokenizer: Tokenizer) -> Constraint | Non
 
 def closed(schema):
     """`schema` with "additionalProperties": false on every object schema that does not set it."""
-    if isinstance(schema, list):
-        return [closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: closed(v) if k not in ("const", "enum", "default", "examples") else v for k, v in schema.items()}
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out:
-        out["additionalProperties"] = False
-    return out
+    def close(s: dict) -> dict:
+        is_object = s.get("type") == "object" or isinstance(s.get("properties"), dict)
+        return {**s, "additionalProperties": False} if is_object and "additionalProperties" not in s else s
+    return rewrite(schema, close)
 
 
 def _literal(tokenizer: Tokenizer, text: str) -> str:

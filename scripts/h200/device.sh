@@ -38,12 +38,15 @@ ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f $ICD ] && export VK_DRIVER_FILES=$ICD VK_ICD_FILENAMES=$ICD
 HERE=$(cd "$(dirname "$0")" && pwd)
 phase=$1; shift
-# the sampling phase's settings: the issue's table (greedy; top-k; the full chain; the whole vocabulary)
+# the sampling phase's settings: the issue's table (greedy; top-k; the full chain; the whole vocabulary),
+# and the cost of a JSON schema (a string of 600+ characters: every step masked) greedy and sampled
 declare -A SAMPLINGS=(
   [greedy]=""
   [topk40]="--temperature 0.7 --top-k 40 --seed 1"
   [chain]="--temperature 0.7 --top-k 40 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1 --seed 1"
   [topk0]="--temperature 0.7 --top-k 0 --seed 1"
+  [json]="--json-schema scripts/h200/long_json.json"                                    # constrained, greedy
+  [topk40json]="--temperature 0.7 --top-k 40 --seed 1 --json-schema scripts/h200/long_json.json"   # and sampled
 )
 SMOLLM2_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 

@@ -245,8 +245,8 @@ class GpuModel:
             if sampler is not None:
                 self._mask_next()
             read = Binding(self.sampling.result.buffer, 0, 4) if sampler else self.state.tokens
-            token = self._token_of(await self._run(self.state, self._schedule(n, scoring, sampler), chunk,
-                                                   pos0 + c * self.chunk, read))
+            raw = await self._run(self.state, self._schedule(n, scoring, sampler), chunk, pos0 + c * self.chunk, read)
+            token = self._chosen(raw) if sampler else self._token_of(raw)
             if scoring:
                 raw = await self.device.read(self._logits_all.buffer, 0, 4 * n * vocab)
                 rows.append(np.frombuffer(raw, np.float32).reshape(n, vocab))
@@ -256,8 +256,6 @@ class GpuModel:
         if len(tokens) > 1:
             self.submits_per_prefill = len(chunks)
         self.n_past = pos0 + len(tokens)
-        if sampled:
-            self._chosen(token)
         if scoring:
             return token, np.concatenate(rows)
         return token, rows[-1] if logits else None
@@ -308,26 +306,30 @@ class GpuModel:
     async def choose(self, draw: int) -> int:
         """The sampler's token after the last position run (the reply's token `draw`), from the
         logits that step left on the GPU; NO_TOKEN when none is allowed."""
+        self._mask_next()
+        return self._chosen(await self._submit_choice(draw))
+
+    def _submit_choice(self, draw: int):
+        """Submit choose()'s dispatches; the awaitable yields the token's 4 bytes."""
         key = _variant(self.sampler)
         if key not in self._choose:
             self._choose[key] = self.device.schedule(self._choose_steps(self.sampler))
         self.device.write(self.state.step.buffer, pack_step(self.n_past, 1, draw))
-        self._mask_next()
-        token = self._token_of(await self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4)))
-        self._chosen(token)
-        return token
+        return self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4))
 
     def _mask_next(self) -> None:
         """The mask of the sampler's next choice: its matcher's, after the reply so far."""
         if self._matcher is not None:
             self.sampling.allow(self.device, self._matcher.mask(), self.cfg.vocab_size)
 
-    def _chosen(self, token: int) -> None:
-        """A token the sampler chose: into the sequence and, if any, its matcher."""
+    def _chosen(self, readback: bytes) -> int:
+        """The token the sampler chose, read back: into the sequence and, if any, its matcher."""
+        token = self._token_of(readback)
         if token != NO_TOKEN:
             self._sampled.append(token)
             if self._matcher is not None:
                 self._matcher.advance(token)
+        return token
 
     async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
         """Yield the n tokens that follow `token` at `pos` (pos + n <= ctx): greedy, or with a
@@ -374,18 +376,36 @@ class GpuModel:
                 await self._rewind_conv(done, batches)
 
     async def _masked(self, token: int, pos: int, n: int, draw: int):
-        """decode() for a sampler with a mask, a token at a time: each step's forward pass is
-        submitted first, its mask computed on the host meanwhile (it needs only the tokens so
-        far), then the choice is submitted and its 4 bytes read."""
-        for i in range(n):
-            if token != self._gpu_token:
-                self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
-            self.device.write(self.state.step.buffer, pack_step(pos + i, 1))
-            forward = self.device.run(self.decode_schedule)
-            self.n_past = pos + i + 1
-            token = await self.choose(draw + i)
-            await forward
-            yield token
+        """decode() for a sampler with a constraint, a token at a time: the host computes each
+        choice's mask (it needs only the tokens so far) while the GPU runs that step's forward
+        pass. The next step's pass is submitted right behind the choice, before its token is
+        read back (the pass takes the token from the GPU's own buffer), so the GPU runs it while
+        the host reads the token and computes the next mask. A model with conv states submits
+        each pass only once the caller has the token before it (a pass past the caller's last
+        token would move those states on); a pass run past it otherwise is simply overwritten."""
+        ahead = not self.chain.conv
+        if token != self._gpu_token:
+            self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
+        forward = self._forward_step(pos)
+        try:
+            for i in range(n):
+                self._mask_next()
+                self.n_past = pos + i + 1
+                chosen = self._submit_choice(draw + i)
+                await forward
+                forward = self._forward_step(pos + i + 1) if ahead and i + 1 < n else None
+                token = self._chosen(await chosen)
+                yield token
+                if forward is None and i + 1 < n:
+                    forward = self._forward_step(pos + i + 1)
+        finally:
+            if forward is not None:   # closed early: let the pass in flight finish
+                await forward
+
+    def _forward_step(self, pos: int):
+        """Submit the decode step at `pos` on the token tokens[0] holds."""
+        self.device.write(self.state.step.buffer, pack_step(pos, 1))
+        return self.device.run(self.decode_schedule)
 
     async def _rewind_conv(self, done: int, batches: list[int]) -> None:
         """After a stop: make the conv states those after step done-1 of a greedy run of
