@@ -29,20 +29,30 @@ def log(msg: str) -> None:
     print(f"pyodide_build: {msg}", file=sys.stderr, flush=True)
 
 
-def pyodide_runtime(cache: Path) -> Path:
-    """node_modules/pyodide of the pinned npm package (npm install once into the cache)."""
-    prefix = cache / ("npm-" + manifest.PYODIDE_NPM.replace("@", "-"))
-    package = prefix / "node_modules" / "pyodide"
-    if not all((package / name).exists() for name in manifest.PYODIDE_FILES):
+def npm_package(cache: Path, spec: str, files: dict[str, str]) -> Path:
+    """node_modules/NAME of the pinned npm package `spec` (NAME@VERSION; npm install once into the
+    cache), its `files` verified."""
+    prefix = cache / ("npm-" + spec.replace("@", "-").replace("/", "-"))
+    package = prefix / "node_modules" / spec.rpartition("@")[0]
+    if not all((package / name).exists() for name in files):
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError("npm not found: install Node.js (Debian: apt-get install nodejs npm)")
-        log(f"npm install {manifest.PYODIDE_NPM}")
-        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix),
-                        manifest.PYODIDE_NPM], check=True)
-    for name, sha in manifest.PYODIDE_FILES.items():
-        verify(package / name, sha, f"{manifest.PYODIDE_NPM} {name}")
+        log(f"npm install {spec}")
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix), spec],
+                       check=True)
+    for name, sha in files.items():
+        verify(package / name, sha, f"{spec} {name}")
     return package
+
+
+def pyodide_runtime(cache: Path) -> Path:
+    return npm_package(cache, manifest.PYODIDE_NPM, manifest.PYODIDE_FILES)
+
+
+def xgrammar(cache: Path) -> Path:
+    """The page's grammar engine; also what tests/test_grammar_parity.py runs in node."""
+    return npm_package(cache, manifest.XGRAMMAR_NPM, manifest.XGRAMMAR_FILES)
 
 
 def pypi_file(cache: Path, pinned: manifest.PypiFile) -> Path:
@@ -63,5 +73,6 @@ def pypi_file(cache: Path, pinned: manifest.PypiFile) -> Path:
 def prefetch(cache: Path) -> None:
     """Every pinned part into the cache, verified: what a build needs, fetched ahead (setup)."""
     pyodide_runtime(cache)
+    xgrammar(cache)
     for pinned in (manifest.PROVISA, manifest.JINJA2, manifest.GGUF, *(p.sdist for p in manifest.PURE_SDISTS)):
         pypi_file(cache, pinned)

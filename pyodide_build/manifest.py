@@ -18,6 +18,13 @@ PYODIDE_FILES = {   # file in node_modules/pyodide -> sha256
     "pyodide-lock.json": "9c45b916001a750f4102fc287494f3eab215909c7535c626a20db80fd6333e2c",
 }
 
+# XGrammar compiled to WebAssembly, the page's grammar engine (web/grammar.js): one file, the wasm
+# inside it as base64.
+XGRAMMAR_NPM = "@mlc-ai/web-xgrammar@0.1.27"
+XGRAMMAR_FILES = {   # file in node_modules/@mlc-ai/web-xgrammar -> sha256
+    "lib/index.js": "803713906fb3e53483ab03f33244a64d8ed818820be9abe520e615754bfd3e24",
+}
+
 
 @dataclass(frozen=True)
 class PypiFile:

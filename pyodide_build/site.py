@@ -19,7 +19,7 @@ from . import fetch, manifest, wheels
 REPO = Path(__file__).resolve().parent.parent
 WEB = REPO / "web"
 PAGE_FILES = ("index.html", "app.js", "style.css", "example.html", "cera.js", "cera.d.ts", "errors.js",
-              "worker.js", "gpu.js", "models.js")
+              "worker.js", "gpu.js", "models.js", "grammar.js")
 
 
 def lock_entry(wheel: Path, info: InfoSpec, depends: list[str]) -> PackageSpec:
@@ -127,6 +127,8 @@ def build(out: Path, cache: Path, models: list[str] = (), ggufs: list[Path] = ()
 
     for name in PAGE_FILES:
         shutil.copyfile(WEB / name, out / name)
+    (out / "xgrammar").mkdir()   # where grammar.js loads it from
+    shutil.copyfile(fetch.xgrammar(cache) / "lib" / "index.js", out / "xgrammar" / "index.js")
     catalogue = bundle_models(list(models), list(ggufs), out)
     (out / "catalogue.json").write_text(json.dumps(catalogue, indent=1))
     info = {"pyodide": manifest.PYODIDE_VERSION,

@@ -24,6 +24,7 @@ from cera.gguf_file import GGUFFile
 from cera.runner import Job, run_job
 from cera.sampling import Sampler
 from cera.tools import HERMES, LLAMA3, CallText, Tools, parse
+from native_server import cera_serve
 
 GRAMMARS = Path(__file__).parent / "data" / "grammars"
 SCHEMAS = {
@@ -329,3 +330,28 @@ def test_server_refuses_what_it_does_not_honour(smollm2_server):
         if param:
             assert err.value.body["param"] == param or param in err.value.body["message"]
     assert c.chat.completions.create(**ask, user="me", parallel_tool_calls=False).choices[0].message.content
+
+
+@pytest.mark.slow
+def test_qwen_tool_call_round_trip(tmp_path):
+    """The issue's round trip on `python -m cera serve -m qwen2.5-coder-1.5b-instruct` (its own
+    template lists the tools; its calls are single <tool_call> tokens): the call arrives as
+    tool_calls with valid arguments, whole and streamed; the tool's answer goes back and the
+    reply uses it."""
+    with cera_serve(tmp_path, "-m", "qwen2.5-coder-1.5b-instruct", "--ctx", "1024") as (url, proc, _):
+        c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=1200)
+        messages = [{"role": "user", "content": "What is the weather like in Oslo right now?"}]
+        ask = dict(model="qwen2.5-coder-1.5b-instruct", tools=[WEATHER, TIME], max_tokens=64, temperature=0)
+        reply = c.chat.completions.create(messages=messages, **ask).choices[0]
+        assert reply.finish_reason == "tool_calls", reply
+        call = reply.message.tool_calls[0]
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+        chunks = list(c.chat.completions.create(messages=messages, stream=True, **ask))
+        deltas = [d for ch in chunks for d in (ch.choices[0].delta.tool_calls or [])]
+        assert [(d.function.name, d.function.arguments) for d in deltas] == [("get_weather", call.function.arguments)]
+        messages += [reply.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 17, "unit": "C", '
+                                                                         '"sky": "light rain"}'}]
+        answer = c.chat.completions.create(messages=messages, **ask).choices[0]
+        assert answer.finish_reason == "stop" and "17" in answer.message.content, answer

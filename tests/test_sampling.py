@@ -401,10 +401,13 @@ class Thirds:
         self.n += 1
 
 
-def test_a_constraint_masks_the_model(model, device):
+@pytest.mark.parametrize("variant", [None, "lfm2_q4_k"], ids=["attention", "conv states"])
+def test_a_constraint_masks_the_model(model, synth_gguf, device, variant):
     """A constraint's matcher, asked before each token and told each one chosen: every token it
     allows, the GPU's as the reference's, through context shifts (ctx 16, 30 tokens) as
-    within one; a bias that bans every token ends the reply."""
+    within one, a pass ahead of the caller or (conv states) not; a bias that bans every token
+    ends the reply."""
+    model = synth_gguf(variant) if variant else model
     gpu, ref = (asyncio.run(Engine.load(model, d, ctx=16)) for d in (device, None))
     results = []
     for engine in (gpu, ref):
@@ -415,7 +418,14 @@ def test_a_constraint_masks_the_model(model, device):
             r = asyncio.run(engine.generate([5, 6, 7], 30, stop_at_eos=False, sampler=s))
             assert [t % 3 for t in r.tokens] == [i % 3 for i in range(30)]
             results.append(r.tokens)
-    assert results[:2] == results[2:]
+        engine.grammars.n, stops = 0, iter(range(100))   # stopped early, then a next turn from where it stopped
+        s = Sampler(temperature=0.9, seed=5, constraint=ANYTHING, repeat_penalty=1.3)
+        first = asyncio.run(engine.generate([5, 6, 7], 12, stop_at_eos=False, sampler=s,
+                                            should_stop=lambda: next(stops) == 4)).tokens
+        engine.grammars.n = 0
+        results.append(first + asyncio.run(engine.generate([5, 6, 7, *first, 8], 6, stop_at_eos=False,
+                                                           sampler=s)).tokens)
+    assert results[:3] == results[3:]
     banned = Sampler(temperature=0.5, logit_bias={i: -np.inf for i in range(gpu.cfg.vocab_size)})
     r = asyncio.run(gpu.generate([5, 6, 7], 10, sampler=banned))
     assert (r.tokens, r.stop_reason) == ([], "no_allowed_token")

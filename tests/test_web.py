@@ -150,7 +150,7 @@ def test_build_is_verified_and_self_contained(site):
         assert lock["packages"][name]["sha256"].startswith(sha), name
     # (the wheels built here are checked by Pyodide itself against the lock as the page installs them)
     for name in ("index.html", "app.js", "worker.js", "gpu.js", "models.js", "style.css", "catalogue.json",
-                 "cera.js", "cera.d.ts", "errors.js", "example.html",
+                 "cera.js", "cera.d.ts", "errors.js", "example.html", "grammar.js", "xgrammar/index.js",
                  "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm", "pyodide/python_stdlib.zip"):
         assert (site / name).is_file(), name
     with zipfile.ZipFile(site / "pyodide" / lock["packages"]["cera"]["file_name"]) as wheel:
@@ -934,6 +934,42 @@ def test_sampled_text_equals_the_native_servers(engines, native, sampling):
         model="llama_q4_0.gguf", extra_body={k: v for k, v in request.items() if k in EXTENSIONS},
         **{k: v for k, v in request.items() if k not in EXTENSIONS})
     assert got["choices"][0]["text"] == want.choices[0].text
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("request_fields", [
+    dict(response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}, seed=3,
+         temperature=0.9),
+    dict(response_format={"type": "json_object"}, temperature=0),
+    dict(grammar=(REPO / "tests" / "data" / "grammars" / "chess.gbnf").read_text(), seed=4, temperature=0.8),
+    dict(logprobs=True, top_logprobs=2, temperature=0),
+], ids=["json schema", "json object", "gbnf", "logprobs"])
+def test_constrained_replies_equal_the_native_servers(engines, native, request_fields):
+    """The page constrains with XGrammar (web/grammar.js), the native server with llguidance: a
+    seeded reply is the same, token for token, whole and streamed; so are tool calls and logprobs."""
+    request = dict(messages=[{"role": "user", "content": "Tell me about someone"}], max_tokens=40, **request_fields)
+    got, chunks = engines.evaluate("""async (request) => {
+        const whole = await engines.llama_q4_0.chat.completions.create(request), chunks = [];
+        for await (const chunk of await engines.llama_q4_0.chat.completions.create({...request, stream: true})) {
+            chunks.push(chunk);
+        }
+        return [whole, chunks];
+    }""", request)
+    extra = {k: request.pop(k) for k in ("grammar",) if k in request}
+    want = native("llama_q4_0").chat.completions.create(model="llama_q4_0.gguf", extra_body=extra, **request).to_dict()
+    probs = [o["choices"][0].pop("logprobs") or {"content": []} for o in (got, want)]
+    assert without_id([got]) == without_id([want])
+    for mine, theirs in zip(*(p["content"] for p in probs), strict=True):   # the GPU's logits against numpy's
+        assert [t["token"] for t in mine["top_logprobs"]] == [t["token"] for t in theirs["top_logprobs"]]
+        assert mine["logprob"] == pytest.approx(theirs["logprob"], abs=1e-2)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == (got["choices"][0]["message"]
+                                                                                       ["content"] or "")
 
 
 @pytest.mark.parametrize("pooling", ["none", "mean"])

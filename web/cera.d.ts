@@ -115,8 +115,10 @@ export interface RuntimeStats {
 
 export type TextPart = { type: "text"; text: string };
 export interface Message {
-  role: "system" | "user" | "assistant" | string;
+  role: "system" | "user" | "assistant" | "tool" | string;
   content?: string | TextPart[] | null;
+  tool_calls?: ToolCall[];      // an assistant's calls, as a reply gave them
+  tool_call_id?: string;        // a tool's answer: to which call
 }
 
 export interface Sampling {
@@ -148,22 +150,57 @@ export interface Sampling {
   n?: 1;
   /** An extension: the loaded LoRA adapters to apply, by name or index; [] for none; absent: all. */
   lora?: (string | number)[];
+  /** What the reply must be: any JSON object, or JSON valid under a schema (one of these three). */
+  response_format?: { type: "text" } | { type: "json_object" } |
+    { type: "json_schema"; json_schema: { name?: string; schema?: object; strict?: boolean } };
+  /** llama.cpp server's: JSON valid under this schema. */
+  json_schema?: object | boolean;
+  /** llama.cpp server's: a text in this GBNF grammar (llama.cpp's grammars/ work as they are). */
+  grammar?: string;
+}
+
+export interface Tool {
+  type: "function";
+  function: { name: string; description?: string; parameters?: object };
+}
+
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };   // arguments: JSON text
 }
 
 export interface ChatCompletionRequest extends Sampling {
   messages: Message[];
   /** Default: until the context is full. */
   max_completion_tokens?: number;
+  /** Functions the reply may call (rendered by the model's chat template); calls come back in message.tool_calls. */
+  tools?: Tool[];
+  /** "auto" (default), "none" (no tools told), "required" or a named function: the call constrained by its schema. */
+  tool_choice?: "auto" | "none" | "required" | { type: "function"; function: { name: string } };
+  /** Each token's log-probability under the model, and the top_logprobs most likely tokens'. */
+  logprobs?: boolean;
+  top_logprobs?: number;
 }
 
 export interface CompletionRequest extends Sampling {
   /** Text, or token ids. max_tokens defaults to 16 (OpenAI's). */
   prompt: string | number[];
+  /** Each token's log-probability and this many most likely tokens' (0 to 5). */
+  logprobs?: number;
 }
 
 // ---- responses: OpenAI's objects ----
 
-export type FinishReason = "stop" | "length";   // "stop": EOS, a stop string, or interrupt()
+/** A chat token's log-probability (streamed: every token's, in the chunk with the finish_reason). */
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+export type FinishReason = "stop" | "length" | "tool_calls";   // "stop": EOS, a stop string, or interrupt()
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
@@ -181,12 +218,14 @@ interface Response<Kind extends string, Choice> {
 }
 
 export interface ChatCompletion extends Response<"chat.completion",
-  { message: { role: "assistant"; content: string }; finish_reason: FinishReason }> { usage: Usage }
+  { message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] }; finish_reason: FinishReason;
+    logprobs: { content: TokenLogprob[] } | null }> { usage: Usage }
 
 /** The first has delta {role: "assistant", content: ""}, the last of a reply {} and a finish_reason;
  * with stream_options.include_usage, one more with no choices and the usage. */
 export interface ChatCompletionChunk extends Response<"chat.completion.chunk",
-  { delta: { role?: "assistant"; content?: string }; finish_reason: FinishReason | null }> { usage?: Usage }
+  { delta: { role?: "assistant"; content?: string; tool_calls?: (ToolCall & { index: number })[] };
+    finish_reason: FinishReason | null; logprobs: { content: TokenLogprob[] } | null }> { usage?: Usage }
 
 export interface Completion extends Response<"text_completion",
   { text: string; finish_reason: FinishReason }> { usage: Usage }

@@ -35,7 +35,8 @@ const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower
 const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, onProgress: FUNCTION, onMemory: FUNCTION };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
-  (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text))));
+  (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text)))) &&
+  (m.tool_calls == null || (Array.isArray(m.tool_calls) && m.tool_calls.every((c) => isText(c.function?.name))));
 const SAMPLING = {
   model: [isText, "the loaded model's name"],
   max_tokens: POSITIVE,
@@ -57,15 +58,29 @@ const SAMPLING = {
   n: [(v) => v === 1, "1 (one choice per request)"],
   lora: [(v) => Array.isArray(v) && v.every((a) => isText(a) || Number.isSafeInteger(a)),
     "an array of loaded LoRA adapters' names or indices ([] for none; absent: all of them)"],
+  response_format: [(v) => isObject(v) && ["text", "json_object", "json_schema"].includes(v.type),
+    "{type: \"text\"}, {type: \"json_object\"} or {type: \"json_schema\", json_schema: {name, schema}}"],
+  json_schema: [(v) => isObject(v) || typeof v === "boolean", "a JSON schema (llama.cpp server's field)"],
+  grammar: [(v) => isText(v) && v !== "", "a GBNF grammar (llama.cpp server's field)"],
+};
+const TOOLS = {
+  tools: [(v) => Array.isArray(v) && v.every((t) => isObject(t) && isObject(t.function) && isText(t.function.name)),
+    "an array of {type: \"function\", function: {name, description, parameters}}"],
+  tool_choice: [(v) => ["auto", "none", "required"].includes(v) || (isObject(v) && isText(v.function?.name)),
+    "\"auto\", \"none\", \"required\" or {type: \"function\", function: {name}}"],
+  logprobs: BOOLEAN,
+  top_logprobs: [(v) => Number.isSafeInteger(v) && v >= 0 && v <= 20, "an integer from 0 to 20"],
 };
 const REQUESTS = {
   chat: { method: "chat.completions.create", required: "messages", rules: {
     messages: [(v) => Array.isArray(v) && v.length > 0 && v.every(isMessage),
-      "a non-empty array of {role, content} (content a string or [{type: \"text\", text}])"],
-    max_completion_tokens: POSITIVE, ...SAMPLING } },
+      "a non-empty array of {role, content} (content a string or [{type: \"text\", text}]; an assistant's " +
+      "tool_calls, a tool's tool_call_id)"],
+    max_completion_tokens: POSITIVE, ...SAMPLING, ...TOOLS } },
   completion: { method: "completions.create", required: "prompt", rules: {
     prompt: [(v) => isText(v) || (Array.isArray(v) && v.length > 0 && v.every((t) => Number.isSafeInteger(t) && t >= 0)),
       "a string or an array of token ids"],
+    logprobs: [(v) => Number.isSafeInteger(v) && v >= 0 && v <= 5, "an integer from 0 to 5"],
     ...SAMPLING } },
 };
 const EMBED = { text: [(v) => isText(v) && v !== "", "a non-empty string"],

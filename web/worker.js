@@ -12,6 +12,7 @@
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import { openGpu } from "./gpu.js";
+import { GrammarHost } from "./grammar.js";
 import { openModel } from "./models.js";
 
 let booted = null;       // Promise of {pyodide, session}
@@ -30,7 +31,7 @@ function boot(id, simulate) {
       message: `the GPU device was lost (${info.reason || "unknown"}: ${info.message}). ` +
         "Reload the page; if it happens again the model may be too large for this GPU's memory.",
     }));
-    const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null);
+    const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null, GrammarHost);
     return { pyodide, session };
   })();
   return booted;

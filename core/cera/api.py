@@ -102,9 +102,9 @@ class Model:
 
 
 def _job(max_tokens: int, sampling: dict, **prompt) -> Job:
-    stop, adapters = sampling.pop("stop", ()), sampling.pop("adapters", None)
+    stop, adapters, logprobs = sampling.pop("stop", ()), sampling.pop("adapters", None), sampling.pop("logprobs", None)
     tools = Tools.of(sampling.pop("tools", None), sampling.pop("tool_choice", None))
     constraint = Constraint.one_of(*(sampling.pop(k, None) for k in ("json_schema", "regex", "grammar", "response_format")))
     return Job(**prompt, max_tokens=max_tokens, sampler=Sampler(**sampling, constraint=constraint),
                stop=(stop,) if isinstance(stop, str) else tuple(stop),
-               adapters=None if adapters is None else tuple(adapters), tools=tools)
+               adapters=None if adapters is None else tuple(adapters), tools=tools, logprobs=logprobs)

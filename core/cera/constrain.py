@@ -183,17 +183,28 @@ class LLGuidance:
         return LLGuidanceMatcher(self._compiled(constraint).deep_copy(), self.vocab)
 
     def _compile(self, constraint: Constraint):
+        """llguidance's matcher at the start of `constraint`, compiled with no_forcing: where the
+        grammar forces text (`{"name": ` opening an object whose first key is required) every
+        token that spells a prefix of it is allowed, not only the text's canonical first token;
+        XGrammar in the page can only do the same, and the hosts must agree."""
         llg, text = self._llg, constraint.source
         try:
             if constraint.kind == "json_schema":
-                grammar = llg.LLMatcher.grammar_from_json_schema(
-                    text, overrides={"whitespace_flexible": False, "item_separator": JSON_SEPARATORS[0],
-                                     "key_separator": JSON_SEPARATORS[1]})
+                schema = json.loads(text)
+                if schema is False:
+                    raise ValueError("the schema false allows no value")
+                options = {"whitespace_flexible": False, "item_separator": JSON_SEPARATORS[0],
+                           "key_separator": JSON_SEPARATORS[1]}
+                lark = "start: %json " + json.dumps({**(schema if schema is not True else {}), "x-guidance": options})
+                grammars = [{"lark_grammar": lark}]
             else:
-                grammar = llg.grammar_from("regex" if constraint.kind == "regex" else "grammar", text)
+                spec = llg.grammar_from("regex" if constraint.kind == "regex" else "grammar", text)
+                grammars = json.loads(spec)["grammars"] if spec.startswith("{") else [{"lark_grammar": spec}]
         except ValueError as e:
             raise InvalidArgument(f"the {constraint.label} does not compile: {e}") from None
-        matcher = llg.LLMatcher(self.lltokenizer, grammar, log_level=0)
+        for grammar in grammars:
+            grammar["lark_grammar"] = '%llguidance {"no_forcing": true}\n' + grammar["lark_grammar"]
+        matcher = llg.LLMatcher(self.lltokenizer, json.dumps({"grammars": grammars}), log_level=0)
         if matcher.is_error():
             raise InvalidArgument(f"the {constraint.label} does not compile: {matcher.get_error()}")
         return matcher

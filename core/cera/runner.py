@@ -46,6 +46,11 @@ class Job:
     tools: Tools | None = None   # the functions a chat reply may call (cera.tools)
     logprobs: int | None = None  # report each token's log-probability and this many alternatives' (Engine.generate)
 
+    @property
+    def constrained(self) -> bool:
+        """Whether the reply is constrained (a grammar engine is needed)."""
+        return self.sampler.constraint is not None or bool(self.tools and self.tools.forced)
+
     def prompt_ids(self, engine: Engine) -> list[int]:
         if (self.prompt is None) == (self.messages is None):
             raise InvalidArgument("a Job takes a prompt or messages, not both")
@@ -107,12 +112,15 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
                 on_text(text)
 
     adapters = range(len(engine.loras)) if job.adapters is None else job.adapters
-    sampler = job.sampler
-    if fmt and (forced := tools.constraint(job.tools, fmt, engine.tokenizer)):
+    sampler, ids = job.sampler, job.prompt_ids(engine)
+    call = tools.forced_call(job.tools, fmt) if fmt else None
+    if call is not None:
         if sampler.constraint is not None:
             raise InvalidArgument("a reply is a tool call (tool_choice) or fits a response_format, not both")
-        sampler = replace(sampler, constraint=forced)
-    result = await engine.generate(job.prompt_ids(engine), job.max_tokens, on_text=show, sampler=sampler,
+        sampler = replace(sampler, constraint=call.constraint)
+        ids += engine.tokenizer.encode(call.opening, add_special=False, parse_special=True)
+        calls.push(call.opening)
+    result = await engine.generate(ids, job.max_tokens, on_text=show, sampler=sampler,
                                    should_stop=lambda: stops.hit or should_stop(), adapters=adapters,
                                    logprobs=job.logprobs)
     if tail := stops.flush():
@@ -122,6 +130,8 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
         else result.stop_reason
     text, found = "".join(shown), []
     if calls is not None:
+        if call is not None and result.stop_reason == "eos":
+            calls.push(call.closing)
         held, text, found = calls.end()
         if held:
             on_text(held)

@@ -10,8 +10,9 @@ renders it) and writes a call in its family's format; cera knows two:
 A template that does not mention tools gets them as Hermes does: a system message that lists
 them and says how to call, the earlier calls and results written into the conversation as text.
 
-With tool_choice "required" or a named function, the call itself is constrained: a grammar
-that allows exactly the format's call to those tools, its arguments by their JSON schema, whose
+With tool_choice "required" or a named function, the call itself is constrained: the format's
+opening is written for the model, then a JSON schema allows exactly a call to those tools, its
+arguments by their JSON schema, whose
 objects take no properties beyond those it names unless it says otherwise (llama.cpp's rule
 too: a call's arguments are what the function declares, and a model cannot ramble on in them).
 """
@@ -22,9 +23,8 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from cera.constrain import JSON_SEPARATORS, Constraint, rewrite
+from cera.constrain import Constraint, rewrite
 from cera.errors import InvalidArgument
-from cera.tokenizer import Tokenizer
 
 HERMES, LLAMA3 = "hermes", "llama3"
 CHOICES = ("auto", "none", "required")
@@ -136,23 +136,27 @@ def _hermes_text(function: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": function["name"], "arguments": function["arguments"]}) + "\n</tool_call>"
 
 
-def constraint(tools: Tools, fmt: str, tokenizer: Tokenizer) -> Constraint | None:
-    """The grammar a forced call must match (Tools.forced), as a Lark grammar for llguidance:
-    the format's text around a JSON object whose name is one of the functions and whose
-    arguments fit that function's parameters. <tool_call> tokens of the vocabulary are used as
-    such (Qwen's are single tokens)."""
+@dataclass(frozen=True)
+class ForcedCall:
+    """A reply that must be a call: the format's `opening`, written for the model (appended to
+    the prompt, so the grammar engine sees plain JSON), then JSON valid under `constraint`
+    (a call to one of the functions, its arguments fitting that function's parameters), then
+    `closing`, which the reply's text gets back when the JSON is complete."""
+    opening: str
+    constraint: Constraint
+    closing: str
+
+
+def forced_call(tools: Tools, fmt: str) -> ForcedCall | None:
+    """What a forced call must be (Tools.forced), None where tool_choice forces none."""
     if not tools.forced:
         return None
     key = "parameters" if fmt == LLAMA3 else "arguments"
     calls = [{"type": "object", "properties": {"name": {"const": f["name"]}, key: closed(f["parameters"])},
               "required": ["name", key], "additionalProperties": False} for f in tools.forced]
-    schema = {"anyOf": calls, "x-guidance": {"whitespace_flexible": False, "item_separator": JSON_SEPARATORS[0],
-                                             "key_separator": JSON_SEPARATORS[1]}}
-    body = f"%json {json.dumps(schema)}"
-    if fmt == LLAMA3:
-        return Constraint("grammar", f"start: call\ncall: {body}\n")
-    return Constraint("grammar", f"start: {_literal(tokenizer, '<tool_call>')} \"\\n\" call \"\\n\" "
-                                 f"{_literal(tokenizer, '</tool_call>')}\ncall: {body}\n")
+    constraint = Constraint.json_schema(calls[0] if len(calls) == 1 else {"anyOf": calls})
+    return ForcedCall("", constraint, "") if fmt == LLAMA3 else ForcedCall("<tool_call>\n", constraint,
+                                                                          "\n</tool_call>")
 
 
 def closed(schema):
@@ -161,12 +165,6 @@ def closed(schema):
         is_object = s.get("type") == "object" or isinstance(s.get("properties"), dict)
         return {**s, "additionalProperties": False} if is_object and "additionalProperties" not in s else s
     return rewrite(schema, close)
-
-
-def _literal(tokenizer: Tokenizer, text: str) -> str:
-    """`text` in Lark: the vocabulary's special token of that text by id, else the string."""
-    token = tokenizer.token_to_id.get(text)
-    return f"<[{token}]>" if token is not None else json.dumps(text)
 
 
 def parse(text: str, fmt: str) -> tuple[str | None, list[dict]]:

@@ -23,7 +23,7 @@ echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.
 T="-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=$TRIXIE/lists -oDir::Etc::SourceList=$TRIXIE/sources.list -oDir::Etc::SourceParts=/nonexistent"
 apt-get $T update -qq && (cd $H/vk && apt-get $T download -qq libvulkan-dev spirv-headers)
 $PY -m pip download -q -d $H/whl --no-deps --only-binary=:all: --python-version 3.12 \
-  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
+  --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
   wgpu==0.32.0 gguf==0.19.0 cffi==2.1.1 pycparser rendercanvas sniffio llguidance==1.9.1
 mkdir -p $H/pyt && $PY -m pip download -q -d $H/pyt --no-deps --only-binary=:all: --python-version 3.12 \
   --platform any pytest pluggy iniconfig packaging pygments       # for `device.sh tests`

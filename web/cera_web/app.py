@@ -21,6 +21,7 @@ from cera.runner import run_job
 from js import Object
 from pyodide.ffi import to_js
 
+from .grammar import XGrammar
 from .host import WebDevice
 from .sources import BlobSource
 
@@ -66,8 +67,10 @@ class _Chunks:
 
 
 class Session:
-    def __init__(self, host, post, limits=None):
-        self.host, self.post = host, post
+    def __init__(self, host, post, limits=None, grammar_host=None):
+        """host: the GpuHost (web/gpu.js); grammar_host: the GrammarHost class (web/grammar.js),
+        started over a model's vocabulary by its first constrained request."""
+        self.host, self.post, self.grammar_host = host, post, grammar_host
         self.device = WebDevice(host, dict(limits) if limits else None)
         self.engine = None
         self.model = None                  # the loaded model's name: "model" in the OpenAI objects
@@ -75,6 +78,7 @@ class Session:
         self._turn = asyncio.Lock()        # loads and requests run one at a time, in arrival order
         self._running = None               # id of the request generating now
         self._interrupted: set = set()     # ids of requests told to stop
+        self._grammars_for = None          # the engine whose grammars are XGrammar's (web/cera_web/grammar.py)
         _sessions.append(self)
 
     def info(self):
@@ -165,6 +169,10 @@ class Session:
                     job, shape = chat_job(ctx=self.engine.ctx, **body), ChatCompletion(self.model, self.engine.tokenizer)
                 else:
                     job, shape = completion_job(**body), TextCompletion(self.model, self.engine.tokenizer)
+                if job.constrained and self._grammars_for is not self.engine:   # XGrammar, started on first use
+                    self.engine.grammars = await XGrammar.load(self.grammar_host, self.engine.tokenizer,
+                                                               self.engine.cfg.vocab_size)
+                    self._grammars_for = self.engine
                 chunks = _Chunks(self.post, msg_id, shape) if stream else None
                 result = await self._run(job, msg_id, chunks)
             if not stream:

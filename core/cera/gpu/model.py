@@ -307,14 +307,15 @@ class GpuModel:
         """The sampler's token after the last position run (the reply's token `draw`), from the
         logits that step left on the GPU; NO_TOKEN when none is allowed."""
         self._mask_next()
-        return self._chosen(await self._submit_choice(draw))
+        return self._chosen(await self._submit_choice(draw, self.n_past))
 
-    def _submit_choice(self, draw: int):
-        """Submit choose()'s dispatches; the awaitable yields the token's 4 bytes."""
+    def _submit_choice(self, draw: int, positions: int):
+        """Submit choose()'s dispatches for the logits after `positions` positions; the
+        awaitable yields the token's 4 bytes."""
         key = _variant(self.sampler)
         if key not in self._choose:
             self._choose[key] = self.device.schedule(self._choose_steps(self.sampler))
-        self.device.write(self.state.step.buffer, pack_step(self.n_past, 1, draw))
+        self.device.write(self.state.step.buffer, pack_step(positions, 1, draw))
         return self.device.run(self._choose[key], Binding(self.sampling.result.buffer, 0, 4))
 
     def _mask_next(self) -> None:
@@ -376,31 +377,40 @@ class GpuModel:
                 await self._rewind_conv(done, batches)
 
     async def _masked(self, token: int, pos: int, n: int, draw: int):
-        """decode() for a sampler with a constraint, a token at a time: the host computes each
-        choice's mask (it needs only the tokens so far) while the GPU runs that step's forward
-        pass. The next step's pass is submitted right behind the choice, before its token is
-        read back (the pass takes the token from the GPU's own buffer), so the GPU runs it while
-        the host reads the token and computes the next mask. A model with conv states submits
-        each pass only once the caller has the token before it (a pass past the caller's last
-        token would move those states on); a pass run past it otherwise is simply overwritten."""
+        """decode() for a sampler with a constraint, a token at a time, the host's work hidden
+        behind the GPU's: step i + 1's forward pass is submitted behind step i's choice, before
+        token i is read back (the pass takes the token from the GPU's own buffer); once token i
+        is read, the host computes choice i + 1's mask and submits it while that pass runs, and
+        only then hands token i to the caller. What runs past the caller's last token is
+        simply overwritten later. A model with conv states waits for the caller instead (a pass
+        past its last token would move those states on)."""
         ahead = not self.chain.conv
         if token != self._gpu_token:
             self.device.write(self.state.tokens.buffer, np.array([token], np.uint32).tobytes())
         forward = self._forward_step(pos)
+        chosen = self._masked_choice(draw, pos + 1)
         try:
             for i in range(n):
-                self._mask_next()
-                self.n_past = pos + i + 1
-                chosen = self._submit_choice(draw + i)
                 await forward
-                forward = self._forward_step(pos + i + 1) if ahead and i + 1 < n else None
+                forward = self._forward_step(pos + i + 1) if i + 1 < n and ahead else None
                 token = self._chosen(await chosen)
+                chosen = self._masked_choice(draw + i + 1, pos + i + 2) if forward is not None else None
+                self.n_past = pos + i + 1
                 yield token
-                if forward is None and i + 1 < n:
+                if i + 1 < n and not ahead:
                     forward = self._forward_step(pos + i + 1)
-        finally:
-            if forward is not None:   # closed early: let the pass in flight finish
+                    chosen = self._masked_choice(draw + i + 1, pos + i + 2)
+        finally:   # closed early: let what is in flight finish; tokens[0] holds a choice not yielded
+            if forward is not None:
                 await forward
+            if chosen is not None:
+                await chosen
+                self._gpu_token = None
+
+    def _masked_choice(self, draw: int, positions: int):
+        """Submit the choice of the reply's token `draw` after `positions` positions, masked."""
+        self._mask_next()
+        return self._submit_choice(draw, positions)
 
     def _forward_step(self, pos: int):
         """Submit the decode step at `pos` on the token tokens[0] holds."""
