@@ -143,6 +143,15 @@ def test_llama_cpp_grammars_compile_and_constrain(reference, path):
         assert CHECKS[path.stem](r.text), r.text
 
 
+def test_a_constraint_that_allows_nothing_more_ends_the_reply(reference):
+    """Past a complete match only the end of the turn is allowed; told to go on past it anyway
+    (stop_at_eos False), the matcher allows nothing: the reply ends, saying why."""
+    r = asyncio.run(reference.generate("Say a:", 8, stop_at_eos=False, sampler=Sampler(constraint=Constraint("regex",
+                                                                                                              "a"))))
+    assert r.stop_reason == "no_allowed_token" and reference.tokenizer.decode(r.tokens[:-1]) == "a"
+    assert reference.tokenizer.is_eog(r.tokens[-1])
+
+
 def test_regex_and_grammar_through_the_api(smollm2):
     with cera.load(catalogue.fetch("smollm2-135m-instruct"), backend="reference", ctx=256) as m:
         r = m.generate("My favourite number is", 12, regex=r" [0-9]{2,3}\.")
@@ -197,26 +206,35 @@ WEATHER = {"type": "function", "function": {
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 
 
+NAMES = {"get_weather", "get_time"}
+
+
 def test_parse_calls_of_each_format():
     text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
-    content, calls = parse(text, HERMES)
+    content, calls = parse(text, HERMES, NAMES)
     assert content == "Let me check." and [c["function"]["name"] for c in calls] == ["get_weather"]
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"}
-    content, calls = parse('{"name": "get_time", "parameters": {}}', LLAMA3)
+    content, calls = parse('{"name": "get_time", "parameters": {}}', LLAMA3, NAMES)
     assert content is None and calls[0]["function"] == {"name": "get_time", "arguments": "{}"}
-    assert parse("<tool_call>\nnot json\n</tool_call>", HERMES) == ("<tool_call>\nnot json\n</tool_call>", [])
-    assert parse("plain words", LLAMA3) == ("plain words", [])
+    fenced = '```json\n{"name": "get_time", "arguments": {}}\n```'   # a Hermes-style model's other habit
+    assert parse(fenced, HERMES, NAMES)[1][0]["function"] == {"name": "get_time", "arguments": "{}"}
+    for plain in ("<tool_call>\nnot json\n</tool_call>", '{"name": "unknown", "arguments": {}}', '{"a": 1}'):
+        assert parse(plain, HERMES, NAMES) == (plain, [])
+    assert parse("plain words", LLAMA3, NAMES) == ("plain words", [])
 
 
-def test_streamed_text_stops_where_a_call_begins():
-    stream = CallText(HERMES)
+def test_streamed_text_stops_where_a_call_may_begin():
+    stream = CallText(HERMES, NAMES)
     shown = [stream.push(p) for p in ["Sure", ". <tool", "_call>\n{\"name\": \"get_time\", ",
                                       "\"arguments\": {}}\n</tool_call>"]]
     assert "".join(shown) == "Sure. "
     held, content, calls = stream.end()
     assert (held, content, len(calls)) == ("", "Sure.", 1)
-    plain = CallText(HERMES)
+    plain = CallText(HERMES, NAMES)
     assert plain.push("a <tool") == "a " and plain.end()[0] == "<tool"
+    json_answer = CallText(HERMES, NAMES)   # may be a call until it ends: held, then given back
+    assert json_answer.push('{"a": ') == "" and json_answer.push("1}") == ""
+    assert json_answer.end() == ('{"a": 1}', '{"a": 1}', [])
 
 
 def test_a_forced_call_fits_its_schema(smollm2):
@@ -304,7 +322,8 @@ def test_server_tool_call_round_trip(smollm2_server):
                  {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21, "unit": "C"}'}]
     answer = c.chat.completions.create(model="synth.gguf", messages=messages, tools=[WEATHER, TIME], max_tokens=24,
                                        temperature=0)
-    assert answer.choices[0].message.content and answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert answer.usage.prompt_tokens_details.cached_tokens > 0   # the conversation's prefix, not prefilled again
 
 
 def test_server_logprobs(smollm2_server):
@@ -337,7 +356,7 @@ def test_qwen_tool_call_round_trip(tmp_path):
     """The issue's round trip on `python -m cera serve -m qwen2.5-coder-1.5b-instruct` (its own
     template lists the tools; its calls are single <tool_call> tokens): the call arrives as
     tool_calls with valid arguments, whole and streamed; the tool's answer goes back and the
-    reply uses it."""
+    reply uses it (asked with tool_choice "none": this small coder would call again)."""
     with cera_serve(tmp_path, "-m", "qwen2.5-coder-1.5b-instruct", "--ctx", "1024") as (url, proc, _):
         c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=1200)
         messages = [{"role": "user", "content": "What is the weather like in Oslo right now?"}]
@@ -353,5 +372,5 @@ def test_qwen_tool_call_round_trip(tmp_path):
         messages += [reply.message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 17, "unit": "C", '
                                                                          '"sky": "light rain"}'}]
-        answer = c.chat.completions.create(messages=messages, **ask).choices[0]
+        answer = c.chat.completions.create(messages=messages, **{**ask, "tool_choice": "none"}).choices[0]
         assert answer.finish_reason == "stop" and "17" in answer.message.content, answer

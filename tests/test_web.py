@@ -972,6 +972,48 @@ def test_constrained_replies_equal_the_native_servers(engines, native, request_f
                                                                                        ["content"] or "")
 
 
+@pytest.mark.slow
+def test_smollm2_constrained_tokens_equal_the_native_hosts(browser, server, tmp_path):
+    """Real SmolLM2 in the page (SwiftShader: seconds a token, hence slow): seeded replies under a
+    JSON schema and a forced tool call are the native host's token for token, and valid."""
+    import jsonschema
+    from cera import catalogue
+    path = catalogue.fetch("smollm2-135m-instruct")
+    server.add(path, "smollm2.gguf")
+    page = browser.new_page()
+    page.set_default_timeout(MODEL_MS)
+    page.goto(server.url + "index.html")
+    requests = [dict(messages=[{"role": "user", "content": "Describe a person."}], max_tokens=40, seed=seed,
+                     temperature=0.8, response_format={"type": "json_schema", "json_schema": {"name": "p",
+                                                                                             "schema": PERSON}})
+                for seed in (1, 2)]
+    requests.append(dict(messages=[{"role": "user", "content": "Weather in Oslo?"}], max_tokens=40, seed=3,
+                         temperature=0.7, tools=[WEATHER], tool_choice="required"))
+    got = page.evaluate("""async (requests) => {
+        const cera = await import("./cera.js");
+        const engine = await cera.createEngine({model: "smollm2.gguf"});
+        const out = [];
+        for (const request of requests) {
+            const reply = await engine.chat.completions.create(request);
+            out.push({reply, tokens: (await engine.runtimeStats()).lastRequest.tokens});
+        }
+        return out;
+    }""", requests)
+    page.close()
+    with cera_serve(tmp_path, "-m", str(path), "--backend", "reference") as (url, _, _):
+        client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
+        for request, mine in zip(requests, got, strict=True):
+            want = client.chat.completions.create(model=path.name, **request).choices[0].message
+            message = mine["reply"]["choices"][0]["message"]
+            assert message["content"] == want.content
+            if request.get("tools"):
+                call = message["tool_calls"][0]["function"]
+                assert call == want.tool_calls[0].function.to_dict()
+                jsonschema.validate(json.loads(call["arguments"]), WEATHER["function"]["parameters"])
+            else:
+                jsonschema.validate(json.loads(message["content"]), PERSON)
+
+
 @pytest.mark.parametrize("pooling", ["none", "mean"])
 def test_embeddings_equal_the_native_clis(page, models, pooling):
     """window.cera.embed gives the rows `python -m cera embed` prints, within SwiftShader's

@@ -180,7 +180,7 @@ class LLGuidance:
         return self._lltokenizer
 
     def matcher(self, constraint: Constraint) -> "LLGuidanceMatcher":
-        return LLGuidanceMatcher(self._compiled(constraint).deep_copy(), self.vocab)
+        return LLGuidanceMatcher(self._compiled(constraint).deep_copy(), self.vocab, self.tokenizer.eog_ids)
 
     def _compile(self, constraint: Constraint):
         """llguidance's matcher at the start of `constraint`, compiled with no_forcing: where the
@@ -211,15 +211,20 @@ class LLGuidance:
 
 
 class LLGuidanceMatcher:
-    def __init__(self, matcher, vocab: int):
-        self._matcher, self._words = matcher, -(-vocab // 32)
+    """A walk through an llguidance matcher. After a token the grammar refused, or an end of
+    generation, nothing is allowed (llguidance would allow the ends again; XGrammar nothing)."""
+
+    def __init__(self, matcher, vocab: int, ends: frozenset[int]):
+        self._matcher, self._words, self._ends = matcher, -(-vocab // 32), ends
+        self._ended = False
 
     def mask(self) -> np.ndarray:
-        if self._matcher.is_error():   # nothing is allowed after a token the grammar refused
+        if self._ended or self._matcher.is_error():
             return np.zeros(self._words, np.uint32)
         return np.frombuffer(self._matcher.compute_bitmask(), np.uint32)[: self._words]
 
     def advance(self, token: int) -> None:
+        self._ended = self._ended or token in self._ends
         self._matcher.consume_token(token)
 
 

@@ -100,7 +100,7 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
         return Result("", [], [], "cancelled", 0.0, 0.0)
     stops = StopText(job.stop)
     fmt = call_format(engine.chat_template) if job.tools is not None else None
-    calls = CallText(fmt) if fmt else None
+    calls = CallText(fmt, job.tools.names) if fmt else None
     shown = []
 
     def show(piece: str) -> None:

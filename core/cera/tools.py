@@ -29,6 +29,8 @@ from cera.errors import InvalidArgument
 HERMES, LLAMA3 = "hermes", "llama3"
 CHOICES = ("auto", "none", "required")
 _HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_WHOLE_CALL = re.compile(r"\s*(?:<\|python_tag\|>|```(?:json)?)?\s*(\{.*\})\s*(?:```)?\s*", re.S)
+_CALL_STARTS = ("{", "```", "<|python_tag|>")   # how a reply that is one call begins
 _HERMES_SYSTEM = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n"
                   "</tools>\n\nFor each function call, return a json object with function name and arguments within "
@@ -69,6 +71,10 @@ class Tools:
             if choice not in names:
                 raise InvalidArgument(f"tool_choice names function {choice!r}; the tools are {', '.join(names)}")
         return cls(tuple(functions), choice)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(f["name"] for f in self.functions)
 
     @property
     def for_template(self) -> list[dict]:
@@ -167,29 +173,28 @@ def closed(schema):
     return rewrite(schema, close)
 
 
-def parse(text: str, fmt: str) -> tuple[str | None, list[dict]]:
-    """A reply's text -> (content, OpenAI tool_calls); text that holds no call is all content."""
-    calls = []
-    if fmt == LLAMA3:
-        found = _call(text.strip().removeprefix("<|python_tag|>"), "parameters")
-        if found:
-            calls.append(found)
-            text = ""
-    else:
+def parse(text: str, fmt: str, names) -> tuple[str | None, list[dict]]:
+    """A reply's text -> (content, OpenAI tool_calls) for the functions `names`; text that holds
+    no call is all content. Besides the format's own calls, a reply that is one call to a known
+    function, bare or in a ``` block, is one (Hermes-style models write that too; llama.cpp's
+    parser takes it)."""
+    calls, key = [], "parameters" if fmt == LLAMA3 else "arguments"
+    if fmt == HERMES:
         for match in list(_HERMES_CALL.finditer(text)):
-            found = _call(match.group(1), "arguments")
-            if found:
+            if found := _call(match.group(1), key, names):
                 calls.append(found)
                 text = text.replace(match.group(0), "", 1)
+    if not calls and (whole := _WHOLE_CALL.fullmatch(text)) and (found := _call(whole.group(1), key, names)):
+        calls, text = [found], ""
     return (text.strip() or None) if calls else text, calls
 
 
-def _call(body: str, key: str) -> dict | None:
+def _call(body: str, key: str, names) -> dict | None:
     try:
         call = json.loads(body)
     except json.JSONDecodeError:
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+    if not isinstance(call, dict) or call.get("name") not in names:
         return None
     arguments = call.get(key, call.get("arguments", {}))
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
@@ -198,11 +203,12 @@ def _call(body: str, key: str) -> dict | None:
 
 class CallText:
     """A reply's text as it streams, when it may hold calls: push() returns what is safe to
-    show as content; from where a call may begin (the format's marker), the text is held, and
-    end() parses the whole reply (content, tool_calls), giving back held text that held no call."""
+    show as content; text that may begin a call (a reply that may be one call, from its start;
+    the format's marker, from there) is held, and end() parses the whole reply (content,
+    tool_calls), giving back held text that held no call."""
 
-    def __init__(self, fmt: str):
-        self.fmt, self.text, self.shown = fmt, "", 0
+    def __init__(self, fmt: str, names):
+        self.fmt, self.names, self.text, self.shown = fmt, names, "", 0
 
     def push(self, piece: str) -> str:
         self.text += piece
@@ -212,10 +218,12 @@ class CallText:
 
     def _safe_end(self) -> int:
         """How much of the text cannot be part of a call."""
-        if self.fmt == LLAMA3:   # a call is the whole reply: hold all of it while it may be one
-            head = self.text.lstrip()
-            return 0 if not head or "<|python_tag|>".startswith(head[:14]) or head[0] == "{" else len(self.text)
+        head = self.text.lstrip()
+        if any(head.startswith(s) or s.startswith(head) for s in _CALL_STARTS):
+            return 0
         marker = "<tool_call>"
+        if self.fmt == LLAMA3:
+            return len(self.text)
         at = self.text.find(marker)
         if at >= 0:
             return at
@@ -225,5 +233,5 @@ class CallText:
 
     def end(self) -> tuple[str, str | None, list[dict]]:
         """(the held text to show as content, the whole content, tool_calls)."""
-        content, calls = parse(self.text, self.fmt)
+        content, calls = parse(self.text, self.fmt, self.names)
         return ("" if calls else self.text[self.shown:]), content, calls

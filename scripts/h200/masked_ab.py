@@ -1,11 +1,12 @@
 """A/B of constrained decode's structure on one GPU: tokens/s of 128 decode steps after a 512-token
 prompt for (a) greedy, chained; (b) a mask of every token from a trivial matcher (the structure's
-cost alone: two submissions and a readback a token); (c) the same with the pass ahead off;
+cost alone: two submissions and a readback a token); (c) the same with the pass ahead off (GpuModel._masked: as for a model with conv states);
 (d) llguidance's JSON schema. Usage: python masked_ab.py MODEL.gguf [schema.json]"""
 import asyncio
 import json
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -62,7 +63,7 @@ async def main(path, schema):
 
     async def run(label, sampler, grammars=llg, ahead=True):
         engine.grammars = grammars
-        object.__setattr__(engine.backend.chain, "conv", conv if ahead else {"off": True})
+        engine.backend.chain = chain if ahead else replace(chain, conv={"off": None})   # as a model with conv states
         runs = []
         for _ in range(4):
             engine.reset()
@@ -71,11 +72,11 @@ async def main(path, schema):
             runs.append(r.decode_tokens_per_s)
         best = max(runs)
         masks = f"mask {1e6 * np.mean(MASK_TIMES):.0f} us mean, {1e6 * np.max(MASK_TIMES):.0f} max" if MASK_TIMES else ""
-        object.__setattr__(engine.backend.chain, "conv", conv)
+        engine.backend.chain = chain
         print(f"{label:40s} {best:8.1f} tok/s  (runs {', '.join(f'{x:.0f}' for x in runs)}; {len(r.tokens)} tokens, "
               f"{r.stop_reason}) {masks}", flush=True)
 
-    conv = engine.backend.chain.conv
+    chain = engine.backend.chain
     await run("greedy, chained", Sampler())
     await run("every token allowed, pass ahead", Sampler(constraint=constraint), Everything(engine.cfg.vocab_size))
     await run("every token allowed, no pass ahead", Sampler(constraint=constraint), Everything(engine.cfg.vocab_size),
