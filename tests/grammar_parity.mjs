@@ -1,7 +1,7 @@
 // web/grammar.js's GrammarHost in node, for tests/test_grammar_parity.py: a JSON request a line
 // on stdin, a JSON answer a line on stdout.
 //
-//   node tests/grammar_parity.mjs XGRAMMAR_INDEX_JS VOCAB_FILE VOCAB_SIZE STOP_IDS(comma-separated)
+//   node tests/grammar_parity.mjs XGRAMMAR_INDEX_JS VOCAB_FILE VOCAB_SIZE STOP_IDS(comma-separated) SEPARATORS(JSON)
 //   VOCAB_FILE: u32 token count n, n u32 ends, then the tokens' bytes (cera.constrain.token_bytes)
 //   {"op": "compile", "kind", "source"} -> {"id"} | {"name", "error": message}
 //   {"op": "matcher", "grammar"} -> {"id"}
@@ -15,7 +15,7 @@ import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 import { GrammarHost } from "../web/grammar.js";
 
-const [index, vocabFile, vocabSize, stops] = process.argv.slice(2);
+const [index, vocabFile, vocabSize, stops, separators] = process.argv.slice(2);
 // the bundle's node branch reads CommonJS globals, which an ES module scope lacks
 globalThis.require = createRequire(index);
 globalThis.__filename = index;
@@ -28,7 +28,7 @@ const n = file.readUInt32LE(0);
 const ends = new Uint32Array(file.buffer.slice(file.byteOffset + 4, file.byteOffset + 4 + 4 * n));
 const tokens = new Uint8Array(file.buffer, file.byteOffset + 4 + 4 * n);
 const host = await GrammarHost.create(tokens, ends, Number(vocabSize), stops.split(",").map(Number),
-  pathToFileURL(index).href);
+  JSON.parse(separators), pathToFileURL(index).href);
 
 function walk(id, path) {
   const masks = [];

@@ -27,34 +27,7 @@ from cera.tools import HERMES, LLAMA3, CallText, Tools, parse
 from native_server import cera_serve
 
 GRAMMARS = Path(__file__).parent / "data" / "grammars"
-SCHEMAS = {
-    "nested objects": {
-        "type": "object", "additionalProperties": False, "required": ["name", "address"],
-        "properties": {"name": {"type": "string", "maxLength": 24},
-                       "address": {"type": "object", "additionalProperties": False, "required": ["city", "zip"],
-                                   "properties": {"city": {"type": "string", "maxLength": 24},
-                                                  "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}},
-    "array with min and max items": {
-        "type": "object", "additionalProperties": False, "required": ["colors"],
-        "properties": {"colors": {"type": "array", "minItems": 2, "maxItems": 4,
-                                  "items": {"type": "string", "maxLength": 12}}}},
-    "enums": {
-        "type": "object", "additionalProperties": False, "required": ["size", "mood"],
-        "properties": {"size": {"enum": ["small", "medium", "large"]}, "mood": {"enum": ["happy", "sad", 3]}}},
-    "bounded numbers": {
-        "type": "object", "additionalProperties": False, "required": ["age", "score"],
-        "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 120},
-                       "score": {"type": "number", "minimum": -1.5, "maximum": 10}}},
-    "string pattern": {
-        "type": "object", "additionalProperties": False, "required": ["date", "code"],
-        "properties": {"date": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
-                       "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2,4}$"}}},
-    "required and optional keys": {
-        "type": "object", "additionalProperties": False, "required": ["title"],
-        "properties": {"title": {"type": "string", "maxLength": 30}, "year": {"type": "integer"},
-                       "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 10}},
-                       "done": {"type": "boolean"}}},
-}
+SCHEMAS = json.loads((Path(__file__).parent / "data" / "schemas.json").read_text())   # name -> JSON schema
 PROMPT = "Answer with one JSON object describing something. Be brief."
 REPLIES = 50   # seeded sampled replies per schema
 

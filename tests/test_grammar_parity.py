@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from cera import catalogue
-from cera.constrain import Constraint, LLGuidance, token_bytes
+from cera.constrain import JSON_SEPARATORS, Constraint, LLGuidance, token_bytes
 from cera.gguf_file import GGUFFile
 from cera.tokenizer import Tokenizer
 from pyodide_build import fetch
@@ -145,7 +145,7 @@ class XGrammarNode:
         (folder / "vocab.bin").write_bytes(struct.pack("<I", len(pieces)) + ends.tobytes() + b"".join(pieces))
         index = fetch.xgrammar(fetch.default_cache()) / "lib" / "index.js"
         self.process = subprocess.Popen(["node", str(HERE / "grammar_parity.mjs"), str(index), str(folder / "vocab.bin"),
-                                         str(vocab), ",".join(map(str, stops))],
+                                         str(vocab), ",".join(map(str, stops)), json.dumps(JSON_SEPARATORS)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.call()["ready"]
 

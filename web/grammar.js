@@ -15,16 +15,16 @@
 import { CeraError } from "./errors.js";
 
 export const XGRAMMAR = new URL("./xgrammar/index.js", import.meta.url).href;   // where the site has it
-const SEPARATORS = { first: ", ", second: ": " };   // item, key: cera.constrain.JSON_SEPARATORS
 const SPARES = 2;                                    // spare instances kept ready
 
 export class GrammarHost {
   // tokens: each token's bytes as the grammar reads them (token_bytes: control tokens behind a
   // 0xFF, which no text matches), concatenated (a Uint8Array); ends: where each token's bytes end
   // in `tokens`; vocabSize: the model's (ids past the tokens are never allowed); stopIds: the
-  // end-of-generation tokens, allowed where the grammar is complete; url: XGrammar's bundle
+  // end-of-generation tokens, allowed where the grammar is complete; separators: JSON's between
+  // items and between key and value (cera.constrain.JSON_SEPARATORS); url: XGrammar's bundle
   // (lib/index.js of the npm package).
-  static async create(tokens, ends, vocabSize, stopIds, url = XGRAMMAR) {
+  static async create(tokens, ends, vocabSize, stopIds, [item, key], url = XGRAMMAR) {
     const engine = await start(url);
     // bytes, not strings ("raw": as given): embind passes a Uint8Array to std::string unchanged,
     // and a token's bytes need not be UTF-8 (part of a character, the 0xFF mark)
@@ -34,11 +34,12 @@ export class GrammarHost {
     const compiler = await engine.xgrammar.GrammarCompiler.createGrammarCompiler(info, false);
     const spares = [];
     for (let i = 0; i < SPARES; i++) spares.push(await start(url, []));
-    return new GrammarHost(url, engine, compiler.handle, vocabSize, spares);
+    return new GrammarHost(url, engine, compiler.handle, vocabSize, spares, { first: item, second: key });
   }
 
-  constructor(url, engine, compiler, vocabSize, spares) {
+  constructor(url, engine, compiler, vocabSize, spares, separators) {
     this.url = url;
+    this.separators = separators;     // XGrammar's JSON separators (first: between items)
     this.engine = engine;             // the instance holding the vocabulary
     this.compiler = compiler;         // its embind GrammarCompiler
     this.vocabSize = vocabSize;
@@ -109,7 +110,7 @@ export class GrammarHost {
         "not read: try again in a moment");
     }
     try {
-      const read = translate(spare.Grammar, kind, request);
+      const read = translate(spare.Grammar, kind, request, this.separators);
       this.spares.unshift(spare);
       return read;
     } catch (err) {
@@ -123,10 +124,10 @@ const label = (kind) => kind.replace("_", " ");
 
 // The request of `kind` in the form the main instance compiles, read (and so checked) with the
 // embind Grammar class of a spare.
-function translate(Grammar, kind, request) {
+function translate(Grammar, kind, request, separators) {
   let grammar, read;
   if (kind === "json_schema") {
-    const xgrammar = Grammar.FromJSONSchema(request.schema, false, undefined, SEPARATORS, false, undefined, false);
+    const xgrammar = Grammar.FromJSONSchema(request.schema, false, undefined, separators, false, undefined, false);
     read = llguidanceJson(xgrammar.ToString(), request.numbers);
     xgrammar.delete();
     grammar = Grammar.FromEBNF(read, "root");

@@ -14,7 +14,9 @@ subgroup_matrix_probe.js) is evaluated in the page instead of the bench. With PR
 Python runs in the page's worker before the model loads (e.g. a module's tuning table replaced).
 With INT8=1 the model loads with the page's 8-bit activations (cera.gpu.numerics' int8). With
 SAMPLING='{"temperature": 0.7, "top_k": 40, "seed": 1}' (cera.sampling.Sampler's fields), the
-bench's tokens are drawn by that sampler instead of greedily.
+bench's tokens are drawn by that sampler instead of greedily. With RUN_PY=FILE, that Python runs in
+the worker once the model is loaded, instead of the bench (its last expression: a JSON string),
+e.g. constrained.py's page half.
 """
 import asyncio
 import json
@@ -135,6 +137,10 @@ async def main(chromium, site, model, flags):
                 out["load"] = await js(f"window.cera.load({json.dumps(model)}, {options}).then(m => JSON.stringify(m))",
                                        600)
                 if os.environ.get("NO_BENCH"):
+                    return
+                if os.environ.get("RUN_PY"):   # that Python in the worker instead of the bench (a JSON string)
+                    out["run"] = await js(f"window.cera.python({json.dumps(Path(os.environ['RUN_PY']).read_text())})",
+                                          1800)
                     return
                 out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)
                 bench = BENCH % os.environ.get("SAMPLING", "{}")

@@ -26,7 +26,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from cera.constrain import Constraint, token_bytes
+from cera.constrain import JSON_SEPARATORS, Constraint, token_bytes
 from cera.errors import InvalidArgument
 from cera.tokenizer import Tokenizer
 from pyodide.ffi import JsException, to_js
@@ -49,7 +49,7 @@ class XGrammar:
         pieces = token_bytes(tokenizer, vocab)
         ends = np.cumsum([len(p) for p in pieces], dtype=np.uint32)
         host = await grammar_host.create(to_js(b"".join(pieces)), to_js(memoryview(ends)), vocab,
-                                         to_js(sorted(tokenizer.eog_ids)))
+                                         to_js(sorted(tokenizer.eog_ids)), to_js(list(JSON_SEPARATORS)))
         return cls(host, vocab)
 
     def matcher(self, constraint: Constraint) -> "XGrammarMatcher":
