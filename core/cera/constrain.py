@@ -16,10 +16,12 @@ The grammar engine is a maintained one, not cera's own: natively `llguidance` (`
 below: JSON schema, regex, Lark and llama.cpp's GBNF; the engine llama.cpp links), in the page
 XGrammar compiled to WebAssembly (web/cera_web/grammar.py), each set up to accept the same
 language. JSON is compact with fixed separators (", " and ": ", no other whitespace) in both,
-and numbers are written as llama.cpp's JSON grammars write them, with bounded digits (at most
-15 before the point and DECIMALS after it, no exponent) unless the schema bounds them itself: a
-model can neither spin in whitespace nor run on in digits, and the two engines agree token for
-token. What comes out is always valid under the schema as given.
+numbers are written as llama.cpp's JSON grammars write them, with bounded digits (at most 15
+before the point and DECIMALS after it, no exponent) unless the schema bounds them itself, and a
+string of bounded length (minLength, maxLength, no pattern) as a pattern of PLAIN characters, no
+escapes (XGrammar computes such a mask 10-20x faster than one with escapes): a model can neither
+spin in whitespace nor run on in digits, and the two engines agree token for token. What comes
+out is always valid under the schema as given.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ ANY_OBJECT = {"type": "object"}      # OpenAI's response_format {"type": "json_o
 JSON_SEPARATORS = (", ", ": ")       # item, key
 LARGEST = 10 ** 15 - 1               # a number's largest magnitude, unless its schema says otherwise
 DECIMALS = 10                        # a number's digits after the point, unless its schema sets multipleOf
+PLAIN = r'[^"\\\x00-\x1f\x7f]'   # a string's character that needs no escape
 _DATA = ("const", "enum", "default", "examples")   # schema keys whose values are JSON data, not schemas
 
 
@@ -98,9 +101,13 @@ def rewrite(schema, fix):
 
 
 def _bounded(schema: dict) -> dict:
-    """A numeric schema with the module docstring's bounds where it sets none."""
+    """A numeric schema with the module docstring's bounds where it sets none; a string of
+    bounded length as a pattern of plain characters (module docstring)."""
     types = schema.get("type")
     types = types if isinstance(types, list) else [types]
+    if types == ["string"] and "pattern" not in schema and ("maxLength" in schema or "minLength" in schema):
+        rest = {k: v for k, v in schema.items() if k not in ("minLength", "maxLength")}
+        return {**rest, "pattern": f"^{PLAIN}{{{schema.get('minLength', 0)},{schema.get('maxLength', '')}}}$"}
     if "number" not in types and "integer" not in types:
         return schema
     bounds = {"minimum": -LARGEST, "maximum": LARGEST}
