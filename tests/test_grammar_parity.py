@@ -33,6 +33,7 @@ import pytest
 from cera import catalogue
 from cera.constrain import JSON_SEPARATORS, Constraint, LLGuidance, token_bytes
 from cera.gguf_file import GGUFFile
+from cera.sampling import as_bools
 from cera.tokenizer import Tokenizer
 from pyodide_build import fetch
 
@@ -204,7 +205,7 @@ class Engines:
 
     def show(self, path: list[int], llg: np.ndarray, xg: np.ndarray) -> str:
         """Where two masks differ: the text so far, the first tokens only one engine allows."""
-        only = [np.nonzero(_bits(a, self.vocab) & ~_bits(b, self.vocab))[0][:8] for a, b in ((llg, xg), (xg, llg))]
+        only = [np.nonzero(as_bools(a, self.vocab) & ~as_bools(b, self.vocab))[0][:8] for a, b in ((llg, xg), (xg, llg))]
         names = [[self.pieces[t] for t in ids] for ids in only]
         return f"after {b''.join(self.pieces[t] for t in path)!r}: only llguidance {names[0]}, only XGrammar {names[1]}"
 
@@ -232,7 +233,7 @@ class Engines:
                 mask = llg.mask()
                 if not np.array_equal(mask, xg):
                     return self.show(path, mask, xg)
-                both = _bits(mask, self.vocab) & self.walkable
+                both = as_bools(mask, self.vocab) & self.walkable
                 stops = [s for s in self.stops if both[s]]
                 short = np.nonzero(both & self.short)[0]
                 if stops and rng.random() < 0.3:
@@ -251,10 +252,6 @@ class Engines:
             return None
         finally:
             self.xg.call(op="free", id=matcher)
-
-
-def _bits(words: np.ndarray, vocab: int) -> np.ndarray:
-    return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab].astype(bool)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from cera.gpu import sample
 from cera.gpu.model import greedy_batches
 from cera.gpu.state import GREEDY_BATCH, pack_step
 from cera.constrain import Constraint
-from cera.sampling import NO_TOKEN, Sampler, uniform
+from cera.sampling import NO_TOKEN, Sampler, as_words, uniform
 
 VOCAB = 1000
 RNG = np.random.default_rng(7)
@@ -101,8 +101,7 @@ def test_each_step_matches_its_definition(case):
 
 def test_a_mask_as_bits_is_the_mask():
     """A mask given as the GPU's bits (uint32 words, bit i % 32 of word i // 32) is that bool mask."""
-    bits = np.packbits(ODD, bitorder="little")
-    words = np.pad(bits, (0, -len(bits) % 4)).view(np.uint32)
+    words = as_words(ODD, VOCAB)
     for settings in (dict(temperature=0.0), dict(temperature=0.7, top_k=40)):
         sampler = Sampler(**NEUTRAL | settings, seed=5)
         for got, want in zip(sampler.distribution(LOGITS, HISTORY, words), sampler.distribution(LOGITS, HISTORY, ODD)):
@@ -394,8 +393,7 @@ class Thirds:
         return self
 
     def mask(self) -> np.ndarray:
-        bits = np.packbits(self.ids % 3 == self.n % 3, bitorder="little")
-        return np.pad(bits, (0, -len(bits) % 4)).view(np.uint32)
+        return as_words(self.ids % 3 == self.n % 3, len(self.ids))
 
     def advance(self, token: int) -> None:
         self.n += 1

@@ -25,8 +25,7 @@ from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import EXACT, Numerics
 from cera.prefix import PrefixCache
 from cera.sampling import Sampler
-from cera import tools
-from cera.tools import CallText, Tools, call_format
+from cera.tools import CallText, Tools, call_format, forced_call
 
 BACKENDS = ("auto", "gpu", "reference")
 DEFAULT_BACKEND = os.environ.get("CERA_BACKEND", "auto")
@@ -113,7 +112,7 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
 
     adapters = range(len(engine.loras)) if job.adapters is None else job.adapters
     sampler, ids = job.sampler, job.prompt_ids(engine)
-    call = tools.forced_call(job.tools, fmt) if fmt else None
+    call = forced_call(job.tools, fmt) if fmt else None
     if call is not None:
         if sampler.constraint is not None:
             raise InvalidArgument("a reply is a tool call (tool_choice) or fits a response_format, not both")

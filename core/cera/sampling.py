@@ -39,7 +39,6 @@ from cera.errors import InvalidArgument
 NO_TOKEN = -1   # what a draw returns when no token is a candidate (a mask or bias that leaves none)
 
 
-
 def pcg4d(v: np.ndarray) -> np.ndarray:
     """Jarzynski and Olano's pcg4d hash ("Hash Functions for GPU Rendering", 2020) of uint32
     columns v (4, n) -> (4, n); shaders/sample.wgsl's `pcg4d` step for step."""
@@ -86,6 +85,14 @@ def as_bools(allowed: np.ndarray, vocab: int) -> np.ndarray:
     if allowed.dtype == np.uint32:
         return np.unpackbits(allowed.view(np.uint8), bitorder="little")[:vocab].astype(bool)
     return allowed.astype(bool)
+
+
+def as_words(allowed: np.ndarray, vocab: int) -> np.ndarray:
+    """A mask as bits, (ceil(vocab / 32),) uint32 words (bit i % 32 of word i // 32): given so,
+    or as bool (vocab,)."""
+    allowed = np.asarray(allowed)
+    bits = allowed.view(np.uint8) if allowed.dtype == np.uint32 else np.packbits(allowed.astype(bool), bitorder="little")
+    return np.pad(bits, (0, 4 * -(-vocab // 32) - len(bits))).view(np.uint32)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import numpy as np
 from cera.config import ModelConfig
 from cera.device import Binding, Device, Dispatch
 from cera.errors import Unsupported
-from cera.sampling import Sampler
+from cera.sampling import Sampler, as_words
 
 SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
 WG = 256                 # sample.wgsl's workgroup; a top_k up to it is selected and sorted in workgroup memory
@@ -53,12 +53,9 @@ def pack_sampling(s: Sampler, ctx: int) -> bytes:
 def pack_mask(allowed: np.ndarray | None, vocab: int) -> bytes:
     """The allowed tokens (bool (vocab,), those bits already packed as uint32 words, or None:
     all) as sample_adjust.wgsl's bits: bit i % 32 of word i // 32 for token i."""
-    words = -(-vocab // 32)
     if allowed is None:
-        return np.full(words, 0xFFFFFFFF, np.uint32).tobytes()
-    allowed = np.asarray(allowed)
-    bits = allowed.view(np.uint8) if allowed.dtype == np.uint32 else np.packbits(allowed.astype(bool), bitorder="little")
-    return np.pad(bits, (0, 4 * words - len(bits))).tobytes()
+        return np.full(-(-vocab // 32), 0xFFFFFFFF, np.uint32).tobytes()
+    return as_words(allowed, vocab).tobytes()
 
 
 @dataclass(frozen=True)
