@@ -7,7 +7,7 @@ import tempfile
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
 
-from cera.device import PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Flush, Limits, Pass  # noqa: E402
+from cera.device import KERNEL_FEATURES, PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Flush, Limits, Pass  # noqa: E402
 from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
@@ -91,17 +91,23 @@ _handles, _encode_pass, _submit_for_index, _read_after, _shader = _raw_calls()
 class NativeDevice(Device):
     """A wgpu-py device with every adapter limit requested at its maximum. Kernels compile
     without naga's loop counters (cera's loops are bounded by construction); `bounds_checks`
-    keeps its clamped array indices (off: what the WGSL says, unchecked)."""
+    keeps its clamped array indices (off: what the WGSL says, unchecked). `baseline` asks for
+    what every WebGPU device grants instead: the spec's default limits and none of the features
+    kernels may use (each keeps a fallback), so a run on it shows a kernel that needs more."""
 
-    def __init__(self, power_preference: str = "high-performance", bounds_checks: bool = True):
+    def __init__(self, power_preference: str = "high-performance", bounds_checks: bool = True,
+                 baseline: bool = False):
         self.bounds_checks = bounds_checks
         adapter = wgpu.gpu.request_adapter_sync(power_preference=power_preference)
         if adapter is None:
             raise NoGpu("no WebGPU adapter found (natively: install a Vulkan driver, e.g. Debian's "
                         "mesa-vulkan-drivers)")
-        features = [f for f in WANTED_FEATURES if _WGPU_FEATURE.get(f, f) in adapter.features]
+        features = [f for f in WANTED_FEATURES if _WGPU_FEATURE.get(f, f) in adapter.features
+                    and not (baseline and f in KERNEL_FEATURES)]
+        limits = {_kebab(Limits.webgpu_name(name)): value
+                  for name, value in vars(Limits.webgpu_defaults()).items()} if baseline else dict(adapter.limits)
         self._device = adapter.request_device_sync(required_features=[_WGPU_FEATURE.get(f, f) for f in features],
-                                                   required_limits=dict(adapter.limits))
+                                                   required_limits=limits)
         info = adapter.info
         super().__init__(f"{info['device']} via {info['backend_type']}",
                          Limits.read(lambda name: self._device.limits[_kebab(name)]), frozenset(features + [PACKED_DOT]))

@@ -31,7 +31,7 @@
 // HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
 // to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
-// first of [freq_factors] then [q_norm, k_norm] (Rope.bindings).
+// first of [freq_factors] then [qk_norm] (Rope.bindings).
 // Bindings: q (rows, N_HEADS*HEAD_DIM) or with ROPE the raw q | k | v of the step's row,
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
@@ -65,8 +65,7 @@ const NORM_BINDING = ROPE_BINDING + 1u;
 const NORM_BINDING = ROPE_BINDING;
 #endif
 #ifdef QK_NORM
-@group(0) @binding(NORM_BINDING) var<storage, read> q_norm: array<f32>;        // (HEAD_DIM,)
-@group(0) @binding(NORM_BINDING + 1u) var<storage, read> k_norm: array<f32>;   // (HEAD_DIM,)
+@group(0) @binding(NORM_BINDING) var<storage, read> qk_norm: array<f32>;       // q's (HEAD_DIM,) then k's
 #endif
 #else
 @group(0) @binding(0) var<storage, read> q: array<Elem>;
@@ -127,7 +126,7 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
             break;
         }
         let e = i % HEAD_DIM;
-        rot[i] *= inv_rms[i / HEAD_DIM] * select(q_norm[e], k_norm[e], i / HEAD_DIM == HPW);
+        rot[i] *= inv_rms[i / HEAD_DIM] * qk_norm[e + select(0u, HEAD_DIM, i / HEAD_DIM == HPW)];
     }
     workgroupBarrier();
 #endif

@@ -2,6 +2,7 @@
 // KV-cache write. Row t of the step is the token at position p = step.pos + t:
 //   q_out[t, h, :]        <- rope(norm(q[t, h, :]) * q_norm, p)     h < N_HEADS
 //   k_cache[p, kh, :]     <- rope(norm(k[t, kh, :]) * k_norm, p)    kh < N_KV_HEADS
+// where qk_norm holds q_norm then k_norm
 //   v_cache[p, kh, :]     <- v[t, kh, :]
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
 // (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
@@ -10,7 +11,8 @@
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
 // [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM.
-// Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [q_norm, k_norm].
+// Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [qk_norm]
+// (at most 8 storage buffers: WebGPU's default limit).
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
 // read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
 // their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
@@ -38,13 +40,11 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 #ifdef FREQ_FACTORS
 @group(0) @binding(7) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 #ifdef QK_NORM
-@group(0) @binding(8) var<storage, read> q_norm: array<f32>;         // (HEAD_DIM,)
-@group(0) @binding(9) var<storage, read> k_norm: array<f32>;         // (HEAD_DIM,)
+@group(0) @binding(8) var<storage, read> qk_norm: array<f32>;        // (2 * HEAD_DIM,)
 #endif
 #else
 #ifdef QK_NORM
-@group(0) @binding(7) var<storage, read> q_norm: array<f32>;
-@group(0) @binding(8) var<storage, read> k_norm: array<f32>;
+@group(0) @binding(7) var<storage, read> qk_norm: array<f32>;
 #endif
 #endif
 
@@ -89,7 +89,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (i >= HEAD_DIM) {
             break;
         }
-        row[i] = row[i] * scale * select(k_norm[i], q_norm[i], is_q);
+        row[i] = row[i] * scale * qk_norm[i + select(HEAD_DIM, 0u, is_q)];
     }
 #endif
     workgroupBarrier();

@@ -1,5 +1,6 @@
 """Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session, and
-the synthetic models of tests/synth.py, each written once.
+the synthetic models of tests/synth.py, each written once. `--webgpu-baseline` makes that device
+one at WebGPU's default limits without shader-f16 or subgroups (CI runs the GPU tests so once).
 
 The engine's default backend ("auto") would run the numpy reference on lavapipe; the tests
 ask for the GPU (here and in every `python -m cera` they start) so its kernels are what runs."""
@@ -10,10 +11,29 @@ import pytest
 os.environ["CERA_BACKEND"] = "gpu"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--webgpu-baseline", action="store_true",
+                     help="the GPU tests' device at WebGPU's default limits, without shader-f16 or subgroups")
+
+
+def pytest_configure(config):
+    if config.getoption("--webgpu-baseline"):
+        os.environ["CERA_WEBGPU_BASELINE"] = "1"   # the `python -m cera` the tests start, too
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under --webgpu-baseline only the tests on the shared device run: the rest have nothing to
+    show about it."""
+    if config.getoption("--webgpu-baseline"):
+        off = [item for item in items if "device" not in getattr(item, "fixturenames", ())]
+        config.hook.pytest_deselected(items=off)
+        items[:] = [item for item in items if "device" in getattr(item, "fixturenames", ())]
+
+
 @pytest.fixture(scope="session")
-def device():
+def device(request):
     from cera.native import NativeDevice
-    return NativeDevice()
+    return NativeDevice(baseline=request.config.getoption("--webgpu-baseline"))
 
 
 @pytest.fixture(scope="session")

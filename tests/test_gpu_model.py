@@ -165,6 +165,8 @@ def _with_limits(device, **limits):
 def test_matrices_beyond_the_binding_limit_are_tiled(device, engines, tmp_path):
     """With a 16 KiB storage binding limit every weight, the LM head and the embedding are bound
     in row tiles; the logits stay those of the untiled model."""
+    if device.limits.min_storage_buffer_offset_alignment > 64:
+        pytest.skip("tiles start at aligned f32 rows: at this alignment a 16 KiB binding holds none of this model's")
     gpu, _, golden = engines("llama_f32")
     path = write_variant(tmp_path / "m.gguf", "llama_f32")
     small = asyncio.run(Engine.load(GGUFFile.open(path), _with_limits(device, max_storage_buffer_binding_size=16384),

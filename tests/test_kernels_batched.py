@@ -66,10 +66,17 @@ def expected(gpu, rng, t, w, xs, out0, kw, *, glu, act, scale, bias, accumulate)
     return want, mag
 
 
+def need_f16(gpu, half):
+    """f16 tiles need shader-f16 (the run at WebGPU's baseline has none: the f32 cases stand)."""
+    if half and "shader-f16" not in gpu.device.features:
+        pytest.skip("no shader-f16 on this device")
+
+
 def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False, accumulate=False,
                 glu=False, tiles=None, device=None, act=FFN_SILU, half=False):
     """Run one batched matmul; return (got (n_tokens, m), want, sum |x w| (scaled like want),
     the K slice of f16 tiles (0: f32)). act: the GLU's gate activation."""
+    need_f16(gpu, half)
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
@@ -230,6 +237,7 @@ def test_matmul_2d_dispatch(gpu):
 def test_matmul_tiled(gpu, glu, act, half):
     """An LM head over a chunk, bigger than a (forced small) binding: W row tiles write column
     blocks of out, and token rows go in blocks whose x and out fit a binding."""
+    need_f16(gpu, half)
     t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
     limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=4096,
                                  min_storage_buffer_offset_alignment=256)
@@ -272,8 +280,7 @@ def test_matmul_split(gpu, t, k, split, max_rows, accumulate, half):
     """K in parts (matmul split=, then split_sum): the same products as one matmul, added into out
     or stored, parts of unequal length (the last short, or empty: F32's 3 parts of 4 slices), rows
     past step.n_tokens untouched; f32 and f16 tiles."""
-    if half and "shader-f16" not in gpu.device.features:
-        pytest.skip("no shader-f16 on this device")
+    need_f16(gpu, half)
     rng = np.random.default_rng(k + split)
     m, n_tokens, scale = 67, max_rows - 3, 0.5
     raw, w = random_rows(t, m, k, rng)
@@ -591,7 +598,7 @@ def test_rope_then_prefill_attention(gpu):
     step = d.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads)
     rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, max_tokens=max_rows, **shape,
-                          rope=layers.Rope(theta, True, q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps))
+                          rope=layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps))
     prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
                                                           max_rows=max_rows, **shape)])
     decode = d.schedule([rope, *layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,

@@ -77,8 +77,7 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, qn) if qk_norm else None, upload(gpu, kn) if qk_norm else None,
-                       eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
     dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
                               n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
@@ -170,8 +169,7 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, qn) if qk_norm else None, upload(gpu, kn) if qk_norm else None,
-                       eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
     qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload(gpu, k_cache), upload(gpu, v_cache)
@@ -268,7 +266,7 @@ def test_rope_then_attention_over_steps(gpu):
     kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
     out, step = zeros(gpu, (max_tokens, n_heads, head_dim)), device.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens)
-    rope = layers.Rope(theta, True, q_norm=upload(gpu, qn), k_norm=upload(gpu, kn), eps=eps)
+    rope = layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps)
     schedule = device.schedule([
         layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, rope=rope, **shape),
         *layers.attention(kernels, device, out, qo, kc, vc, step, max_ctx=max_ctx, **shape)])

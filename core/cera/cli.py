@@ -43,7 +43,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND,
                    help="gpu: the WGSL kernels through wgpu-py; reference: the numpy forward pass; auto: the GPU "
                         "unless its adapter emulates one on the CPU (lavapipe, SwiftShader), where the "
-                        "reference is faster ($CERA_BACKEND sets the default)")
+                        "reference is faster ($CERA_BACKEND sets the default; $CERA_WEBGPU_BASELINE=1 "
+                        "asks the GPU for no more than WebGPU's default limits, without shader-f16 or subgroups)")
     p.add_argument("--ctx", type=int, default=DEFAULT_CTX,
                    help="context length to allocate (capped at the model's context_length)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK,

@@ -20,7 +20,8 @@ from cera.errors import GpuError, ShaderError, TooLarge, Unsupported
 
 UPLOAD_CHUNK = 32 << 20   # bytes per upload call (a Blob slice in the browser, a file read natively)
 UPLOAD_DRAIN = 256 << 20  # wait for the queue after this many uploaded bytes: bounds the host's staging memory
-WANTED_FEATURES = ("shader-f16", "subgroups", "timestamp-query")   # requested where the adapter has them
+KERNEL_FEATURES = ("shader-f16", "subgroups")   # optional features kernels use, each beside a fallback
+WANTED_FEATURES = KERNEL_FEATURES + ("timestamp-query",)   # requested where the adapter has them
 # The WGSL language feature of dot4I8Packed and pack4xI8, named in Device.features where the
 # host's shader compiler has it (Chromium: navigator.gpu.wgslLanguageFeatures; naga: always)
 PACKED_DOT = "packed_4x8_integer_dot_product"
@@ -50,6 +51,15 @@ class Limits:
         """The WebGPU spelling of a field: max_buffer_size -> maxBufferSize."""
         head, *rest = field_name.split("_")
         return head + "".join(word.title() for word in rest)
+
+    @classmethod
+    def webgpu_defaults(cls) -> "Limits":
+        """The limits every WebGPU device grants (the spec's defaults): what a kernel must fit
+        to run on any adapter."""
+        return cls(max_storage_buffer_binding_size=128 << 20, max_buffer_size=256 << 20,
+                   min_storage_buffer_offset_alignment=256, max_compute_invocations_per_workgroup=256,
+                   max_compute_workgroup_storage_size=DEFAULT_WORKGROUP_STORAGE,
+                   max_storage_buffers_per_shader_stage=8, max_compute_workgroups_per_dimension=65535)
 
     @classmethod
     def read(cls, get) -> "Limits":

@@ -29,6 +29,8 @@ from cera.tools import CallText, Tools, call_format, forced_call
 
 BACKENDS = ("auto", "gpu", "reference")
 DEFAULT_BACKEND = os.environ.get("CERA_BACKEND", "auto")
+# 1: the GPU as WebGPU's default limits and no shader-f16 or subgroups leave it (a portability check)
+WEBGPU_BASELINE = os.environ.get("CERA_WEBGPU_BASELINE") == "1"
 
 
 @dataclass
@@ -160,7 +162,7 @@ def open_device(backend: str):
     if backend == "reference":
         return None
     from cera.native import NativeDevice   # the native host; the core never imports it otherwise
-    device = NativeDevice()
+    device = NativeDevice(baseline=WEBGPU_BASELINE)
     if backend == "auto" and device.cpu_emulated:
         print(f"cera: the GPU adapter is {device.adapter_name}, a CPU emulation: running the numpy reference, "
               "which is faster there (--backend gpu runs the kernels anyway)", file=sys.stderr, flush=True)

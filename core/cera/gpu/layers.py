@@ -64,35 +64,32 @@ class Rope:
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (None: head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
     freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
-    q_norm, k_norm (head_dim,): per-head RMSNorm weights applied first (qwen3, lfm2, gemma3), with eps."""
+    qk_norm (2 * head_dim,): the per-head RMSNorm weights of q then of k, applied first (qwen3,
+    lfm2, gemma3), with eps: one binding, so rope.wgsl stays within WebGPU's 8 storage buffers."""
     theta: float
     neox: bool
     n_rot: int | None = None
     freq_scale: float = 1.0
     freq_factors: object = None
-    q_norm: object = None
-    k_norm: object = None
+    qk_norm: object = None
     eps: float | None = None
 
     def defines(self, head_dim: int) -> dict:
         n_rot = head_dim if self.n_rot is None else self.n_rot
         if n_rot % 2 or not 0 < n_rot <= head_dim:
             raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
-        if (self.q_norm is None) != (self.k_norm is None):
-            raise InvalidArgument("QK-norm needs both q_norm and k_norm")
-        if self.q_norm is not None and self.eps is None:
+        if self.qk_norm is not None and self.eps is None:
             raise InvalidArgument("QK-norm needs eps")
         defines = dict(N_ROT=n_rot, THETA=float(self.theta), **_freq_scale(self.freq_scale),
                        **flags(NEOX=self.neox, FREQ_FACTORS=self.freq_factors is not None,
-                               QK_NORM=self.q_norm is not None))
-        if self.q_norm is not None:
+                               QK_NORM=self.qk_norm is not None))
+        if self.qk_norm is not None:
             defines["EPS"] = float(self.eps)
         return defines
 
     def bindings(self) -> list:
-        """[freq_factors] then [q_norm, k_norm]: what the shader binds after its own buffers."""
-        return ([self.freq_factors] if self.freq_factors is not None else []) + \
-            ([self.q_norm, self.k_norm] if self.q_norm is not None else [])
+        """[freq_factors] then [qk_norm]: what the shader binds after its own buffers."""
+        return [b for b in (self.freq_factors, self.qk_norm) if b is not None]
 
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
@@ -129,7 +126,7 @@ def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim
     re-rotated by -discard positions (`rope` without QK-norm: the cached keys are normed). k_out,
     v_out (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
     Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
-    if rope.q_norm is not None:
+    if rope.qk_norm is not None:
         raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
     rows = 4 * max_rows * n_kv_heads * head_dim
     return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],

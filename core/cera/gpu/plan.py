@@ -161,7 +161,7 @@ class Builder:
     def rope(self, i: int, qk_norm: bool = True) -> layers.Rope:
         """Layer i's RoPE, with the QK-norm before it where the model has one (unless not qk_norm)."""
         cfg, b, w = self.cfg, f"blk.{i}.", self.weights
-        norms = dict(q_norm=w.vector(b + "attn_q_norm.weight"), k_norm=w.vector(b + "attn_k_norm.weight"),
+        norms = dict(qk_norm=w.vectors(b + "attn_q_norm.weight", b + "attn_k_norm.weight"),
                      eps=cfg.eps) if cfg.qk_norm and qk_norm else {}
         return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
                            w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None, **norms)

@@ -163,6 +163,13 @@ class Weights:
                 self._vectors[name] = self._f32(name, weights.tensor(self.gguf, name))
         return self._vectors[name]
 
+    def vectors(self, *names: str) -> Binding:
+        """Small tensors as f32, one after another in one buffer: a kernel binds them as one."""
+        key = " | ".join(names)
+        if key not in self._vectors:
+            self._vectors[key] = self._f32(key, np.concatenate([weights.tensor(self.gguf, n).ravel() for n in names]))
+        return self._vectors[key]
+
     def _view(self, name: str) -> tuple[Binding | Matrix, int] | None:
         """(the stacked matrix or bias holding `name`, its byte offset there), if one does."""
         part = _QKV.fullmatch(name)
