@@ -9,7 +9,8 @@ const $ = (id) => document.getElementById(id);
 // download errors of models.js). "Error" alone is a bug: it gets no advice.
 const ADVICE = {
   NoGpu: "",
-  DeviceLost: "",
+  DeviceLost: "The page reloads the model on a new GPU device and keeps the conversation: send the message " +
+    "again once it says recovered.",
   InvalidArgument: "Check the request: load a model first, give a prompt, keep the numbers in range.",
   ContextFull: "The prompt does not fit the context: shorten it, or load the model with a larger context.",
   BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
@@ -18,19 +19,30 @@ const ADVICE = {
   Unsupported: "The message says what cera cannot run in this file: pick a model of an architecture cera runs.",
   TooLarge: "Pick a smaller model or a smaller quantization, or load it with a shorter context: " +
     "this GPU's WebGPU limits cannot hold it.",
-  StorageFull: "Free some of this site's storage (or the disk), or load the file from disk instead of a URL.",
-  FetchFailed: "Check the URL; the server must allow cross-origin requests (CORS), or load the file from disk.",
+  FetchFailed: "Check the URL and the connection; the server must allow cross-origin requests (CORS), or load " +
+    "the file from disk.",
   ShaderError: "This GPU's WebGPU compiler rejected a kernel; please report it with the adapter name.",
   GpuError: "WebGPU rejected an operation on this GPU (a cera bug for this adapter); please report it with the adapter name.",
 };
 
-function showError(err) {
+let recovering = false;   // the GPU device was lost: the engine reloads the model on a new one
+
+function showError(err, advice = ADVICE[err.name] || "") {
   const box = $("error");
   box.hidden = false;
   box.querySelector(".name").textContent = err.name;
   box.querySelector(".message").textContent = err.message;
-  box.querySelector(".advice").textContent = ADVICE[err.name] || "";
-  setStatus("error");
+  box.querySelector(".advice").textContent = advice;
+  setStatus(recovering ? "recovering" : "error");
+}
+
+// The engine is back on a new device with the model and the conversation (its result:
+// {model, restoredTokens, seconds}); the error box still says what happened.
+function showRecovered({ restoredTokens, seconds }) {
+  recovering = false;
+  $("progress-text").textContent = `recovered from a lost GPU device in ${seconds.toFixed(1)} s: model reloaded, ` +
+    `${restoredTokens} tokens of the conversation restored`;
+  setStatus(model ? "ready" : "ready (no model)");
 }
 
 function clearError() { $("error").hidden = true; }
@@ -59,7 +71,10 @@ function showProgress({ phase, done, total }) {
 // ?limits=max_buffer_size:4096,... plays a GPU with smaller limits than this one (for testing).
 const simulate = Object.fromEntries((new URLSearchParams(location.search).get("limits") || "")
   .split(",").filter(Boolean).map((pair) => pair.split(":")).map(([k, v]) => [k, Number(v)]));
-const engine = new Engine({ limits: simulate, onProgress: showProgress, onError: showError });
+const engine = new Engine({ limits: simulate, onProgress: showProgress,
+  onError: (err) => { recovering = false; showError(err, ""); },   // the engine's end: its message says what to do
+  onDeviceLost: (err) => { recovering = true; showError(err); },
+  onRecovered: showRecovered });
 const ready = engine.ready.then((info) => {
   $("adapter").textContent = info.adapter;
   $("adapter").title = `features: ${info.features.join(", ") || "none"}; ` +
@@ -80,8 +95,9 @@ function setBusy(busy) {
   $("lora-file").disabled = busy || !model;
 }
 
-// int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's checkbox says.
-async function load(source, { ctx, int8 = $("int8").checked } = {}) {
+// int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's checkbox says;
+// sha256: the file's, checked as a URL downloads.
+async function load(source, { ctx, int8 = $("int8").checked, sha256 } = {}) {
   clearError();
   setBusy(true);
   setStatus("loading");
@@ -89,12 +105,13 @@ async function load(source, { ctx, int8 = $("int8").checked } = {}) {
     model = null;
     newConversation();
     $("memory").textContent = "…";
-    model = await engine.reload(source, { ctx, int8, onProgress: showProgress, onMemory: showMemory });
+    model = await engine.reload(source, { ctx, int8, sha256, onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}` +
       `${model.cached ? ", from the browser cache" : ""}${model.numerics !== "exact" ? `, ${model.numerics}` : ""})`;
     $("chat").checked = model.hasChatTemplate;
-    $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s`;
+    $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s` +
+      (model.cacheSkipped ? `; not cached: ${model.cacheSkipped}` : "");
     setStatus("ready");
     return model;
   } catch (err) {
@@ -206,7 +223,10 @@ window.cera = {
 $("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.target.files[0]).catch(() => {}); });
 $("load-url").addEventListener("click", () => { if ($("url").value) load($("url").value).catch(() => {}); });
 $("lora-file").addEventListener("change", (e) => { if (e.target.files[0]) loadLora(e.target.files[0]).catch(() => {}); });
-$("load-catalogue").addEventListener("click", () => { if ($("catalogue").value) load($("catalogue").value).catch(() => {}); });
+$("load-catalogue").addEventListener("click", () => {
+  const entry = $("catalogue").selectedOptions[0];
+  if (entry?.value) load(entry.value, { sha256: entry.dataset.sha256 }).catch(() => {});
+});
 $("generate").addEventListener("click", () => generate($("prompt").value, {
   maxTokens: Number($("max-tokens").value) || undefined, chat: $("chat").checked, sampling: samplingSettings(),
 }).catch(() => {}));
@@ -219,6 +239,7 @@ fetch("catalogue.json").then((r) => (r.ok ? r.json() : [])).catch(() => []).then
   for (const entry of entries) {
     const option = document.createElement("option");
     option.value = entry.url;
+    option.dataset.sha256 = entry.sha256;   // checked as it downloads
     option.textContent = entry.label;
     select.append(option);
   }

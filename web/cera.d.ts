@@ -6,7 +6,7 @@
 export type CeraErrorName =
   | "InvalidArgument" | "ModelNotFound" | "BadFile" | "TruncatedFile" | "Unsupported" | "TooLarge"
   | "ContextFull" | "NoGpu" | "DeviceLost" | "ShaderError" | "GpuError"
-  | "FetchFailed" | "StorageFull";   // downloading a model by URL
+  | "FetchFailed";   // downloading a model by URL
 
 export interface Progress {
   phase: "python" | "webgpu" | "download" | "upload";
@@ -17,9 +17,23 @@ export interface Progress {
 export interface EngineOptions {
   /** WebGPU limits (snake_case, e.g. max_storage_buffer_binding_size) to report lower than the GPU's, to try a smaller GPU. */
   limits?: Record<string, number>;
+  /** Booting, and reloading the model after a lost GPU device. */
   onProgress?: (progress: Progress) => void;
-  /** An error outside any call: the GPU device was lost. Later calls reject with it. */
+  /** The GPU device was lost (DeviceLost): the request in flight rejects with it, and the engine
+   * reloads the model on a new device and prefills the conversation it held (calls made
+   * meanwhile wait for it). */
+  onDeviceLost?: (error: Error) => void;
+  /** The engine is back after a lost GPU device: the model reloaded, the conversation restored. */
+  onRecovered?: (recovery: Recovery) => void;
+  /** An error outside any call after which the engine cannot go on (a lost GPU device it could
+   * not recover from). Later calls reject with it. */
   onError?: (error: Error) => void;
+}
+
+export interface Recovery {
+  model: Omit<ModelInfo, "cached" | "cacheSkipped" | "wasmHeapBytes"> | null;   // null: none was loaded
+  restoredTokens: number;      // of the sequence the last request left, prefilled again
+  seconds: number;
 }
 
 export interface LoadOptions {
@@ -29,6 +43,8 @@ export interface LoadOptions {
   int8?: boolean;
   /** Opt-in speed: f16 prefill tiles where the adapter has shader-f16. */
   f16?: boolean;
+  /** The file's SHA-256 (64 hex digits): a URL's download must have it (else BadFile), and so must the cached copy used. */
+  sha256?: string;
   onProgress?: (progress: Progress) => void;
   /** The GPU memory the model needs, once its header is read: before the upload, and also when it is refused (TooLarge). */
   onMemory?: (memory: GpuMemory) => void;
@@ -63,6 +79,7 @@ export interface ModelInfo {
   gpuMemory: GpuMemory;
   hasChatTemplate: boolean;
   cached: boolean;             // came from the browser's storage, not the network
+  cacheSkipped: string | null; // why a download was not stored in the browser's storage (full, no size to check, ...)
   loadSeconds: number;
   bytesThroughWasm: number;    // model bytes that entered Python's memory (the header; weights go Blob -> GPU in JS)
   dispatchesPerToken: number;
@@ -77,6 +94,7 @@ export interface LoraInfo {
   rank: number;
   loras: string[];             // every adapter loaded, in order (indices for `lora`)
   cached: boolean;
+  cacheSkipped: string | null;
 }
 
 export interface EngineInfo {

@@ -15,7 +15,9 @@
 //
 // Errors reject as an Error whose `name` is the cera.errors type (InvalidArgument, BadFile,
 // TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu, DeviceLost, ShaderError, GpuError) or
-// a download error (FetchFailed, StorageFull); "Error" alone is a bug.
+// a download error (FetchFailed); "Error" alone is a bug. When the GPU device is lost,
+// the request in flight rejects with DeviceLost, onDeviceLost is called, the worker reloads the
+// model and the conversation on a new device (later calls wait for it), then onRecovered.
 
 import { CeraError } from "./errors.js";
 
@@ -31,8 +33,9 @@ const BOOLEAN = [(v) => typeof v === "boolean", "true or false"];
 const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !== ""),
   "the model's source: a URL or a File/Blob of a .gguf"];
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
-  onProgress: FUNCTION, onError: FUNCTION };
-const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, onProgress: FUNCTION, onMemory: FUNCTION };
+  onProgress: FUNCTION, onError: FUNCTION, onDeviceLost: FUNCTION, onRecovered: FUNCTION };
+const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, onProgress: FUNCTION, onMemory: FUNCTION,
+  sha256: [(v) => isText(v) && /^[0-9a-f]{64}$/i.test(v), "the file's SHA-256 as 64 hex digits"] };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
   (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text)))) &&
@@ -161,33 +164,35 @@ export class Engine {
   #worker;
   #calls = new Map();   // message id -> {resolve, reject, onProgress, onMemory, onChunks}
   #nextId = 1;
-  #failure = null;      // what every later call rejects with: the engine was unloaded, or its GPU lost
-  #onError;
+  #failure = null;      // what every later call rejects with: the engine was unloaded, or cannot go on
+  #events;              // the callbacks of engine messages: {onProgress, onError, onDeviceLost, onRecovered}
 
   // Starts the worker: Pyodide and the GPU boot in the background (`ready`); no model yet.
   constructor(options = {}) {
-    const { limits, onProgress, onError } = check("new Engine", options, ENGINE_OPTIONS);
-    this.#onError = onError;
+    const { limits, ...events } = check("new Engine", options, ENGINE_OPTIONS);
+    this.#events = events;
     this.info = null;   // once ready: {adapter, features, limits, defaults, pyodide, model}
     this.chat = { completions: { create: (request) => this.#create("chat", request) } };
     this.completions = { create: (request) => this.#create("completion", request) };
     this.#worker = new Worker(WORKER, { type: "module" });
     this.#worker.onmessage = ({ data }) => this.#receive(data);
     this.#worker.onerror = (event) => this.#fail(new CeraError("Error", `cera's worker failed: ${event.message}`));
-    this.ready = this.#send("init", { limits }, { onProgress }).then((info) => (this.info = { ...info, model: null }));
+    this.ready = this.#send("init", { limits }, { onProgress: events.onProgress })
+      .then((info) => (this.info = { ...info, model: null }));
     this.ready.catch(() => {});   // every call that needs it reports its failure
   }
 
   // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
   // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
   // GPU memory it needs once its header is read, before the upload (also when it is refused).
-  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default.
+  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default. sha256: the
+  // file's, checked as a URL downloads (and against the cached copy's).
   async reload(model, options = {}) {
-    const { ctx, int8, f16, onProgress, onMemory } = check("reload", { ...options, model },
+    const { ctx, int8, f16, sha256, onProgress, onMemory } = check("reload", { ...options, model },
       { model: MODEL, ...LOAD_OPTIONS }, "model");
     await this.ready;
     this.info.model = null;
-    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16 },
+    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16, sha256 },
       { onProgress, onMemory });
     return this.info.model;
   }
@@ -275,12 +280,7 @@ export class Engine {
   }
 
   #receive(msg) {
-    if (msg.id === undefined) {   // an error of the whole engine: the GPU device was lost
-      const err = new CeraError(msg.name, msg.message);
-      this.#failure ??= err;
-      this.#onError?.(err);
-      return;
-    }
+    if (msg.id === undefined) return this.#engineMessage(msg);
     const call = this.#calls.get(msg.id);
     if (!call) return;
     if (msg.kind === "progress") call.onProgress?.({ phase: msg.phase, done: msg.done, total: msg.total });
@@ -293,6 +293,20 @@ export class Engine {
     }
   }
 
+  // A message of the whole engine (worker.js): its GPU device lost, the reload's progress, the
+  // model and conversation back on a new device, or an error it cannot go on after.
+  #engineMessage(msg) {
+    const { onProgress, onError, onDeviceLost, onRecovered } = this.#events;
+    if (msg.kind === "lost") onDeviceLost?.(new CeraError(msg.name, msg.message));
+    else if (msg.kind === "progress") onProgress?.({ phase: msg.phase, done: msg.done, total: msg.total });
+    else if (msg.kind === "recovered") onRecovered?.(msg.result);
+    else if (msg.kind === "error") {
+      const err = new CeraError(msg.name, msg.message);
+      this.#failure ??= err;
+      onError?.(err);
+    }
+  }
+
   #fail(err) {
     this.#failure ??= err;
     for (const call of this.#calls.values()) call.reject(err);
@@ -302,11 +316,11 @@ export class Engine {
 
 // An engine with `model` loaded: new Engine(...) then reload(model, ...).
 export async function createEngine(options = {}) {
-  const { model, ctx, int8, f16, onProgress, onMemory, ...rest } = check("createEngine", options,
+  const { model, ctx, int8, f16, sha256, onProgress, onMemory, ...rest } = check("createEngine", options,
     { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
   const engine = new Engine({ onProgress, ...rest });
   try {
-    await engine.reload(model, { ctx, int8, f16, onProgress, onMemory });
+    await engine.reload(model, { ctx, int8, f16, sha256, onProgress, onMemory });
   } catch (err) {
     await engine.unload();
     throw err;

@@ -12,6 +12,12 @@
 import { CeraError } from "./errors.js";
 
 const ADAPTER_TRIES = 3;   // Chromium's GPU process was seen failing its first start on Linux/NVIDIA
+const LOST_WAIT_MS = 2000;   // Chromium rejects a map on a lost device a moment before `device.lost` settles
+
+// The DeviceLost error of a GPUDeviceLostInfo.
+export function lostError(info) {
+  return new CeraError("DeviceLost", `the GPU device was lost (${info.reason || "unknown"}: ${info.message})`);
+}
 
 // A device with every adapter limit at its maximum and the wanted features it has.
 export async function openGpu(wantedFeatures) {
@@ -204,7 +210,7 @@ export class GpuHost {
     try {
       await staging.mapAsync(GPUMapMode.READ, 0, readSize);
     } catch (err) {
-      throw new CeraError("GpuError", this.error || `reading back failed: ${err.message}`);
+      throw await this.readbackError(`reading back failed: ${err.message}`);
     }
     const bytes = new Uint8Array(staging.getMappedRange(0, readSize).slice(0));
     staging.unmap();
@@ -231,10 +237,17 @@ export class GpuHost {
       const stamps = new BigUint64Array(staging.getMappedRange());
       return Float64Array.from(passes, (_, i) => Number(stamps[2 * i + 1] - stamps[2 * i]));
     } catch (err) {
-      throw new CeraError("GpuError", this.error || `reading timestamps back failed: ${err.message}`);
+      throw await this.readbackError(`reading timestamps back failed: ${err.message}`);
     } finally {
       for (const object of [querySet, resolved, staging]) object.destroy();
     }
+  }
+
+  // A failed map: DeviceLost when the device was lost (the map fails first: wait for the loss
+  // a moment), else a GpuError.
+  async readbackError(message) {
+    const lost = await Promise.race([this.lost, new Promise((settle) => setTimeout(settle, LOST_WAIT_MS))]);
+    return lost ? lostError(lost) : new CeraError("GpuError", this.error || message);
   }
 
   raiseError(value) {

@@ -7,11 +7,13 @@
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
 //               | {id, kind: "memory", memory} (a load's GPU memory figure, before the upload)
 //               | {id, kind: "done", result} | {id, kind: "error", name, message}
-// An error without an id (device lost) concerns the whole engine. Results and chunks are the
-// OpenAI objects cera.js hands its caller, made in Python (cera_web/app.py).
+// Messages without an id concern the whole engine: {kind: "lost", name: "DeviceLost", message}
+// (the GPU device was lost; the model reloads on a new one), its {kind: "progress", ...}, then
+// {kind: "recovered", result} or {kind: "error", name, message} (the engine cannot go on).
+// Results and chunks are the OpenAI objects cera.js hands its caller, made in Python (cera_web/app.py).
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
-import { openGpu } from "./gpu.js";
+import { lostError, openGpu } from "./gpu.js";
 import { GrammarHost } from "./grammar.js";
 import { openModel } from "./models.js";
 
@@ -25,16 +27,31 @@ function boot(id, simulate) {
     await pyodide.loadPackage(["cera-web"], { messageCallback: () => {}, errorCallback: (m) => console.warn(m) });
     const app = pyodide.pyimport("cera_web.app");
     post({ id, kind: "progress", phase: "webgpu", done: 0, total: 0 });
-    const gpu = await openGpu(app.WANTED_FEATURES.toJs());
-    gpu.lost.then((info) => post({
-      kind: "error", name: "DeviceLost",
-      message: `the GPU device was lost (${info.reason || "unknown"}: ${info.message}). ` +
-        "Reload the page; if it happens again the model may be too large for this GPU's memory.",
-    }));
+    const features = app.WANTED_FEATURES.toJs();
+    const gpu = await openGpu(features);
     const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null, GrammarHost);
+    survive(gpu, session, features);
     return { pyodide, session };
   })();
   return booted;
+}
+
+// When the device is lost: say so, and have the session reload its model and conversation on a
+// new device (requests wait for it). Failing that, or losing that device too meanwhile, ends the engine.
+function survive(gpu, session, features) {
+  gpu.lost.then(async (info) => {
+    const lost = lostError(info);
+    post({ kind: "lost", name: lost.name, message: `${lost.message}: reloading the model on a new device` });
+    const next = openGpu(features);
+    const result = await session.recover(next);
+    if (result.ok === false) {
+      post({ kind: "error", name: result.error.name, message: `${result.error.message} (recovering from a lost ` +
+        "GPU device). Reload the page; if it happens again the model may be too large for this GPU's memory." });
+      return;
+    }
+    survive(await next, session, features);
+    post({ kind: "recovered", result });
+  });
 }
 
 async function handle(id, kind, data) {
@@ -44,9 +61,9 @@ async function handle(id, kind, data) {
       return { ...session.info(), pyodide: pyodide.version };
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
-      const model = await openModel(data.source, onProgress);
+      const model = await openModel(data.source, onProgress, data.sha256);
       const result = await session.load(model.blob, model.name, id, data.ctx, Boolean(data.int8), Boolean(data.f16));
-      if (result.ok !== false) Object.assign(result, { cached: model.cached }, memory(pyodide));
+      if (result.ok !== false) Object.assign(result, { cached: model.cached, cacheSkipped: model.cacheSkipped }, memory(pyodide));
       return result;
     }
     case "create":
@@ -55,7 +72,7 @@ async function handle(id, kind, data) {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
       const adapter = await openModel(data.source, onProgress);
       const result = await session.load_lora(adapter.blob, adapter.name, data.scale, id);
-      if (result.ok !== false) result.cached = adapter.cached;
+      if (result.ok !== false) Object.assign(result, { cached: adapter.cached, cacheSkipped: adapter.cacheSkipped });
       return result;
     }
     case "embed":

@@ -4,6 +4,8 @@ Requests come type-checked by cera.js and leave as ready OpenAI objects, shaped 
 cera.openai_shapes like the native server's; they run through cera.runner.run_job (stop
 strings, cancelling) one at a time. Results and errors go back as plain dicts; errors carry
 the `name` of their cera.errors type, which the page turns into advice ("Error" alone is a bug).
+When the GPU device is lost, `recover` loads the same model on a new one and prefills the
+sequence the last request left, so the conversation goes on.
 """
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ from cera.errors import CeraError, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
-from cera.runner import run_job
+from cera.runner import Job, run_job
 from js import Object
 from pyodide.ffi import to_js
 
 from .grammar import XGrammar
-from .host import WebDevice
+from .host import WebDevice, settle
 from .sources import BlobSource
 
 __all__ = ["Session", "WANTED_FEATURES"]   # worker.js opens the GPU with these features
@@ -71,9 +73,16 @@ class Session:
         """host: the GpuHost (web/gpu.js); grammar_host: the GrammarHost class (web/grammar.js),
         started over a model's vocabulary by its first constrained request."""
         self.host, self.post, self.grammar_host = host, post, grammar_host
-        self.device = WebDevice(host, dict(limits) if limits else None)
+        self._limits = dict(limits) if limits else None
+        self.device = WebDevice(host, self._limits)
         self.engine = None
         self.model = None                  # the loaded model's name: "model" in the OpenAI objects
+        # what `recover` rebuilds: the load's (blob, name, ctx, numerics), its adapters' (blob,
+        # name, scale), and the tokens the last request left in the KV cache with the adapters
+        # it asked for (None: all)
+        self._source = None
+        self._loras: list[tuple] = []
+        self._held: tuple[list[int], tuple | None] | None = None
         self.last = None                   # numbers of the last finished request (runtimeStats)
         self._turn = asyncio.Lock()        # loads and requests run one at a time, in arrival order
         self._running = None               # id of the request generating now
@@ -99,11 +108,15 @@ class Session:
         allocated. Waits for the requests ahead of it."""
         async with self._turn:
             try:
-                return _js(await self._load(blob, str(name), msg_id, ctx, Numerics(int8=bool(int8), f16=bool(f16))))
+                source = (blob, str(name), ctx, Numerics(int8=bool(int8), f16=bool(f16)))
+                self._source, self._loras, self._held = None, [], None
+                result = await self._load(*source, msg_id)
+                self._source = source
+                return _js(result)
             except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
                 return _js({"ok": False, "error": error_dict(err)})
 
-    async def _load(self, blob, name, msg_id, ctx, numerics):
+    async def _load(self, blob, name, ctx, numerics, msg_id):
         from cera.config import ModelConfig
         from cera.engine import Engine
         from cera.gguf_file import GGUFFile
@@ -138,13 +151,42 @@ class Session:
             try:
                 if self.engine is None:
                     raise InvalidArgument("no model is loaded: load one first")
-                from cera.gguf_file import GGUFFile
-                adapter = await self.engine.load_lora(GGUFFile(BlobSource(blob, self.host)), str(name),
-                                                      1.0 if scale is None else float(scale),
-                                                      progress=self._progress(msg_id, "upload"))
-                await self.device.check()
+                lora = (blob, str(name), 1.0 if scale is None else float(scale))
+                adapter = await self._load_lora(*lora, msg_id)
+                self._loras.append(lora)
                 return _js({"name": adapter.name, "scale": adapter.scale, "pairs": len(adapter.pairs),
                             "rank": adapter.max_rank, "loras": [lora.name for lora in self.engine.loras]})
+            except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
+                return _js({"ok": False, "error": error_dict(err)})
+
+    async def _load_lora(self, blob, name, scale, msg_id):
+        from cera.gguf_file import GGUFFile
+        adapter = await self.engine.load_lora(GGUFFile(BlobSource(blob, self.host)), name, scale,
+                                              progress=self._progress(msg_id, "upload"))
+        await self.device.check()
+        return adapter
+
+    async def recover(self, host):
+        """After the GPU device was lost: on `host` (a Promise of the new GpuHost), the model
+        loaded as it was (same file, ctx, numerics, LoRA adapters) and the sequence the last
+        request left prefilled, so the next request reuses it as it would have. Requests wait
+        their turn meanwhile (the one in flight ended with DeviceLost). Posts the reload's
+        progress without an id; returns {model, restoredTokens, seconds}."""
+        async with self._turn:
+            try:
+                t0 = time.perf_counter()
+                self.host = await settle(host, lambda js: js)
+                self.device = WebDevice(self.host, self._limits)
+                result, tokens = None, []
+                if self._source is not None:
+                    result = await self._load(*self._source, None)
+                    for lora in self._loras:
+                        await self._load_lora(*lora, None)
+                if self._held is not None:
+                    # a one-token generation prefills the sequence; the next request rewinds past its token
+                    tokens, adapters = self._held
+                    await run_job(self.engine, Job(prompt=tokens, max_tokens=1, adapters=adapters))
+                return _js({"model": result, "restoredTokens": len(tokens), "seconds": time.perf_counter() - t0})
             except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
                 return _js({"ok": False, "error": error_dict(err)})
 
@@ -192,6 +234,7 @@ class Session:
                                    lambda: msg_id in self._interrupted)
         finally:
             self._running = None
+        self._held = (self.engine.history[: self.engine.backend.n_past], job.adapters)
         calls = {k: v - calls0.get(k, 0) for k, v in self.device.calls().items() if v != calls0.get(k, 0)}
         calls["postMessage"] = chunks.posts if chunks else 0   # streamed chunks (the final batch not counted)
         self.last = {"promptTokens": len(result.prompt_tokens), "completionTokens": len(result.tokens),

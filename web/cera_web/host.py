@@ -89,13 +89,13 @@ class WebDevice(Device):
     async def _upload(self, buffer, source, src_offset, size, dst_offset):
         """A Blob-backed source moves in JS (Blob slice -> writeBuffer); others pass through here."""
         if isinstance(source, BlobSource):
-            await _settle(self._host.uploadBlob(buffer.id, source.blob, src_offset, size, dst_offset,
-                                                self._take_writes()))
+            await settle(self._host.uploadBlob(buffer.id, source.blob, src_offset, size, dst_offset,
+                                               self._take_writes()))
         else:
             self.write(buffer, source.read(src_offset, size), dst_offset)
 
     async def _drain(self):
-        await _settle(self._host.drain())
+        await settle(self._host.drain())
 
     # --- kernels and schedules -----------------------------------------------------------
     def _kernel(self, name, code):
@@ -136,12 +136,12 @@ class WebDevice(Device):
         """One JS call that applies the queued writes, encodes and submits now."""
         schedule_id = schedule.id if schedule is not None else 0
         if read is None:
-            return _settle(self._host.run(schedule_id, self._take_writes(), 0, 0, 0, 0))
-        return _settle(self._host.run(schedule_id, self._take_writes(), read.buffer.id, read.offset, read.size,
-                                      staging.id), lambda js: js.to_bytes())
+            return settle(self._host.run(schedule_id, self._take_writes(), 0, 0, 0, 0))
+        return settle(self._host.run(schedule_id, self._take_writes(), read.buffer.id, read.offset, read.size,
+                                     staging.id), lambda js: js.to_bytes())
 
     async def _time_passes(self, passes):
-        spans = await _settle(self._host.timePasses(_pack(passes), self._take_writes()), lambda js: js.to_py())
+        spans = await settle(self._host.timePasses(_pack(passes), self._take_writes()), lambda js: js.to_py())
         return [int(ns) for ns in spans]
 
     # --- bookkeeping ---------------------------------------------------------------------
@@ -173,7 +173,7 @@ def _pack(segments) -> object:
     return to_js(packed)
 
 
-async def _settle(promise, convert=None):
+async def settle(promise, convert=None):
     """Await a GpuHost promise and `convert` its value (None: drop it); a JS error becomes the
     cera.errors type its name says."""
     try:
