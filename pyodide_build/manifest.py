@@ -25,6 +25,16 @@ XGRAMMAR_FILES = {   # file in node_modules/@mlc-ai/web-xgrammar -> sha256
     "lib/index.js": "803713906fb3e53483ab03f33244a64d8ed818820be9abe520e615754bfd3e24",
 }
 
+# The page's streaming SHA-256 (web/models.js checks a download as it arrives; WebCrypto hashes
+# only a whole buffer): sha2.js and the modules it imports, ES modules as published.
+NOBLE_HASHES_NPM = "@noble/hashes@2.4.0"
+NOBLE_HASHES_FILES = {   # file in node_modules/@noble/hashes -> sha256
+    "sha2.js": "471746bba6ec4c6238ca41358d1d3b40b6ff31cf3363f0b4d550c649c1a8e83b",
+    "_md.js": "60cf3010fda89e3e4d3f0e7ff1ce249e9c467f34b4fd41b6fd6101d9f69be763",
+    "_u64.js": "b09da8c07fe8187c07649494cdb7cd0bcf13df90b506a9473d19e4d5f8c2e102",
+    "utils.js": "037ad49adb78168b6b699598fd33f85f7877456b1d28b4d032e2a1a16807947c",
+}
+
 
 @dataclass(frozen=True)
 class PypiFile:

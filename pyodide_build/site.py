@@ -129,6 +129,9 @@ def build(out: Path, cache: Path, models: list[str] = (), ggufs: list[Path] = ()
         shutil.copyfile(WEB / name, out / name)
     (out / "xgrammar").mkdir()   # where grammar.js loads it from
     shutil.copyfile(fetch.xgrammar(cache) / "lib" / "index.js", out / "xgrammar" / "index.js")
+    (out / "noble-hashes").mkdir()   # where models.js imports it from
+    for name in manifest.NOBLE_HASHES_FILES:
+        shutil.copyfile(fetch.noble_hashes(cache) / name, out / "noble-hashes" / name)
     catalogue = bundle_models(list(models), list(ggufs), out)
     (out / "catalogue.json").write_text(json.dumps(catalogue, indent=1))
     info = {"pyodide": manifest.PYODIDE_VERSION,

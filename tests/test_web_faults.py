@@ -212,7 +212,7 @@ def test_a_cut_download_leaves_no_cache_entry(browser, server, flaky):
     other = open_model("short", "0" * 64)
     unlisted = in_worker(page, CACHE)
     page.close()
-    assert cut["error"] == "FetchFailed" and "cut after" in cut["message"]
+    assert cut["error"] == "FetchFailed" and "cut after" in cut["message"], cut
     assert shown == "FetchFailed"
     assert short["error"] == "BadFile" and sha256 in short["message"]
     assert unsized["size"] == size and "Content-Length" in unsized["cacheSkipped"]

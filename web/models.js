@@ -11,6 +11,8 @@
 // the one listed is that; a download that replaces an entry unlists it first.
 
 import { CeraError } from "./errors.js";
+import { sha256 as SHA256 } from "./noble-hashes/sha2.js";   // @noble/hashes, copied in by the site build
+import { bytesToHex } from "./noble-hashes/utils.js";
 
 const DIR = "cera-models";
 const INDEX = "index.json";   // url -> {file, size, sha256}: only whole, checked downloads are listed
@@ -131,7 +133,7 @@ async function downloadToCache(dir, url, response, total, sha256, onProgress) {
 // A cut stream is FetchFailed, a size other than `total` TruncatedFile, a hash other than
 // `sha256` BadFile; a sink's error cancels the download and is thrown as is.
 async function pump(url, response, total, sha256, sink, onProgress) {
-  const reader = response.body.getReader(), hash = new Sha256();
+  const reader = response.body.getReader(), hash = SHA256.create();
   let size = 0;
   onProgress(0, total);
   for (;;) {
@@ -156,83 +158,10 @@ async function pump(url, response, total, sha256, sink, onProgress) {
   if (total && size !== total) {
     throw new CeraError("TruncatedFile", `the download of ${url} stopped at ${size} of ${total} bytes: try again`);
   }
-  const digest = hash.hex();
+  const digest = bytesToHex(hash.digest());
   if (sha256 && digest !== sha256) {
     throw new CeraError("BadFile", `the download of ${url} has SHA-256 ${digest}, not the ${sha256} asked for ` +
       "(cut short, or another file): try again, or check the hash");
   }
   return { size, sha256: digest };
-}
-
-export async function clearCache() {
-  const root = await navigator.storage.getDirectory();
-  await root.removeEntry(DIR, { recursive: true }).catch(() => {});
-}
-
-// --- SHA-256 (FIPS 180-4) over bytes that arrive in pieces: WebCrypto hashes only a whole
-// buffer, and a download is checked as it streams, never held whole in memory.
-
-const K = new Int32Array([   // int32 throughout: V8 keeps such values unboxed
-  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-]);
-
-const rotr = (x, n) => (x >>> n) | (x << (32 - n));
-
-class Sha256 {
-  #state = new Int32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
-  #block = new Uint8Array(64);   // the bytes of an unfinished block
-  #filled = 0;                   // ... how many
-  #length = 0;                   // bytes hashed so far
-  #w = new Int32Array(64);       // the message schedule
-
-  update(bytes) {
-    this.#length += bytes.length;
-    let at = 0;
-    if (this.#filled) {
-      at = Math.min(64 - this.#filled, bytes.length);
-      this.#block.set(bytes.subarray(0, at), this.#filled);
-      this.#filled += at;
-      if (this.#filled < 64) return this;
-      compress(this.#state, this.#w, this.#block, 0);
-    }
-    for (; at + 64 <= bytes.length; at += 64) compress(this.#state, this.#w, bytes, at);
-    this.#block.set(bytes.subarray(at));
-    this.#filled = bytes.length - at;
-    return this;
-  }
-
-  // The digest as 64 hex digits; the hash takes no more bytes after it.
-  hex() {
-    const bits = this.#length * 8, pad = (this.#filled < 56 ? 56 : 120) - this.#filled;
-    const tail = new Uint8Array(pad + 8);
-    tail[0] = 0x80;
-    const view = new DataView(tail.buffer);
-    view.setUint32(pad, Math.floor(bits / 2 ** 32));
-    view.setUint32(pad + 4, bits >>> 0);
-    this.update(tail);
-    return [...this.#state].map((word) => (word >>> 0).toString(16).padStart(8, "0")).join("");
-  }
-}
-
-// One 64-byte block of `bytes` at `at` into the state `s`; `w`: scratch for the message schedule.
-function compress(s, w, bytes, at) {
-  for (let t = 0; t < 16; t++, at += 4) w[t] = (bytes[at] << 24) | (bytes[at + 1] << 16) | (bytes[at + 2] << 8) | bytes[at + 3];
-  for (let t = 16; t < 64; t++) {
-    const x = w[t - 15], y = w[t - 2];
-    w[t] = (w[t - 16] + (rotr(x, 7) ^ rotr(x, 18) ^ (x >>> 3)) + w[t - 7] + (rotr(y, 17) ^ rotr(y, 19) ^ (y >>> 10))) | 0;
-  }
-  let a = s[0], b = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], h = s[7];
-  for (let t = 0; t < 64; t++) {
-    const t1 = (h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + K[t] + w[t]) | 0;
-    const t2 = ((rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) | 0;
-    h = g; g = f; f = e; e = (d + t1) | 0; d = c; c = b; b = a; a = (t1 + t2) | 0;
-  }
-  s[0] += a; s[1] += b; s[2] += c; s[3] += d; s[4] += e; s[5] += f; s[6] += g; s[7] += h;
 }
