@@ -9,6 +9,9 @@
   of the model tests (SmolLM2, the synthetic vocabulary) when present;
 - HF `tokenizers` built from the same vocab and merges with the equivalent
   pre-tokenizer;
+- the fast path (byte-level BPE in `tokenizers`, cera.fast_tokenizer) against the pure one,
+  the oracle: the same ids on every vocabulary here, over the golden texts, long and
+  mixed-script passages, seeded random strings and texts full of special tokens;
 - decode round trips, streaming UTF-8, flags and ids, speed.
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import lzma
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -26,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from cera import pretokenize
-from cera.tokenizer import Tokenizer
+from cera import fast_tokenizer, pretokenize
+from cera.errors import Unsupported
+from cera.pretokenize import BYTE_CHARS
+from cera.tokenizer import CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
 
 DATA = Path(__file__).parent / "data"
 TOK = DATA / "tokenizer"
@@ -61,16 +67,30 @@ def _metadata(name: str, tmp: Path) -> dict:
     return _read_metadata(path)
 
 
+def _synth_metadata() -> dict:
+    """The synthetic models' tiny vocabulary (tests/synth.py)."""
+    import synth
+    tokens, types, merges = synth.tokenizer_vocab()
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+            "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": synth.BOS_ID,
+            "tokenizer.ggml.eos_token_id": synth.EOS_ID, "tokenizer.ggml.padding_token_id": synth.PAD_ID,
+            "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": False}
+
+
 @lru_cache(maxsize=None)
-def _tokenizer(name: str, tmp: Path) -> Tokenizer:
+def _tokenizer(name: str, tmp: Path, fast: bool) -> Tokenizer:
     if name == "qwen35":   # the qwen2 vocabulary under pre "qwen35", as llama.cpp's test file
-        return Tokenizer.from_metadata({**_metadata("qwen2", tmp), "tokenizer.ggml.pre": "qwen35"})
-    return Tokenizer.from_metadata(_metadata(name, tmp))
+        return Tokenizer.from_metadata({**_metadata("qwen2", tmp), "tokenizer.ggml.pre": "qwen35"}, fast)
+    if name == "synth":
+        return Tokenizer.from_metadata(_synth_metadata(), fast)
+    return Tokenizer.from_metadata(_metadata(name, tmp), fast)
 
 
 @pytest.fixture(scope="session")
 def vocab(vocab_dir):
-    return lambda name: _tokenizer(name, vocab_dir)
+    """name -> its Tokenizer; fast=False: the pure path even where `tokenizers` is installed."""
+    return lambda name, fast=True: _tokenizer(name, vocab_dir, fast)
 
 
 def _cases(inp: Path) -> list[tuple[str, list[int]]]:
@@ -179,18 +199,11 @@ def test_model_golden(vocab, name):
     assert len(ids) == ppl["text_tokens"] and ids[:len(ppl["tokens"])] == ppl["tokens"]
 
 
-def test_synth_vocab_golden():
+def test_synth_vocab_golden(vocab):
     """The synthetic models' tiny vocabulary (tests/synth.py) against llama.cpp."""
     files = sorted((DATA / "golden").glob("synth_*.json"))
     assert files, "no tests/data/golden/synth_*.json"
-    import synth
-    tokens, types, merges = synth.tokenizer_vocab()
-    tok = Tokenizer.from_metadata({
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
-        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
-        "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": synth.BOS_ID,
-        "tokenizer.ggml.eos_token_id": synth.EOS_ID, "tokenizer.ggml.padding_token_id": synth.PAD_ID,
-        "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.add_eos_token": False})
+    tok = vocab("synth")
     seen = 0
     for f in files:
         for case in json.loads(f.read_text(encoding="utf-8")).get("tokenization", []):
@@ -208,12 +221,11 @@ _HF_QWEN2 = _HF_LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def _hf_tokenizer(tok: Tokenizer, meta: dict):
-    import tokenizers
-    from tokenizers import Regex, models, pre_tokenizers
+    """The fast path's BPE model (cera.fast_tokenizer) behind HF's own pre-tokenizers: checks
+    cera's split against HF's regexes (on text whose code points Unicode 15.1 assigns)."""
+    from tokenizers import Regex, pre_tokenizers
     pre = tok.pre
-    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
-    vocab = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
-    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=pre == "llama-bpe"))
+    hf = fast_tokenizer.bpe_tokenizer(tok.token_to_id, meta["tokenizer.ggml.merges"], pre == "llama-bpe")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     gpt2_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     seq, split = pre_tokenizers.Sequence, pre_tokenizers.Split
@@ -243,6 +255,154 @@ def test_hf_tokenizers(vocab, vocab_dir, name):
     for text in _passages():
         want = hf.encode(text, add_special_tokens=False).ids
         assert tok.encode(text, add_special=False, parse_special=False) == want, text[:80]
+
+
+# ---- the fast path against the pure one ----------------------------------------------
+
+BPE_VOCABS = ["gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "mpt", "deepseek-coder", "smollm2", "synth"]
+_FLAGS = [(True, True), (False, False), (True, False), (False, True)]    # add_special, parse_special
+
+
+def _random_texts(seed: int, n: int) -> list[str]:
+    """Seeded random strings: ASCII (contractions, digit and whitespace runs), Latin-1, the BMP,
+    astral planes, Unicode 16 code points (unassigned in llama.cpp's 15.1 tables), joiners, the
+    control bytes SmolLM2's vocabulary lacks, lone surrogates."""
+    rng = random.Random(seed)
+    snippets = ["'s", "'T", "'re", "'VE", "'ll", "  ", "\n\n", "\r\n", " \t", "\u3000", "12345", "\u200d",
+                "\x04", "\x06", "\u1c89", "\U000105c0", "e\u0301", "\ud800", "\udfff"]
+    ranges = [(0x20, 0x7F), (0, 0x20), (0x80, 0x100), (0x100, 0xD800), (0xE000, 0x10000), (0x10000, 0x110000)]
+    texts = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randrange(1, 120)):
+            kind = rng.choices(range(len(ranges) + 1), [50, 5, 8, 15, 5, 7, 10])[0]
+            if kind == len(ranges):
+                parts.append(rng.choice(snippets))
+            else:
+                parts.append(chr(rng.randrange(*ranges[kind])))
+        texts.append("".join(parts))
+    return texts
+
+
+def _special_texts(tok: Tokenizer, seed: int, n: int) -> list[str]:
+    """Seeded texts made of the vocabulary's special tokens (control, user-defined, unknown)
+    between and inside words, with spaces and newlines around them (LSTRIP, RSTRIP)."""
+    rng = random.Random(seed)
+    specials = [t for t, a in zip(tok.tokens, tok.attrs) if a & (CONTROL | USER_DEFINED | UNKNOWN)]
+    specials = rng.sample(specials, min(len(specials), 60))
+    words = GOLDEN["texts"]["prose"].split() + _random_texts(seed, 20)
+    fillers = [" ", "\n", " \n ", "", "", "hi", "x'll"]
+    return ["".join(rng.choice((rng.choice(specials), rng.choice(words), rng.choice(fillers)))
+                    for _ in range(rng.randrange(1, 40))) for _ in range(n)]
+
+
+def _bench_text(kind: str, n_chars: int) -> str:
+    """One of the benchmark's texts (scripts/bench_tokenize.py: mixed, run, random), n_chars long."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        from bench_tokenize import TEXTS
+    finally:
+        sys.path.pop(0)
+    return TEXTS[kind](n_chars)
+
+
+def _assert_same_ids(fast: Tokenizer, pure: Tokenizer, texts, flags=_FLAGS[:2]) -> None:
+    assert fast.fast and not pure.fast
+    bad = [f"{text[:60]!r} add_special={a} parse_special={p}" for text in texts for a, p in flags
+           if fast.encode(text, a, p) != pure.encode(text, a, p)]
+    assert not bad, f"{len(bad)} differ:\n" + "\n".join(bad[:5])
+
+
+@pytest.mark.parametrize("name", BPE_VOCABS)
+def test_fast_matches_pure(vocab, name):
+    """Every byte-level BPE vocabulary here: the same ids from both paths, on the golden texts,
+    llama.cpp's test cases, long and mixed-script passages, random strings and special tokens."""
+    fast, pure = vocab(name), vocab(name, fast=False)
+    inp = TOK / f"ggml-vocab-{name}.gguf.inp"
+    texts = list(GOLDEN["texts"].values()) + _passages() + _random_texts(1, 200)
+    texts += [_bench_text("mixed", 50_000), _bench_text("run", 2_000), _bench_text("random", 5_000)]
+    texts += [text for text, _ in _cases(inp)] if inp.exists() else []
+    _assert_same_ids(fast, pure, texts)
+    _assert_same_ids(fast, pure, _special_texts(fast, 2, 30), _FLAGS)
+
+
+def test_fast_path_where_exact(vocab):
+    """Byte-level BPE vocabularies take the fast path; SentencePiece ones keep the pure one (the
+    module's docstring says why), as does every vocabulary where `tokenizers` is missing."""
+    assert all(vocab(name).fast for name in BPE_VOCABS)
+    assert not vocab("llama-spm").fast and not vocab("phi-3").fast
+    assert not vocab("smollm2", fast=False).fast
+
+
+def test_fast_path_without_tokenizers(vocab_dir, monkeypatch):
+    """Where `tokenizers` cannot be imported (Pyodide), a vocabulary builds on the pure path."""
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    tok = Tokenizer.from_metadata(_metadata("smollm2", vocab_dir))
+    assert not tok.fast and tok.encode("Hello world") == [19556, 905]
+
+
+def _byte_vocab(tokens: list[str], merges: list[str], drop: tuple[int, ...] = ()) -> dict:
+    """A byte-level vocabulary: the byte symbols but those of `drop`, then `tokens`."""
+    symbols = [ch for b, ch in enumerate(BYTE_CHARS) if b not in drop]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+            "tokenizer.ggml.tokens": symbols + tokens, "tokenizer.ggml.merges": merges}
+
+
+def test_fast_path_rules():
+    """The vocabulary shapes where HF's BPE alone would differ from llama.cpp: reproduced by the
+    fast path, or left to the pure one."""
+    b = BYTE_CHARS
+    e4, b8, ad = b[0xE4], b[0xB8], b[0xAD]                     # 中 is E4 B8 AD; b[0x20] is "Ġ", id 32
+    cases = [
+        # a byte symbol that is no token keeps its neighbours apart (HF would drop it and merge)
+        ("unknown byte", _byte_vocab([e4 + ad], [f"{e4} {ad}"], drop=(0xB8,)), "中 x中", True,
+         [0xE3, 0xAD, 32, 120, 0xE3, 0xAD]),                    # E4 is id 0xE3 once B8 is gone
+        # of a merge listed twice the first counts (HF would keep the last): "b c" before "a b"
+        ("duplicate merge", _byte_vocab(["ab", "bc"], ["b c", "a b", "b c"]), "abc abcbc", True,
+         [97, 257, 32, 97, 257, 257]),
+        # merges that never apply: a part that is no token, a part with a space
+        ("unreachable merges", _byte_vocab(["ab"], ["q zz", "a b c", "a b"]), "abab", True, [256, 256]),
+        # a merge naming a byte symbol that is no token: left to the pure path
+        ("merge of an unknown byte", _byte_vocab([e4 + b8], [f"{e4} {b8}"], drop=(0xB8,)), "中", False,
+         [255, 0xAD]),
+        # a merge whose text is no token (llama.cpp spells it byte by byte): the pure path
+        ("merge into no token", _byte_vocab([], ["a b"]), "abc ab", False, [97, 98, 99, 32, 97, 98]),
+    ]
+    for name, meta, text, fast, want in cases:
+        tok, pure = Tokenizer.from_metadata(meta), Tokenizer.from_metadata(meta, fast=False)
+        assert tok.fast == fast, name
+        assert tok.encode(text) == pure.encode(text) == want, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mixed", "run", "random"])
+def test_fast_matches_pure_megabyte(vocab, kind):
+    """The benchmark's texts whole (a million characters; "run" is one word of 3 MB) on SmolLM2;
+    test_fast_matches_pure runs shorter ones on every vocabulary."""
+    text = _bench_text(kind, 1_000_000)
+    assert vocab("smollm2").encode(text) == vocab("smollm2", fast=False).encode(text)
+
+
+@pytest.mark.slow
+def test_fast_matches_pure_sdist(sdist_models):
+    """Every byte-level BPE vocabulary of llama.cpp's models/ that cera supports (test_fast_matches_pure
+    runs the committed ones): the same ids from both paths on its own test cases and more."""
+    seen = []
+    for path in sorted(sdist_models.glob("ggml-vocab-*.gguf")):
+        meta = _read_metadata(path)
+        if meta.get("tokenizer.ggml.model") != "gpt2":
+            continue
+        try:
+            fast, pure = Tokenizer.from_metadata(meta), Tokenizer.from_metadata(meta, fast=False)
+        except Unsupported:
+            continue
+        inp = path.with_suffix(".gguf.inp")
+        texts = list(GOLDEN["texts"].values()) + _passages() + _random_texts(3, 200)
+        texts += [text for text, _ in _cases(inp)] if inp.exists() else []
+        _assert_same_ids(fast, pure, texts)
+        _assert_same_ids(fast, pure, _special_texts(fast, 4, 30), _FLAGS)
+        seen.append(path.name)
+    assert len(seen) >= 12, seen
 
 
 # ---- the pre-tokenizer ---------------------------------------------------------------
@@ -395,7 +555,7 @@ const { loadPyodide } = require(runtime + "/pyodide.js");
   const py = await loadPyodide({ indexURL: runtime + "/" });
   py.FS.mkdirTree("/work/cera");
   py.FS.writeFile("/work/cera/__init__.py", "");
-  for (const f of ["tokenizer.py", "pretokenize.py", "errors.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
+  for (const f of ["tokenizer.py", "fast_tokenizer.py", "pretokenize.py", "errors.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
   for (const f of fs.readdirSync(work)) py.FS.writeFile("/work/" + f, fs.readFileSync(work + "/" + f));
   console.log(py.runPython(`
 import json, sys, unicodedata

@@ -1,5 +1,5 @@
 """Faults the page survives: its GPU device lost mid-reply, the browser's storage full, a
-download cut short.
+download cut short, a model's hostile chat template.
 
 The device is lost as a driver reset would lose it, by `device.destroy()` on the live
 GPUDevice in the page's worker (through the `python` debug call) while a reply streams. The
@@ -18,7 +18,8 @@ import pytest
 
 import test_web
 from test_web import MODEL_MS, open_page
-from synth import write_lora
+from synth import write_lora, write_model
+from test_chat import HOSTILE, MESSAGES
 from web_site import REPO
 
 # test_web.py's fixtures, by name: Chromium, the built site and its server, the synthetic models
@@ -222,3 +223,40 @@ def test_a_cut_download_leaves_no_cache_entry(browser, server, flaky):
     assert listed["files"][1:] == ["index.json"]
     assert (trusted["cached"], trusted["size"]) == (True, size)
     assert other["error"] == "BadFile" and unlisted == {"files": ["index.json"], "index": {}}
+
+
+# --- a model's chat template --------------------------------------------------------------
+RENDER_ALL = """import json
+from cera.chat import render
+from cera.errors import BadFile
+outcomes = {}
+for name, template in json.loads(%r).items():
+    try:
+        render(template, json.loads(%r))
+        outcomes[name] = "rendered"
+    except BadFile as err:
+        outcomes[name] = "BadFile" if "chat template" in str(err) else str(err)
+    except Exception as err:   # an escape: what the test reports
+        outcomes[name] = f"{type(err).__name__}: {err}"
+json.dumps(outcomes)"""
+
+
+def test_a_hostile_chat_template_is_a_bad_file_in_the_page(browser, server, tmp_path):
+    """test_chat.py's hostile templates (multiplying, nesting ranges, recursing, raising,
+    reaching for __class__), rendered by the page's Python, are each a BadFile; a model that
+    carries one answers a chat request with BadFile, which the page shows, and goes on
+    completing plain text."""
+    path = write_model(tmp_path / "hostile.gguf", "llama", chat_template=HOSTILE["multiplies a string"])
+    url = server.add(path, "test-models/hostile.gguf")
+    page = open_page(browser, server)
+    outcomes = json.loads(page.evaluate("(code) => window.cera.python(code)",
+                                        RENDER_ALL % (json.dumps(HOSTILE), json.dumps(MESSAGES))))
+    page.evaluate("(url) => window.cera.load(url)", url)
+    refused = page.evaluate("(p) => window.cera.generate(p, {chat: true, maxTokens: 2}).then(() => null, (e) => e.name)",
+                            "hello")
+    shown = page.inner_text("#error")
+    text = page.evaluate("(p) => window.cera.generate(p, {chat: false, maxTokens: 2})", "hello")
+    page.close()
+    assert outcomes == {name: "BadFile" for name in HOSTILE}
+    assert refused == "BadFile" and "chat template" in shown
+    assert text["completionTokens"] == 2

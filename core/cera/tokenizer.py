@@ -13,7 +13,9 @@ longest first, as llama.cpp's `tokenizer_st_partition` does; control tokens only
 when parse_special is set. Token attributes, special ids, the end-of-generation
 set and the add_bos/add_eos defaults follow llama.cpp's `llama_vocab::impl::load`.
 
-Pure Python and stdlib only: this module runs in Pyodide too.
+Pure Python and stdlib only: this module runs in Pyodide too. Natively, where the `tokenizers`
+library is installed, byte-level BPE merges run in Rust instead (cera.fast_tokenizer), to the
+same ids; `fast=False` keeps the pure path, the oracle the tests hold the fast one to.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import codecs
 import functools
 import heapq
 
+from cera.fast_tokenizer import FastBPE
 from cera.pretokenize import CHAR_BYTES, byte_encode, splitter
 from cera.errors import BadFile, Unsupported
 
@@ -78,7 +81,7 @@ _KEEP_SPACES_PRE = {"deepseek-llm", "deepseek-coder", "deepseek-v3", "spark2_5",
 class Tokenizer:
     """A GGUF vocabulary: encode text to ids, decode ids to text."""
 
-    def __init__(self, meta: dict):
+    def __init__(self, meta: dict, fast: bool = True):
         model = meta.get(K + "model")
         if model not in ("gpt2", "llama"):
             raise Unsupported(f"unsupported tokenizer.ggml.model={model!r}; supported: 'gpt2' "
@@ -108,6 +111,8 @@ class Tokenizer:
         self._special = [(self.tokens[i], i, self.attrs[i]) for i in special]
         self._pieces: dict[int, bytes] = {}    # token_to_piece(special=True), filled on use
         self._cache: dict[str, tuple[int, ...]] = {}
+        self._fast = (FastBPE.build(self.token_to_id, meta[K + "merges"], self._ignore_merges)
+                      if fast and not self.is_spm else None)    # None: the pure path
 
     def _model_defaults(self, meta: dict) -> dict:
         """Flags per vocabulary type and pre-tokenizer, then the GGUF's flag keys; the
@@ -152,9 +157,9 @@ class Tokenizer:
         return ids
 
     @classmethod
-    def from_metadata(cls, meta: dict) -> "Tokenizer":
+    def from_metadata(cls, meta: dict, fast: bool = True) -> "Tokenizer":
         """Build from a GGUF metadata dict (keys verbatim: "tokenizer.ggml.tokens", ...)."""
-        return cls(meta)
+        return cls(meta, fast)
 
     # ---- vocabulary facts ------------------------------------------------------------
 
@@ -166,6 +171,11 @@ class Tokenizer:
     eos_id = property(lambda self: self._ids.get("eos"))
     eot_id = property(lambda self: self._ids.get("eot"))
     unk_id = property(lambda self: self._ids.get("unk"))
+
+    @property
+    def fast(self) -> bool:
+        """True where byte-level BPE merges run in `tokenizers` (cera.fast_tokenizer)."""
+        return self._fast is not None
 
     def is_eog(self, token_id: int) -> bool:
         """True for tokens that end generation (EOS, EOT, <|im_end|>, ...)."""
@@ -265,6 +275,8 @@ class Tokenizer:
                     frag = " " + frag
                 self._encode_spm(frag.replace(" ", "▁"), out)
                 prev_special = False
+            elif self._fast is not None:
+                out += self._encode_words(self._split(frag))
             else:
                 for word in self._split(frag):
                     out.extend(self._encode_word(byte_encode(word)))
@@ -306,6 +318,14 @@ class Tokenizer:
                     out.append(frag[pos:])
             frags = out
         return frags
+
+    def _encode_words(self, words: list[str]) -> list[int]:
+        """The fast path's byte-level BPE: each distinct word spelled and merged once, in
+        `tokenizers` (a text repeats most of its words)."""
+        table = dict.fromkeys(words)
+        for word in table:
+            table[word] = self._fast.merge(byte_encode(word))
+        return [i for word in words for i in table[word]]
 
     def _encode_word(self, word: str) -> tuple[int, ...]:
         """Byte-level BPE of one pre-token (already in the byte alphabet), cached."""
