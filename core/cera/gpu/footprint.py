@@ -109,6 +109,9 @@ def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int
                 for name in (f"blk.{i}.attn_{p}.weight", f"blk.{i}.attn_{p}.bias"):
                     names.pop(name, None)
     weights = {name: resident_bytes(tensors[name], is_vector(name)) for name in names} | stacked
+    for i in cfg.attention_layers if cfg.qk_norm else ():   # q's and k's norms: one buffer (Residency.vectors)
+        norms = (f"blk.{i}.attn_q_norm.weight", f"blk.{i}.attn_k_norm.weight")
+        weights[" | ".join(norms)] = sum(weights.pop(name) for name in norms)
     fallbacks = []
     for name in names:
         t = tensors[name]
