@@ -1014,7 +1014,7 @@ def test_embeddings_equal_the_native_clis(page, models, pooling):
     page.evaluate("(url) => window.cera.load(url)", url)
     got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])
     assert got["tokens"] == want["tokens"]
-    np.testing.assert_allclose(got["embeddings"], want["embeddings"], rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got["embeddings"], want["embeddings"], rtol=2e-3, atol=2e-3)
 
 
 def test_interrupt_ends_a_long_stream_early(engines):
