@@ -124,8 +124,21 @@ async function downloadToCache(dir, url, response, total, sha256, onProgress) {
     return await (await dir.getFileHandle(file)).getFile();
   } catch (err) {
     await writable?.abort().catch(() => {});
-    await dir.removeEntry(file).catch(() => {});
+    await removeFile(dir, file);
     throw err;
+  }
+}
+
+// Removes `file`, waiting out the lock an aborted writable may still hold on it for a moment
+// (Chromium releases it after abort() resolves); gives up quietly after about 1.6 s.
+async function removeFile(dir, file) {
+  for (let attempt = 0; attempt < 6; attempt++) {
+    try {
+      return await dir.removeEntry(file);
+    } catch (err) {
+      if (err.name === "NotFoundError") return;
+      await new Promise((resolve) => setTimeout(resolve, 25 * 2 ** attempt));
+    }
   }
 }
 
