@@ -14,6 +14,7 @@ result for every arch (uniform for the others).
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 
 from cera.errors import BadFile, InvalidArgument, Unsupported
@@ -158,9 +159,9 @@ class ModelConfig:
         md, tensors = gguf_file.metadata, gguf_file.tensors
         arch = md.get("general.architecture")
         if arch not in SUPPORTED_ARCHS:
-            raise Unsupported(f"unsupported architecture {arch!r}: cera runs {', '.join(SUPPORTED_ARCHS)}")
+            raise Unsupported(f"unsupported architecture {reprlib.repr(arch)}: cera runs {', '.join(SUPPORTED_ARCHS)}")
         if arch not in ROPE_LAYOUT:
-            raise Unsupported(f"architecture {arch!r} has no RoPE layout mapping")
+            raise Unsupported(f"architecture {reprlib.repr(arch)} has no RoPE layout mapping")
 
         def key(name, default=None, required=False):
             k = f"{arch}.{name}"
@@ -170,21 +171,40 @@ class ModelConfig:
                 raise BadFile(f"GGUF metadata key {k} missing")
             return default
 
+        def integer(name, default=None, required=False, least=None):
+            """A key that must be an integer (a GGUF int of any width), and at least `least`."""
+            value = key(name, default, required)
+            if type(value) is not int:
+                raise BadFile(f"GGUF metadata key {arch}.{name} is {_shown(value)}, not an integer")
+            if least is not None and value < least:
+                raise BadFile(f"GGUF metadata key {arch}.{name} is {value}: must be at least {least}")
+            return value
+
+        def number(name, default=None, required=False):
+            """A key that must be a finite number (a float or an int)."""
+            value = key(name, default, required)
+            if type(value) not in (int, float, bool) or not math.isfinite(value):
+                raise BadFile(f"GGUF metadata key {arch}.{name} is {_shown(value)}, not a finite number")
+            return float(value)
+
         def need(name):
             if name not in tensors:
                 raise BadFile(f"tensor {name} missing")
             return tensors[name]
 
-        n_layers = int(key("block_count", required=True))
-        hidden = int(key("embedding_length", required=True))
-        ff = int(key("feed_forward_length", required=True))
+        n_layers = integer("block_count", required=True, least=1)
+        if n_layers > len(tensors):   # every layer has tensors: a bound before anything is made per layer
+            raise BadFile(f"{arch}.block_count is {n_layers}, more than the file's {len(tensors)} tensors")
+        hidden = integer("embedding_length", required=True, least=1)
+        ff = integer("feed_forward_length", required=True, least=1)
         n_heads = _uniform(key("attention.head_count", required=True), f"{arch}.attention.head_count")
-        kv_raw = key("attention.head_count_kv", n_heads)
-        n_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layers
-        if len(n_kv) != n_layers:
-            raise BadFile(f"{arch}.attention.head_count_kv has {len(n_kv)} entries for {n_layers} layers")
         if n_heads <= 0:
             raise BadFile(f"{arch}.attention.head_count is {n_heads}: must be positive")
+        kv_raw = key("attention.head_count_kv", n_heads)
+        n_kv = tuple(_ints(kv_raw, f"{arch}.attention.head_count_kv")) if isinstance(kv_raw, list) else (
+            (integer("attention.head_count_kv", n_heads),) * n_layers)
+        if len(n_kv) != n_layers:
+            raise BadFile(f"{arch}.attention.head_count_kv has {len(n_kv)} entries for {n_layers} layers")
 
         # block kind per layer from tensor presence; head_count_kv 0 must agree (llama.cpp's test)
         kinds = []
@@ -203,31 +223,31 @@ class ModelConfig:
             if has_conv and n_kv[i] != 0:
                 raise BadFile(f"layer {i} is a short-conv block but head_count_kv is {n_kv[i]} (expected 0)")
 
-        head_dim = int(key("attention.key_length", 0)) or hidden // n_heads
-        if not key("attention.key_length") and hidden % n_heads:
+        head_dim = integer("attention.key_length", 0, least=0) or hidden // n_heads
+        if not key("attention.key_length") and hidden % n_heads or hidden < n_heads:
             raise BadFile(f"embedding_length {hidden} is not a multiple of head_count {n_heads}")
         v_len = key("attention.value_length")
-        if v_len is not None and int(v_len) != head_dim:
+        if v_len is not None and integer("attention.value_length") != head_dim:
             raise Unsupported(f"attention.value_length {v_len} != key_length {head_dim}: unsupported")
         if head_dim > MAX_HEAD_DIM:
             raise Unsupported(f"head_dim {head_dim} exceeds the attention kernels' maximum {MAX_HEAD_DIM}")
-        n_rot = int(key("rope.dimension_count", head_dim))
-        if n_rot % 2 or n_rot > head_dim:
+        n_rot = integer("rope.dimension_count", head_dim)
+        if n_rot % 2 or not 0 <= n_rot <= head_dim:
             raise BadFile(f"rope.dimension_count {n_rot} must be even and <= head_dim {head_dim}")
 
         scaling = key("rope.scaling.type", "none")
-        factor = float(key("rope.scaling.factor", 1.0) or 1.0)
+        factor = number("rope.scaling.factor", 1.0) or 1.0
         if scaling == "linear":
             freq_scale = 1.0 / factor
         elif scaling == "none" or factor == 1.0:
             freq_scale = 1.0
         else:
-            raise Unsupported(f"rope scaling {scaling!r} (factor {factor}) is not supported")
+            raise Unsupported(f"rope scaling {reprlib.repr(scaling)} (factor {factor}) is not supported")
 
         embd = need("token_embd.weight")
         if len(embd.shape) != 2 or embd.shape[1] != hidden:
             raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
-        vocab_size = int(key("vocab_size", 0)) or embd.shape[0]
+        vocab_size = integer("vocab_size", 0, least=0) or embd.shape[0]
         if embd.shape[0] < vocab_size:
             raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
 
@@ -246,32 +266,33 @@ class ModelConfig:
 
         first_attn = next((i for i, k in enumerate(kinds) if k == ATTENTION), None)
         has = (lambda suffix: first_attn is not None and f"blk.{first_attn}.{suffix}" in tensors)
-        conv_kernel = int(key("shortconv.l_cache", 0)) if CONV in kinds else 0
+        conv_kernel = integer("shortconv.l_cache", 0) if CONV in kinds else 0
         if CONV in kinds and conv_kernel < 2:
             raise BadFile(f"{arch}.shortconv.l_cache is {conv_kernel}: a short-conv model needs >= 2")
-        attn_scale = float(key("attention.scale", 0.0) or 0.0) or 1.0 / math.sqrt(head_dim)
+        attn_scale = number("attention.scale", 0.0) or 1.0 / math.sqrt(head_dim)
         if arch in GEMMA:
             # llama.cpp (after gemma_pytorch): query_pre_attn_scalar is hidden/n_heads for the
             # 27B model (62 layers), head_dim for every other size; attention.scale is not read
             attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == 62 else head_dim)
-            if float(key("final_logit_softcapping", 0.0) or 0.0):
+            if number("final_logit_softcapping", 0.0):
                 raise Unsupported(f"{arch}.final_logit_softcapping is set: logit soft-capping is not supported")
-        rope_theta = float(key("rope.freq_base", 10000.0))
-        window, local = _sliding_window(key, arch, n_layers)
-        local_theta = float(key("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT))
+        rope_theta = number("rope.freq_base", 10000.0)
+        window, local = _sliding_window(key, integer, arch, n_layers)
+        local_theta = number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT)
 
         cfg = cls(
             arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=n_kv,
             head_dim=head_dim, n_rot=n_rot, rope_theta=rope_theta,
             rope_layout=ROPE_LAYOUT[arch], rope_freq_scale=freq_scale,
-            eps=float(key("attention.layer_norm_rms_epsilon", required=True)),
-            vocab_size=vocab_size, embedding_rows=embd.shape[0], context_length=int(key("context_length", required=True)),
+            eps=number("attention.layer_norm_rms_epsilon", required=True),
+            vocab_size=vocab_size, embedding_rows=embd.shape[0],
+            context_length=integer("context_length", required=True, least=1),
             block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
             qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch in GEMMA,
             rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
-            embedding_scale=math.sqrt(hidden) if arch in GEMMA else float(key("embedding_scale", 1.0) or 1.0),
-            residual_scale=float(key("residual_scale", 1.0) or 1.0),
-            logit_scale=float(key("logit_scale", 1.0) or 1.0),
+            embedding_scale=math.sqrt(hidden) if arch in GEMMA else number("embedding_scale", 1.0) or 1.0,
+            residual_scale=number("residual_scale", 1.0) or 1.0,
+            logit_scale=number("logit_scale", 1.0) or 1.0,
             final_norm=final_norm, lm_head=lm_head,
             ffn_act=FFN_GELU if arch in GEMMA else FFN_SILU, post_norms=arch in GEMMA,
             sliding_window=window, layer_window=tuple(window if loc else 0 for loc in local),
@@ -283,27 +304,41 @@ class ModelConfig:
         return cfg
 
 
-def _sliding_window(key, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
+def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
     """(window, local per layer) as llama.cpp's gemma3 loader reads them: only with a positive
     attention.sliding_window; attention.sliding_window_pattern is a bool per layer, or n:
     layer i is local unless i % n == n - 1 (n = 0: every layer local)."""
-    window = int(key("attention.sliding_window", 0) or 0) if arch in GEMMA else 0
+    window = integer("attention.sliding_window", 0) if arch in GEMMA else 0
     if window <= 0:
         return 0, (False,) * n_layers
     pattern = key("attention.sliding_window_pattern", SWA_PATTERN_DEFAULT)
     if isinstance(pattern, list):
         if len(pattern) != n_layers:
-            raise ValueError(f"{arch}.attention.sliding_window_pattern has {len(pattern)} entries "
+            raise BadFile(f"{arch}.attention.sliding_window_pattern has {len(pattern)} entries "
                              f"for {n_layers} layers")
         return window, tuple(bool(p) for p in pattern)
-    n = int(pattern)
+    n = integer("attention.sliding_window_pattern", SWA_PATTERN_DEFAULT)
     return window, tuple(n == 0 or i % n < n - 1 for i in range(n_layers))
 
 
 def _uniform(value, key: str) -> int:
     """A per-layer array whose entries must all be equal, or a scalar."""
     if isinstance(value, list):
-        if len(set(value)) != 1:
-            raise Unsupported(f"{key} varies per layer ({value}): unsupported")
-        return int(value[0])
-    return int(value)
+        values = set(_ints(value, key))
+        if len(values) != 1:
+            raise Unsupported(f"{key} varies per layer ({reprlib.repr(value)}): unsupported")
+        return values.pop()
+    return next(_ints([value], key))
+
+
+def _ints(values: list, key: str):
+    """The entries of a GGUF array that must hold integers."""
+    for v in values:
+        if type(v) is not int:
+            raise BadFile(f"GGUF metadata key {key} holds {_shown(v)}, not an integer")
+        yield v
+
+
+def _shown(value) -> str:
+    """A metadata value in a message: its type, and the value itself if short."""
+    return f"a {type(value).__name__} ({reprlib.repr(value)})"

@@ -64,16 +64,19 @@ class LoraAdapter:
             raise InvalidArgument(f"LoRA scale {scale!r} must be a finite number")
         md = gguf_file.metadata
         if md.get("general.type") != "adapter":
-            raise BadFile(f"expect general.type to be 'adapter', but got: {md.get('general.type', '')} "
+            raise BadFile(f"expect general.type to be 'adapter', but got: {md.get('general.type', '')!s:.80} "
                           "(not a LoRA adapter file)")
         if gguf_file.arch != model.arch:
-            raise BadFile(f"model arch and LoRA arch mismatch: the adapter is for {gguf_file.arch or '(none)'}, "
+            raise BadFile(f"model arch and LoRA arch mismatch: the adapter is for {gguf_file.arch or '(none)'!s:.80}, "
                           f"the model is {model.arch}")
         if md.get("adapter.type") != "lora":
-            raise Unsupported(f"expect adapter.type to be 'lora', but got: {md.get('adapter.type', '')}")
+            raise Unsupported(f"expect adapter.type to be 'lora', but got: {md.get('adapter.type', '')!s:.80}")
         if "adapter.alora.invocation_tokens" in md:
             raise Unsupported("activated LoRA (adapter.alora.invocation_tokens) is not supported")
-        alpha = float(md.get("adapter.lora.alpha", 0.0))
+        alpha = md.get("adapter.lora.alpha", 0.0)
+        if type(alpha) not in (int, float) or not math.isfinite(alpha):
+            raise BadFile(f"adapter.lora.alpha is {alpha!r:.80}, not a finite number")
+        alpha = float(alpha)
         halves: dict[str, dict[str, object]] = {}
         for tensor in gguf_file.tensors.values():
             base, dot, half = tensor.name.rpartition(".")
@@ -90,6 +93,9 @@ class LoraAdapter:
             if not TARGETS.fullmatch(target):
                 raise Unsupported(f"LoRA tensor '{target}': cera adapts only the attention, FFN and short-conv "
                                   "projections")
+            if len(half["lora_a"].shape) != 2 or len(half["lora_b"].shape) != 2:
+                raise BadFile(f"tensor '{target}': lora_a {half['lora_a'].shape} and lora_b {half['lora_b'].shape} "
+                              "must be matrices")
             (rank, n_in), (n_out, rank_b) = half["lora_a"].shape, half["lora_b"].shape
             rows, cols = model.tensors[target].shape
             if (n_in, n_out) != (cols, rows):
@@ -98,6 +104,8 @@ class LoraAdapter:
             if rank != rank_b:
                 raise BadFile(f"tensor '{target}': lora_a tensor is not transposed (lora_a {half['lora_a'].shape}, "
                               f"lora_b {half['lora_b'].shape})")
+            if rank == 0:
+                raise BadFile(f"tensor '{target}': rank 0 (lora_a {half['lora_a'].shape})")
             pairs[target] = LoraPair(target, rank_b, scale * alpha / rank_b if alpha else scale)
         if not pairs:
             raise BadFile("the LoRA adapter has no lora_a/lora_b tensor pairs")

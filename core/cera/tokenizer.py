@@ -84,11 +84,12 @@ class Tokenizer:
     def __init__(self, meta: dict, fast: bool = True):
         model = meta.get(K + "model")
         if model not in ("gpt2", "llama"):
-            raise Unsupported(f"unsupported tokenizer.ggml.model={model!r}; supported: 'gpt2' "
+            raise Unsupported(f"unsupported tokenizer.ggml.model={model!r:.80}; supported: 'gpt2' "
                              "(byte-level BPE), 'llama' (SentencePiece)")
         tokens = meta.get(K + "tokens")
         if not tokens:
             raise BadFile("GGUF has no tokenizer.ggml.tokens")
+        _check_vocabulary(meta)
         self.model, self.is_spm = model, model == "llama"
         self.pre = meta.get(K + "pre") or "default"   # absent: llama.cpp warns, uses 'default'
         n = len(tokens)
@@ -152,7 +153,7 @@ class Tokenizer:
                           ("fim_sep", "fim_sep"), ("fim_pre", "prefix"), ("fim_suf", "suffix"),
                           ("fim_mid", "middle")):   # the last three: deprecated key names
             v = meta.get(f"{K}{key}_token_id")
-            if v is not None and 0 <= v < n:
+            if isinstance(v, int) and 0 <= v < n:
                 ids[name] = int(v)
         return ids
 
@@ -494,6 +495,25 @@ class Tokenizer:
     def detokenizer(self, special: bool = False) -> "Detokenizer":
         """A streaming decoder for generated tokens."""
         return Detokenizer(self, special)
+
+
+def _check_vocabulary(meta: dict) -> None:
+    """Refuse vocabulary arrays of the wrong type or length before anything indexes them (a corrupt
+    header's). A GGUF array holds values of one type: its first speaks for all."""
+    n = None
+    for name, kind, what in (("tokens", str, "strings"), ("merges", str, "strings"),
+                             ("token_type", int, "integers"), ("scores", (int, float), "numbers")):
+        value = meta.get(K + name)
+        if value is None or value == []:
+            continue
+        if not isinstance(value, list) or not isinstance(value[0], kind):
+            raise BadFile(f"{K}{name} is not a list of {what}")
+        if name == "tokens":
+            n = len(value)
+        elif name != "merges" and len(value) != n:
+            raise BadFile(f"{K}{name} has {len(value)} entries for {n} tokens")
+    if not isinstance(meta.get(K + "pre", ""), str):
+        raise BadFile(f"{K}pre is a {type(meta[K + 'pre']).__name__}, not a name")
 
 
 class Detokenizer:
