@@ -46,6 +46,10 @@ def bpe_tokenizer(token_to_id: dict[str, int], merges: list[str], ignore_merges:
     # Symbols are byte symbols and what merges make of them, so none holds a space (the byte
     # alphabet has none) and, once every merge of two tokens makes a token, every symbol is a
     # token or an unknown byte symbol: a merge naming anything else never applies.
+    try:   # a token that is not UTF-8 (a corrupt file's, kept as surrogates) is no str to tokenizers
+        "".join(token_to_id).encode("utf-8")
+    except UnicodeEncodeError:
+        return None
     unknown = {ch for ch in BYTE_CHARS if ch not in token_to_id}
     pairs = [tuple(p) for p in (text.split(" ") for text in dict.fromkeys(merges)) if len(p) == 2]
     if unknown and any(a in unknown or b in unknown for a, b in pairs):
