@@ -25,6 +25,7 @@ HOSTILE = {
     "calls what is not there": "{{ nothing() }}",
     "reaches for __class__": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
     "is not jinja": "{% for %}",
+    "fails a filter's assert": "{{ 'abc' | truncate(-1) }}",
 }
 
 

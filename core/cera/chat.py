@@ -339,5 +339,5 @@ def render(template: str, messages: list[dict], add_generation_prompt: bool = Tr
     except InvalidArgument:
         raise
     except (TemplateError, RecursionError, MemoryError, ArithmeticError, TypeError, ValueError, LookupError,
-            AttributeError, SyntaxError) as err:
+            AttributeError, SyntaxError, AssertionError) as err:   # jinja2's truncate asserts its arguments
         raise BadFile(f"the model's chat template fails: {type(err).__name__}: {err}"[:500]) from None
