@@ -28,7 +28,8 @@
 // Loops count up by one to a constant (matvec.wgsl says why).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
-// HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4).
+// HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
+// flags K_F16, V_F16: that cache holds f16 halves (half.wgsl), else f32.
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
 // to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
 // first of [freq_factors] then [qk_norm] (Rope.bindings).
@@ -54,10 +55,24 @@ alias Elem = vec4<f32>;
 #else
 alias Elem = f32;
 #endif
+#ifdef K_F16
+#include "half.wgsl"
+#endif
+#ifdef V_F16
+#include "half.wgsl"
+#endif
 #ifdef ROPE
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
+#ifdef K_F16
+@group(0) @binding(1) var<storage, read_write> k_cache: array<Halves>;
+#else
 @group(0) @binding(1) var<storage, read_write> k_cache: array<Elem>;
+#endif
+#ifdef V_F16
+@group(0) @binding(2) var<storage, read_write> v_cache: array<Halves>;
+#else
 @group(0) @binding(2) var<storage, read_write> v_cache: array<Elem>;
+#endif
 #ifdef FREQ_FACTORS
 @group(0) @binding(ROPE_BINDING) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 const NORM_BINDING = ROPE_BINDING + 1u;
@@ -69,8 +84,16 @@ const NORM_BINDING = ROPE_BINDING;
 #endif
 #else
 @group(0) @binding(0) var<storage, read> q: array<Elem>;
+#ifdef K_F16
+@group(0) @binding(1) var<storage, read> k_cache: array<Halves>;
+#else
 @group(0) @binding(1) var<storage, read> k_cache: array<Elem>;
+#endif
+#ifdef V_F16
+@group(0) @binding(2) var<storage, read> v_cache: array<Halves>;
+#else
 @group(0) @binding(2) var<storage, read> v_cache: array<Elem>;
+#endif
 #endif
 @group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> step: Step;

@@ -21,7 +21,8 @@
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
-// flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4).
+// flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4); flags K_F16, V_F16: that
+// cache holds f16 halves (half.wgsl), else f32.
 // Loops count up by one to a constant (matvec.wgsl says why), but the one over key tiles.
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // out (rows, N_HEADS*HEAD_DIM), step.
@@ -37,14 +38,30 @@ const NEG_BIG = -3.0e38;
 
 #ifdef VEC4
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+#ifndef K_F16
 @group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
+#endif
+#ifndef V_F16
 @group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+#endif
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
 #else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
+#ifndef K_F16
 @group(0) @binding(1) var<storage, read> k_cache: array<f32>;
+#endif
+#ifndef V_F16
 @group(0) @binding(2) var<storage, read> v_cache: array<f32>;
+#endif
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+#endif
+#ifdef K_F16
+#include "half.wgsl"
+@group(0) @binding(1) var<storage, read> k_cache: array<Halves>;
+#endif
+#ifdef V_F16
+#include "half.wgsl"
+@group(0) @binding(2) var<storage, read> v_cache: array<Halves>;
 #endif
 @group(0) @binding(4) var<uniform> step: Step;
 

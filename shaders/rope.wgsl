@@ -10,13 +10,14 @@
 // RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
-// [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM.
+// [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM; K_F16, V_F16: that cache holds f16 halves
+// (half.wgsl; HEAD_DIM even), each word written whole by one invocation.
 // Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [qk_norm]
 // (at most 8 storage buffers: WebGPU's default limit).
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
 // read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
 // their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
-// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32, one pair per layer.
+// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32 or halves, one pair per layer.
 // Loops count up by one to a constant (matvec.wgsl says why).
 #include "common.wgsl"
 #include "reduce.wgsl"
@@ -34,8 +35,18 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
 @group(0) @binding(3) var<storage, read_write> q_out: array<f32>;
+#ifdef K_F16
+#include "half.wgsl"
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+#else
 @group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
+#endif
+#ifdef V_F16
+#include "half.wgsl"
+@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+#else
 @group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
+#endif
 @group(0) @binding(6) var<uniform> step: Step;
 #ifdef FREQ_FACTORS
 @group(0) @binding(7) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
@@ -77,7 +88,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             value = q[q_in + i];
         } else {
             value = k[k_in + i];
+#ifdef V_F16
+            if (i % 2u == 0u) {
+                v_cache[(cache_base + i) / 2u] = pack_half2(vec2<f32>(v[k_in + i], v[k_in + i + 1u]));
+            }
+#else
             v_cache[cache_base + i] = v[k_in + i];
+#endif
         }
         row[i] = value;
         sum += value * value;
@@ -112,8 +129,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             q_out[q_base + i0] = y0;
             q_out[q_base + i1] = y1;
         } else {
+#ifdef K_F16
+            row[i0] = y0;   // packed below, when the row is whole
+            row[i1] = y1;
+#else
             k_cache[cache_base + i0] = y0;
             k_cache[cache_base + i1] = y1;
+#endif
         }
     }
     for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
@@ -121,10 +143,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (i >= HEAD_DIM) {
             break;
         }
+#ifdef K_F16
+        if (is_q) {
+            q_out[q_base + i] = row[i];
+        }
+#else
         if (is_q) {
             q_out[q_base + i] = row[i];
         } else {
             k_cache[cache_base + i] = row[i];
         }
+#endif
     }
+#ifdef K_F16
+    // NEOX pairs straddle words: the key is packed once every pair is turned
+    workgroupBarrier();
+    for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
+        let w = n * WG + lid;
+        if (is_q || w >= HEAD_DIM / 2u) {
+            break;
+        }
+        k_cache[cache_base / 2u + w] = pack_half2(vec2<f32>(row[2u * w], row[2u * w + 1u]));
+    }
+#endif
 }

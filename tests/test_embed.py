@@ -11,7 +11,7 @@ from cera import catalogue
 from cera.engine import POOLINGS, Engine
 from cera.gguf_file import GGUFFile
 from golden import REAL_MODELS, load
-from gpu_util import assert_close
+from gpu_util import F16_CACHE_TOLERANCE, assert_close, cache_numerics
 
 TEXT = "The cat sat on the mat. It was not the first time, and it would not be the last!"
 RNG = np.random.default_rng(5)
@@ -27,16 +27,20 @@ def embed(engine, text, pooling="none"):
     return asyncio.run(engine.embed(text, pooling))
 
 
+@pytest.mark.parametrize("kv", ["f32", "f16"])
 @pytest.mark.parametrize("chunk", [512, 7, 1], ids=["one chunk", "chunks of 7", "a token at a time"])
 @pytest.mark.parametrize("name", ["llama_q4_0", "qwen3_f32", "lfm2_q4_k"])
-def test_gpu_equals_the_reference(models, device, name, chunk):
-    gpu = asyncio.run(Engine.load(models[name], device, ctx=64, prefill_chunk=chunk))
-    ref = asyncio.run(Engine.load(models[name], None, ctx=64))
-    n = len(gpu.embed_tokens(TEXT))
+def test_gpu_equals_the_reference(models, device, name, chunk, kv):
+    """To f32 precision with f32 caches; with f16 caches (both), within what rounding a value
+    to neighbouring halves moves (gpu_util.F16_CACHE_TOLERANCE)."""
+    numerics = cache_numerics((kv, kv))
+    gpu = asyncio.run(Engine.load(models[name], device, ctx=64, prefill_chunk=chunk, numerics=numerics))
+    ref = asyncio.run(Engine.load(models[name], None, ctx=64, numerics=numerics))
+    n, tolerance = len(gpu.embed_tokens(TEXT)), 1e-4 if kv == "f32" else F16_CACHE_TOLERANCE
     for pooling in POOLINGS:
         got, want = embed(gpu, TEXT, pooling), embed(ref, TEXT, pooling)
         assert got.shape == ((n if pooling == "none" else 1), gpu.cfg.hidden)
-        assert_close(got, want, atol=1e-4, rtol=1e-4, what=f"{name} pooling {pooling}")
+        assert_close(got, want, atol=tolerance, rtol=tolerance, what=f"{name} pooling {pooling}")
     rows = embed(ref, TEXT)
     assert_close(embed(ref, TEXT, "mean"), rows.mean(0, keepdims=True), 1e-6, 1e-6, "mean")
     np.testing.assert_array_equal(embed(ref, TEXT, "last"), rows[-1:])

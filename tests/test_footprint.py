@@ -16,6 +16,8 @@ from cera.errors import TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
 from cera.gpu.model import GpuModel
+from cera.gpu.numerics import EXACT, value_bytes
+from gpu_util import CACHES, MIXED_CACHES, cache_numerics
 from synth import VARIANTS, write_model, write_variant
 
 CTX = 64
@@ -33,10 +35,10 @@ def allocations(device, monkeypatch):
     return made
 
 
-def check_footprint(device, allocations, g: GGUFFile, chunk: int, ctx: int = CTX):
+def check_footprint(device, allocations, g: GGUFFile, chunk: int, ctx: int = CTX, numerics=EXACT):
     cfg = ModelConfig.from_gguf(g)
-    want = footprint(cfg, g, ctx, chunk, device.limits)
-    model = GpuModel(cfg, g, device, ctx, chunk)
+    want = footprint(cfg, g, ctx, chunk, device.limits, numerics)
+    model = GpuModel(cfg, g, device, ctx, chunk, numerics)
     assert sum(want.weights.values()) == model.weights.nbytes
     assert [f.tensor for f in want.fallbacks] == model.weights.fallbacks
     assert allocations == want.buffers
@@ -58,10 +60,15 @@ def test_a_type_without_a_kernel_is_listed_at_its_f16_cost(device, allocations, 
     assert all(f.gpu_bytes == 2 * 256 * 512 > f.file_bytes for f in fp.fallbacks)
 
 
+@pytest.mark.parametrize("kv", CACHES + MIXED_CACHES)
 @pytest.mark.parametrize("ctx", [256, 2048])
-def test_smollm2(device, allocations, ctx):
-    fp, cfg = check_footprint(device, allocations, GGUFFile.open(catalogue.fetch("smollm2-135m-instruct")), 512, ctx)
-    assert fp.kv_cache == cfg.n_layers * 2 * 4 * ctx * cfg.kv_dim(0)
+def test_smollm2(device, allocations, ctx, kv):
+    """The KV cache at each of K's and V's cache types (f16: 2 bytes a value, f32: 4)."""
+    fp, cfg = check_footprint(device, allocations, GGUFFile.open(catalogue.fetch("smollm2-135m-instruct")), 512, ctx,
+                              cache_numerics(kv))
+    assert fp.kv_cache == cfg.n_layers * sum(map(value_bytes, kv)) * ctx * cfg.kv_dim(0)
+    d = fp.to_dict()
+    assert (d["cache_type_k"], d["cache_type_v"]) == kv
 
 
 def test_too_large_is_refused_before_any_buffer(device, allocations, tmp_path):
@@ -79,16 +86,31 @@ def test_too_large_is_refused_before_any_buffer(device, allocations, tmp_path):
     assert not allocations
 
 
-def test_info_cli_reports_what_the_gpu_model_allocates(device):
+@pytest.mark.parametrize("kv", [None, ("f32", "f32"), ("f32", "f16")])
+def test_info_cli_reports_what_the_gpu_model_allocates(device, kv):
+    """By default (kv None) the f16 cache: 2 bytes a value; --cache-type-k/-v as asked."""
     path = catalogue.fetch("smollm2-135m-instruct")
-    out = subprocess.run([sys.executable, "-m", "cera", "info", "-m", str(path), "--ctx", "1024", "--json"],
+    flags = ["--cache-type-k", kv[0], "--cache-type-v", kv[1]] if kv else []
+    out = subprocess.run([sys.executable, "-m", "cera", "info", "-m", str(path), "--ctx", "1024", "--json", *flags],
                          capture_output=True, text=True, timeout=600, check=True)
     memory = json.loads(out.stdout)["gpu_memory"]
     g = GGUFFile.open(path)
-    model = GpuModel(ModelConfig.from_gguf(g), g, device, 1024)
+    kv = kv or ("f16", "f16")
+    model = GpuModel(ModelConfig.from_gguf(g), g, device, 1024, numerics=cache_numerics(kv))
     assert memory["weights"] == model.weights.nbytes
     assert memory["total"] == model.footprint.total and memory["fits"]
-    assert memory["kv_cache"] == 30 * 2 * 4 * 1024 * 192 and memory["fallbacks"] == []
+    assert memory["kv_cache"] == 30 * sum(map(value_bytes, kv)) * 1024 * 192 and memory["fallbacks"] == []
+    assert (memory["cache_type_k"], memory["cache_type_v"]) == kv
+
+
+def test_a_cache_type_cera_lacks_is_refused_by_name():
+    """llama.cpp's quantized cache types are Unsupported (exit 5), naming those there are."""
+    path = catalogue.fetch("smollm2-135m-instruct")
+    out = subprocess.run([sys.executable, "-m", "cera", "info", "-m", str(path), "--no-gpu", "--json",
+                          "--cache-type-v", "q8_0"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 5
+    assert json.loads(out.stdout)["error"] == {"type": "unsupported",
+                                               "message": "V cache type 'q8_0': the KV cache holds f32 or f16"}
 
 
 def q3_k_m_types(name: str, shape: tuple[int, ...], layer: int | None, n_layers: int) -> str:

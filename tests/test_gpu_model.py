@@ -3,6 +3,7 @@ llama.cpp's logits and greedy tokens (tests/data/golden, made by scripts/make_go
 and against the numpy reference."""
 import asyncio
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from cera.gpu import matmul
 from cera.gpu.model import greedy_batches
 from cera.gpu.numerics import Numerics
 from cera.gpu.state import GREEDY_BATCH
-from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
+from gpu_util import NMSE_F16_CACHE
+from golden import EXACT_TYPES, GOLDEN, GOLDEN_NUMERICS, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
 
 
@@ -23,7 +25,8 @@ def exact(golden) -> bool:
 
 @pytest.fixture(scope="module")
 def engines(device, tmp_path_factory):
-    """variant -> (GPU engine, reference engine, golden), built once per variant."""
+    """variant -> (GPU engine, reference engine, golden), built once per variant, their caches
+    f32 as llama.cpp's for the goldens."""
     cache = {}
 
     def get(name):
@@ -32,7 +35,7 @@ def engines(device, tmp_path_factory):
             path = write_variant(tmp_path_factory.mktemp(name) / f"{name}.gguf", name)
             assert sha256_file(path) == golden["sha256"], "synth.py no longer writes the golden's file"
             g = GGUFFile.open(path)
-            cache[name] = (asyncio.run(Engine.load(g, device, ctx=64)), asyncio.run(Engine.load(g, None, ctx=64)),
+            cache[name] = (*(asyncio.run(Engine.load(g, d, ctx=64, numerics=GOLDEN_NUMERICS)) for d in (device, None)),
                            golden)
         return cache[name]
     return get
@@ -72,7 +75,7 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     monkeypatch.setattr(matmul, "X_INT_MIN_ROWS", 0)
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
     g = synth_gguf(name)
-    gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=Numerics(int8=bits == 8)))
+    gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=replace(GOLDEN_NUMERICS, int8=bits == 8)))
     matvecs = [s.label for s in gpu.backend.decode_plan.steps if s.label.startswith("matvec")]
     integer = [label for label in matvecs if label.endswith(f" x{bits}")]
     assert integer and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label)
@@ -83,7 +86,8 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     check_greedy(gpu, golden, name)
     if bits == 24:
         tokens = golden["sequences"][0]["tokens"]
-        got, want = (asyncio.run(e.logits(tokens)) for e in (gpu, asyncio.run(Engine.load(g, None, ctx=64))))
+        reference = asyncio.run(Engine.load(g, None, ctx=64, numerics=GOLDEN_NUMERICS))
+        got, want = (asyncio.run(e.logits(tokens)) for e in (gpu, reference))
         assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) < 1e-4
 
 
@@ -98,7 +102,7 @@ def test_int8_prefill_matches_llama_cpp(device, synth_gguf, name):
 
     def errors(int8):
         gpu = asyncio.run(Engine.load(synth_gguf(name), device, ctx=64, prefill_chunk=16,
-                                      numerics=Numerics(int8=int8)))
+                                      numerics=replace(GOLDEN_NUMERICS, int8=int8)))
         labels = [s.label for s in gpu.backend.plan(16).steps if hasattr(s, "label")]
         integer = [label for label in labels if label.startswith("matmul") and " x8" in label]
         assert bool(integer) == int8 and all(label.split()[1] in ("Q4_K", "Q6_K") for label in integer)
@@ -114,6 +118,24 @@ def test_int8_prefill_matches_llama_cpp(device, synth_gguf, name):
     f32, int8 = errors(False), errors(True)
     print(f"{name}: NMSE against llama.cpp, f32 tiles {f32}, 8-bit x {int8}")
     assert all(e8 < 0.1 * e32 for e8, e32 in zip(int8, f32))
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_f16_cache_matches_the_reference(device, synth_gguf, name):
+    """cera's default cache, f16 (packed two to a u32, rounded as numpy casts), against the numpy
+    reference with the same cache (kv_dtype float16): after each golden sequence, the same greedy
+    tokens, and logits within NMSE_F16_CACHE (gpu_util says why)."""
+    g, numerics = synth_gguf(name), Numerics()
+    assert numerics.cache_types == ("f16", "f16")
+    gpu, ref = (asyncio.run(Engine.load(g, d, ctx=64, numerics=numerics)) for d in (device, None))
+    assert ref.backend.model.key_cache[ref.cfg.attention_layers[0]].dtype == np.float16
+    golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
+    for seq in golden["sequences"]:
+        got, want = (asyncio.run(e.logits(seq["tokens"])) for e in (gpu, ref))
+        print(f"{name}: f16 cache, NMSE vs reference {nmse(got, want):.2e}")
+        assert nmse(got, want) < NMSE_F16_CACHE
+        runs = [asyncio.run(e.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False)).tokens for e in (gpu, ref)]
+        assert runs[0] == runs[1]
 
 
 def check_greedy(gpu, golden, name):
@@ -170,7 +192,7 @@ def test_matrices_beyond_the_binding_limit_are_tiled(device, engines, tmp_path):
     gpu, _, golden = engines("llama_f32")
     path = write_variant(tmp_path / "m.gguf", "llama_f32")
     small = asyncio.run(Engine.load(GGUFFile.open(path), _with_limits(device, max_storage_buffer_binding_size=16384),
-                                    ctx=64))
+                                    ctx=64, numerics=GOLDEN_NUMERICS))
     tokens = golden["sequences"][1]["tokens"]
     np.testing.assert_allclose(asyncio.run(small.logits(tokens)), asyncio.run(gpu.logits(tokens)), rtol=1e-5, atol=1e-5)
     assert small.backend.dispatches_per_token > gpu.backend.dispatches_per_token

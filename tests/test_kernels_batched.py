@@ -21,7 +21,8 @@ from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import batched, layers, matmul
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import assert_close, glu_act, run, step_buffer, submit, upload, zeros
+from gpu_util import (CACHES, F32_CACHE, MIXED_CACHES, as_cached, assert_close, cache_tolerance, glu_act,
+                      read_cache, run, step_buffer, submit, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
 TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
@@ -518,15 +519,17 @@ def test_matmul_int_errors(gpu):
 ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2)]   # head_dim, heads, kv heads
 
 
-def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0):
+def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0,
+                     cache=F32_CACHE):
     """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
-    cache is already filled; compare each with cera.ops.attention. With a sliding window, the
-    slots before the chunk's first row's window hold NaN: they must never be read."""
+    cache (of (K's, V's) cache type `cache`) is already filled; compare each with
+    cera.ops.attention over the values as cached. With a sliding window, the slots before the
+    chunk's first row's window hold NaN: they must never be read."""
     rng = np.random.default_rng(seed)
     max_ctx = sum(n for n, _ in chunks) + 3
-    k_cache = rng.standard_normal((max_ctx, n_kv_heads, head_dim)).astype(np.float32)
-    v_cache = rng.standard_normal((max_ctx, n_kv_heads, head_dim)).astype(np.float32)
-    kc, vc = upload(gpu, k_cache), upload(gpu, v_cache)
+    k_cache = as_cached(rng.standard_normal((max_ctx, n_kv_heads, head_dim)), cache[0])
+    v_cache = as_cached(rng.standard_normal((max_ctx, n_kv_heads, head_dim)), cache[1])
+    kc, vc = upload_cache(gpu, k_cache, cache[0]), upload_cache(gpu, v_cache, cache[1])
     q_buf, out = upload(gpu, np.zeros((max_rows, n_heads, head_dim), np.float32)), None
     step = gpu.device.buffer(STEP_BYTES, "step", uniform=True)
     pos = 0
@@ -537,11 +540,11 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
         gpu.device.write(step, pack_step(pos, n_tokens))
         if window:
             lo = max(0, pos - window + 1)
-            for buf, cache in ((kc, k_cache), (vc, v_cache)):
-                gpu.device.write(buf, np.concatenate([np.full_like(cache[:lo], np.nan), cache[lo:]]).tobytes())
+            for buf, values, t in ((kc, k_cache, cache[0]), (vc, v_cache, cache[1])):
+                write_cache(gpu, buf, np.concatenate([np.full_like(values[:lo], np.nan), values[lo:]]), t)
         d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
                                       n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
-                                      tiles=tiles, window=window)
+                                      tiles=tiles, window=window, cache_types=cache)
         got = run(gpu, [d], out, (max_rows, n_heads, head_dim))
         want = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
                              np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale,
@@ -551,11 +554,13 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
         pos += n_tokens
 
 
+@pytest.mark.parametrize("cache", CACHES + MIXED_CACHES)
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", ATTENTION_SHAPES)
-def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads):
+def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads, cache):
     # A full first chunk at pos 0, then a shorter chunk over the first chunk's keys (crossing
     # key tiles), then a one-row chunk; a Granite-like scale on the last.
-    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0078125)], max_rows=37)
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0078125)], max_rows=37,
+                     cache=cache)
 
 
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window", [
@@ -563,14 +568,15 @@ def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads):
     (64, 9, 3, 5),      # a window shorter than a key tile
     (18, 4, 2, 33),     # the scalar path; a window longer than a chunk
 ])
-def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window):
+@pytest.mark.parametrize("cache", CACHES)
+def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, cache):
     """A sliding window (a local layer): each row sees only the last `window` keys, within and
     across chunks and key tiles; the 16 KiB tilings too."""
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0625)], max_rows=37,
-                     window=window)
+                     window=window, cache=cache)
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
-                     tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window)
+                     tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
 
 
 def test_prefill_attention_small_tiles(gpu):
@@ -583,9 +589,11 @@ def test_prefill_attention_small_tiles(gpu):
                          tiles=tiles, seed=head_dim)
 
 
-def test_rope_then_prefill_attention(gpu):
+@pytest.mark.parametrize("cache", CACHES)
+def test_rope_then_prefill_attention(gpu, cache):
     """Two chunks through rope_kv (QK-norm, NEOX) + prefill attention, then a decode step through
-    the per-token attention kernel, against the oracles."""
+    the per-token attention kernel, against the oracles: the keys within an ulp of numpy's
+    rounding to the cache type, the attention over what the cache holds."""
     d = gpu.device
     head_dim, n_heads, n_kv_heads, theta, eps, max_ctx, max_rows = 64, 6, 2, 1e6, 1e-6, 80, 40
     rng = np.random.default_rng(5)
@@ -593,10 +601,11 @@ def test_rope_then_prefill_attention(gpu):
     zeros = lambda *shape: upload(gpu, np.zeros(shape, np.float32))   # noqa: E731
     qb = zeros(max_rows, n_heads, head_dim)
     kb, vb = zeros(max_rows, n_kv_heads, head_dim), zeros(max_rows, n_kv_heads, head_dim)
-    kc, vc = zeros(max_ctx, n_kv_heads, head_dim), zeros(max_ctx, n_kv_heads, head_dim)
+    cache_shape = (max_ctx, n_kv_heads, head_dim)
+    kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     q_rot, out = zeros(max_rows, n_heads, head_dim), zeros(max_rows, n_heads, head_dim)
     step = d.buffer(STEP_BYTES, "step", uniform=True)
-    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads)
+    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, cache_types=cache)
     rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, max_tokens=max_rows, **shape,
                           rope=layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps))
     prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
@@ -617,7 +626,10 @@ def test_rope_then_prefill_attention(gpu):
         q_ref = ops.rope(ops.rms_norm(q, qn, eps), positions, theta, True)
         k_all = np.concatenate([k_all, ops.rope(ops.rms_norm(k, kn, eps), positions, theta, True)])
         v_all = np.concatenate([v_all, v])
-        want = ops.attention(q_ref, k_all, v_all, positions, 1.0 / np.sqrt(head_dim))
+        k_got, v_got = (read_cache(gpu, b, cache_shape, t)[:pos + n_tokens] for b, t in zip((kc, vc), cache))
+        assert_close(k_got, as_cached(k_all, cache[0]), *cache_tolerance(cache[0]), f"keys after {n_tokens} rows")
+        assert_close(v_got, as_cached(v_all, cache[1]), 0, 0, f"values after {n_tokens} rows")
+        want = ops.attention(q_ref, k_got, v_got, positions, 1.0 / np.sqrt(head_dim))
         got = run(gpu, [], out, (max_rows, n_heads, head_dim))[:n_tokens]
         assert_close(got, want, 2e-5, 1e-4, f"attention of {n_tokens} rows at pos {pos}")
         pos += n_tokens

@@ -9,7 +9,8 @@ from cera.device import Binding
 from cera.errors import InvalidArgument
 from cera.gpu import layers, matmul
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import assert_close, read, step_buffer, submit, upload, zeros
+from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, as_cached, assert_close, cache_tolerance,
+                      read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
 
@@ -55,15 +56,20 @@ ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_n
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,stacked",
-                         [(*case, False) for case in ROPE_CASES] + [(*ROPE_CASES[0], True), (*ROPE_CASES[2], True)])
-def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, stacked):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,stacked,cache",
+                         [(*case, False, F32_CACHE) for case in ROPE_CASES] +
+                         [(*ROPE_CASES[0], True, F32_CACHE), (*ROPE_CASES[2], True, F32_CACHE)] +
+                         [(*case, False, F16_CACHE) for case in ROPE_CASES] +
+                         [(*ROPE_CASES[2], False, cache) for cache in MIXED_CACHES])
+def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, stacked, cache):
     """stacked: q, k, v are ranges of one buffer of rows q | k | v (a stacked prefill matmul's
-    output, in_stride apart)."""
+    output, in_stride apart). cache: (K's, V's) cache type; an f16 value equals numpy's cast bit for
+    bit (v holds rounding edges), an f16 key numpy's rounded within an ulp."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx, theta, eps = 4, 300, 10000.0, 1e-6
     rot = head_dim if n_rot is None else n_rot
     q, k, v = randn(max_tokens, n_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim)
+    v[0, 0, :len(HALF_EDGES)] = HALF_EDGES
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
     stride = None
@@ -74,12 +80,14 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     else:
         qb, kb, vb = upload(gpu, q), upload(gpu, k), upload(gpu, v)
     qo = zeros(gpu, q.shape)
-    kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
+    cache_shape = (max_ctx, n_kv_heads, head_dim)
+    kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
                        upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
     dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
-                              n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride)
+                              n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride,
+                              cache_types=cache)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
         device.write(qo, bytes(q.nbytes))
         device.write(step, pack_step(pos, n_tokens))
@@ -93,9 +101,12 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
         q_got = read(gpu, qo, q.shape)
         assert_close(q_got[:n_tokens], q_ref, 1e-4, 1e-4, f"q pos {pos}")
         assert_close(q_got[n_tokens:], np.zeros_like(q[n_tokens:]), 0, 0, f"q rows past n_tokens pos {pos}")
-        k_cache, v_cache = read(gpu, kc, (max_ctx, n_kv_heads, head_dim)), read(gpu, vc, (max_ctx, n_kv_heads, head_dim))
-        assert_close(k_cache[positions], k_ref, 1e-4, 1e-4, f"k_cache pos {pos}")
-        assert_close(v_cache[positions], v[:n_tokens], 0, 0, f"v_cache pos {pos}")
+        k_cache, v_cache = (read_cache(gpu, b, cache_shape, t) for b, t in zip((kc, vc), cache))
+        assert_close(k_cache[positions], as_cached(k_ref, cache[0]), *cache_tolerance(cache[0]), f"k_cache pos {pos}")
+        v_bits = read(gpu, vc, cache_shape, v_cache.dtype if cache[1] == "f32" else np.uint16)[positions]
+        with np.errstate(over="ignore"):   # HALF_EDGES holds values past f16's range on purpose
+            want = v[:n_tokens].astype(np.float16).view(np.uint16) if cache[1] == "f16" else v[:n_tokens]
+        assert np.array_equal(v_bits, want, equal_nan=True), f"v_cache pos {pos}: not the values as cast"
     written = {0, *range(261, 264), *range(296, 300)}
     untouched = [s for s in range(max_ctx) if s not in written]
     assert not k_cache[untouched].any() and not v_cache[untouched].any(), "only slots pos..pos+n-1 are written"
@@ -118,18 +129,22 @@ ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window", ATTENTION_SHAPES)
-def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache",
+                         [(*shape, F32_CACHE) for shape in ATTENTION_SHAPES] +
+                         [(*shape, F16_CACHE) for shape in ATTENTION_SHAPES] +
+                         [(*ATTENTION_SHAPES[i], cache) for i in (0, 4) for cache in MIXED_CACHES])
+def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
     cache slots past the live length (and, with a sliding window, before the first row's window)
-    and unwritten scratch records hold NaN and must not count."""
+    and unwritten scratch records hold NaN and must not count. cache: (K's, V's) cache type, the
+    oracle reading the same rounded values."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
-    k_cache = randn(max_ctx, n_kv_heads, head_dim)
-    v_cache = randn(max_ctx, n_kv_heads, head_dim)
+    k_cache = as_cached(randn(max_ctx, n_kv_heads, head_dim), cache[0])
+    v_cache = as_cached(randn(max_ctx, n_kv_heads, head_dim), cache[1])
     q = randn(max_tokens, n_heads, head_dim, scale=2.0)
-    qb, kc, vc = upload(gpu, q), zeros(gpu, k_cache.shape), zeros(gpu, v_cache.shape)
+    qb, kc, vc = upload(gpu, q), upload_cache(gpu, 0 * k_cache, cache[0]), upload_cache(gpu, 0 * v_cache, cache[1])
     out = zeros(gpu, q.shape)
     scratch_bytes = layers.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
                                                    max_tokens=max_tokens, split=split)
@@ -137,7 +152,7 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch, window=window)
+                                  split=split, scratch=scratch, window=window, cache_types=cache)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
@@ -145,10 +160,10 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
     for pos, n_tokens in cases:
         n_keys = pos + n_tokens
         lo = max(0, pos - window + 1) if window else 0      # the first key the first row sees
-        for buf, cache in ((kc, k_cache), (vc, v_cache)):
-            live = np.full_like(cache, np.nan)
-            live[lo:n_keys] = cache[lo:n_keys]
-            device.write(buf, live.tobytes())
+        for buf, values, t in ((kc, k_cache, cache[0]), (vc, v_cache, cache[1])):
+            live = np.full_like(values, np.nan)
+            live[lo:n_keys] = values[lo:n_keys]
+            write_cache(gpu, buf, live, t)
         device.write(out, np.zeros(q.shape, np.float32).tobytes())
         device.write(step, pack_step(pos, n_tokens))
         submit(gpu, dispatches)
@@ -158,11 +173,15 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window):
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale", ROPE_CASES)
-def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,cache",
+                         [(*case, F32_CACHE) for case in ROPE_CASES] + [(*case, F16_CACHE) for case in ROPE_CASES] +
+                         [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES])
+def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, cache):
     """Decode attention with RoPE fused (layers.attention's rope): one row's raw q | k | v in one
     buffer; the key and value of slot pos land in the cache, and the output equals rope + attention
-    by numpy, at positions around the split edges (the slot's split reads what it just wrote)."""
+    by numpy, at positions around the split edges (the slot's split reads what it just wrote).
+    cache: (K's, V's) cache type; the oracle attends over the key the GPU rounded (within an f16
+    ulp of numpy's) and the value as numpy casts it (bit for bit)."""
     device, kernels = gpu.device, gpu.kernels
     max_ctx, theta, eps, split = 300, 10000.0, 1e-6, 64
     rot = head_dim if n_rot is None else n_rot
@@ -171,12 +190,12 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
                        upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
-    k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
-    qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload(gpu, k_cache), upload(gpu, v_cache)
+    k_cache, v_cache = (as_cached(randn(max_ctx, n_kv_heads, head_dim), t) for t in cache)
+    qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload_cache(gpu, k_cache, cache[0]), upload_cache(gpu, v_cache, cache[1])
     out, step = zeros(gpu, q_dim), device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split, rope=rope,
-                                  kv_offsets=(q_dim, q_dim + kv_dim))
+                                  kv_offsets=(q_dim, q_dim + kv_dim), cache_types=cache)
     for pos in (0, split - 1, split, 299):
         q, k, v = randn(n_heads, head_dim), randn(n_kv_heads, head_dim), randn(n_kv_heads, head_dim)
         device.write(qkv, np.concatenate([q.ravel(), k.ravel(), v.ravel()]).tobytes())
@@ -185,11 +204,11 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
         positions = np.array([pos])
         q_ref, k_ref = (ops.rms_norm(q, qn, eps), ops.rms_norm(k, kn, eps)) if qk_norm else (q, k)
         q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff)
-        k_cache[pos] = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff)[0]
-        v_cache[pos] = v
-        got_k, got_v = read(gpu, kc, k_cache.shape), read(gpu, vc, v_cache.shape)
-        assert_close(got_k[pos], k_cache[pos], 1e-4, 1e-4, f"k_cache pos {pos}")
-        assert_close(got_v[pos], v, 0, 0, f"v_cache pos {pos}")
+        k_ref = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff)[0]
+        got_k, got_v = (read_cache(gpu, b, k_cache.shape, t) for b, t in zip((kc, vc), cache))
+        assert_close(got_k[pos], as_cached(k_ref, cache[0]), *cache_tolerance(cache[0]), f"k_cache pos {pos}")
+        assert_close(got_v[pos], as_cached(v, cache[1]), 0, 0, f"v_cache pos {pos}")
+        k_cache[pos], v_cache[pos] = got_k[pos], got_v[pos]
         ref = ops.attention(q_ref, k_cache[:pos + 1], v_cache[:pos + 1], positions, 1.0 / np.sqrt(head_dim))
         assert_close(read(gpu, out, (1, n_heads, head_dim)), ref, 1e-4, 1e-4, f"attention pos {pos}")
     with pytest.raises(InvalidArgument, match="fused for one row"):
@@ -256,16 +275,20 @@ def test_attention_errors(gpu):
                          scratch=Binding(buf, 0, 4096), **shape)
 
 
-def test_rope_then_attention_over_steps(gpu):
-    """A prefill chunk then decode steps through rope_kv + attention, against the oracles."""
+@pytest.mark.parametrize("cache", CACHES)
+def test_rope_then_attention_over_steps(gpu, cache):
+    """A prefill chunk then decode steps through rope_kv + attention, against the oracles, with
+    each cache type: the keys within an ulp of numpy's rounding, the attention over what the
+    cache holds."""
     device, kernels = gpu.device, gpu.kernels
     head_dim, n_heads, n_kv_heads, theta, eps, max_ctx, max_tokens = 64, 6, 2, 1e6, 1e-6, 40, 7
     qn, kn = randn(head_dim), randn(head_dim)
     qb, qo = zeros(gpu, (max_tokens, n_heads, head_dim)), zeros(gpu, (max_tokens, n_heads, head_dim))
     kb, vb = zeros(gpu, (max_tokens, n_kv_heads, head_dim)), zeros(gpu, (max_tokens, n_kv_heads, head_dim))
-    kc, vc = zeros(gpu, (max_ctx, n_kv_heads, head_dim)), zeros(gpu, (max_ctx, n_kv_heads, head_dim))
+    cache_shape = (max_ctx, n_kv_heads, head_dim)
+    kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     out, step = zeros(gpu, (max_tokens, n_heads, head_dim)), device.buffer(STEP_BYTES, "step", uniform=True)
-    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens)
+    shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens, cache_types=cache)
     rope = layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps)
     schedule = device.schedule([
         layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, rope=rope, **shape),
@@ -282,7 +305,10 @@ def test_rope_then_attention_over_steps(gpu):
         q_ref = ops.rope(ops.rms_norm(q, qn, eps), positions, theta, True)
         k_all = np.concatenate([k_all, ops.rope(ops.rms_norm(k, kn, eps), positions, theta, True)])
         v_all = np.concatenate([v_all, v])
-        ref = ops.attention(q_ref, k_all, v_all, positions, 1.0 / np.sqrt(head_dim))
+        k_got, v_got = (read_cache(gpu, b, cache_shape, t)[:pos + n_tokens] for b, t in zip((kc, vc), cache))
+        assert_close(k_got, as_cached(k_all, cache[0]), *cache_tolerance(cache[0]), f"keys after step at pos {pos}")
+        assert_close(v_got, as_cached(v_all, cache[1]), 0, 0, f"values after step at pos {pos}")
+        ref = ops.attention(q_ref, k_got, v_got, positions, 1.0 / np.sqrt(head_dim))
         assert_close(read(gpu, out, (max_tokens, n_heads, head_dim))[:n_tokens], ref, 1e-4, 1e-4, f"attention after step at pos {pos}")
         pos += n_tokens
 

@@ -14,8 +14,10 @@ import pytest
 from cera.engine import Engine
 from cera.errors import BadFile, InvalidArgument, Unsupported
 from cera.gguf_file import GGUFFile
+from cera.gpu.numerics import Numerics
 from cera.prefix import PrefixCache
-from golden import EXACT_TYPES, GOLDEN, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, first_divergence, nmse
+from golden import EXACT_TYPES, GOLDEN, GOLDEN_NUMERICS, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, first_divergence, nmse
+from gpu_util import NMSE_F16_CACHE
 from synth import LORA_VARIANTS, VARIANTS, sha256_file, write_adapter, write_lora, write_lora_variant, write_variant
 
 EXACT_ADAPTER_TYPES = ("F32", "F16")
@@ -42,9 +44,12 @@ def files(tmp_path_factory):
     return get
 
 
-def engine(files, device, base: str, *adapters: str, chunk: int = 512, cache=None) -> Engine:
-    """An engine on `device` (None: the reference) for `base` with `adapters` loaded at their scales."""
-    e = asyncio.run(Engine.load(GGUFFile.open(files(base)), device, ctx=64, prefill_chunk=chunk, prefix_cache=cache))
+def engine(files, device, base: str, *adapters: str, chunk: int = 512, cache=None,
+           numerics: Numerics = GOLDEN_NUMERICS) -> Engine:
+    """An engine on `device` (None: the reference) for `base` with `adapters` loaded at their
+    scales; its KV cache f32 (as the goldens') unless `numerics` says otherwise."""
+    e = asyncio.run(Engine.load(GGUFFile.open(files(base)), device, ctx=64, prefill_chunk=chunk, prefix_cache=cache,
+                                numerics=numerics))
     for name in adapters:
         asyncio.run(e.load_lora(GGUFFile.open(files(name)), name, LORA_VARIANTS[name]["scale"]))
     return e
@@ -85,6 +90,21 @@ def test_logits_match_llama_cpp_and_reference(files, device, name, chunk):
         assert list(got.argmax(-1)) == list(ref_logits.argmax(-1))
         result = asyncio.run(gpu.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False, adapters=[name]))
         check_greedy(result.tokens, seq, at)
+
+
+@pytest.mark.parametrize("chunk", [1, 512], ids=["decode", "prefill"])
+def test_f16_cache_with_an_adapter_matches_the_reference(files, device, chunk):
+    """An adapter over cera's default cache, f16: the logits of the numpy reference with the same
+    cache within NMSE_F16_CACHE (gpu_util says why), the same greedy tokens."""
+    name = sorted(LORA_VARIANTS)[0]
+    gold = golden(f"lora_{name}")
+    gpu, ref = (engine(files, d, gold["base"], name, chunk=chunk, numerics=Numerics()) for d in (device, None))
+    for seq in gold["sequences"]:
+        got, want = (asyncio.run(e.logits(seq["tokens"], adapters=[name])) for e in (gpu, ref))
+        assert nmse(got, want) < NMSE_F16_CACHE
+        runs = [asyncio.run(e.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False, adapters=[name])).tokens
+                for e in (gpu, ref)]
+        assert runs[0] == runs[1]
 
 
 def test_two_adapters_switch_per_request_and_never_share_state(files, device):
@@ -143,7 +163,7 @@ def test_cli_lora_flag(files, device):
     model, lora = str(files("llama_f32")), f"{files(name)}:{LORA_VARIANTS[name]['scale']}"
     out = json.loads(cera("generate", "-m", model, "--lora", lora, "-p", "The cat", "-n", "8", "--ctx", "64",
                           "--json").stdout)
-    e = engine(files, device, "llama_f32", name)
+    e = engine(files, device, "llama_f32", name, numerics=Numerics())   # the CLI's default: the f16 cache
     assert out["tokens"] == asyncio.run(e.generate("The cat", 8, adapters=[name])).tokens
     assert out["loras"] == [files(name).name]
     plain = json.loads(cera("plan", "-m", model, "--ctx", "64", "--json").stdout)["totals"]["dispatches"]

@@ -11,8 +11,10 @@ from cera.config import ModelConfig
 from cera.device import Copy, Flush, Pass, passes
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import GpuModel
+from cera.gpu.numerics import value_bytes
 from cera.gpu.plan import FLUSH_LAYERS
 from cera.sampling import Sampler
+from gpu_util import CACHES, cache_numerics
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +24,11 @@ def smollm2(device):
     return g, cfg, GpuModel(cfg, g, device, ctx=1024)
 
 
-def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2):
-    g, cfg, model = smollm2
+@pytest.mark.parametrize("kv", CACHES)
+def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2, device, kv):
+    """The KV rows attention reads at their cache types' bytes (f16: half of f32's)."""
+    g, cfg, _ = smollm2
+    model = GpuModel(cfg, g, device, ctx=1024, numerics=cache_numerics(kv))
     plan, positions = model.plan(1), 512
     # per layer: the stacked qkv matvec, attention (RoPE and the cache write fused in), the
     # output projection (merging attention's splits), gate/up GLU, down; then embed, head, argmax
@@ -34,7 +39,7 @@ def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2):
     embedding = g.tensors["token_embd.weight"]
     weights = sum(t.nbytes for t in g.tensors.values() if t.name != "token_embd.weight")
     weights += embedding.nbytes + embedding.nbytes // embedding.shape[0]   # the tied head, one embedded row
-    kv = cfg.n_layers * positions * 2 * 4 * cfg.kv_dim(0)                    # f32 K and V rows attention reads
+    kv = cfg.n_layers * positions * sum(map(value_bytes, kv)) * cfg.kv_dim(0)   # K and V rows attention reads
     totals = plan.totals(positions)
     activations = totals["bytes_read"] - weights - kv
     print(f"read {totals['bytes_read']:,} = weights {weights:,} + KV {kv:,} + activations {activations:,}")

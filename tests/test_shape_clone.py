@@ -123,7 +123,7 @@ def test_footprint_at_8k(synthed, name):
     assert sum(fp.weights.values()) == sum(t.nbytes for t in g.tensors.values())
     assert not fp.fallbacks
     kv_heads, layers = EXPECTED[name][5], EXPECTED[name][1]
-    assert fp.kv_cache >= 2 * layers * 8192 * kv_heads * 128 * 2   # K and V, at least f16
+    assert fp.kv_cache == 2 * layers * 8192 * kv_heads * 128 * 2   # K and V in f16, the default (as llama.cpp's)
 
 
 def test_a_tiny_shape_expands_to_a_clone_that_opens(tmp_path, monkeypatch):

@@ -31,6 +31,7 @@ from cera.gpu.batched import INT_TILE_TYPES
 from cera.gpu.footprint import footprint
 from cera.gpu.matmul import MATVEC_TYPES, X_INT_TYPES
 from cera.gpu.model import DEFAULT_CHUNK, greedy_batches
+from cera.gpu.numerics import CACHE_TYPES, value_bytes
 from cera.gpu.state import GREEDY_BATCH
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO, Server, build_site
 
@@ -237,11 +238,14 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
     assert got["runs"] == 2     # run() and read() are one JS call each
 
 
-def test_layer_kernels_on_the_pyodide_device(page):
+@pytest.mark.parametrize("cache", ["f32", "f16"])
+def test_layer_kernels_on_the_pyodide_device(page, cache):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
     attention with RoPE fused for an 8th (its raw q | k | v in one buffer), and the output
     projection merging that attention's splits itself, the context shift's key re-rotation, and
-    LFM2's short conv, through the browser host, against cera.ops computed here."""
+    LFM2's short conv, through the browser host, against cera.ops computed here; the KV cache in
+    f32 or f16 (halves packed in u32 and rounded by integer operations: SwiftShader has no
+    shader-f16)."""
     from cera import ops
     rng = np.random.default_rng(5)
     hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
@@ -250,6 +254,7 @@ def test_layer_kernels_on_the_pyodide_device(page):
     bcx, conv_w = rng.standard_normal((3, 3 * hidden)).astype(np.float32), rng.standard_normal((hidden, 3)).astype(np.float32)
     w_o = rng.standard_normal((24, heads * hd)).astype(np.float32)   # an F32 output projection
     b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
+    cache_bytes = value_bytes(cache)
     got = python_in_worker(page, f"""
 import base64, json
 import numpy as np
@@ -270,7 +275,7 @@ qk_norm, bcx, conv_w = upload({b64(np.concatenate([qn, kn]))!r}), upload({b64(bc
 qkv7 = upload({b64(np.concatenate([q[7].ravel(), k[7].ravel(), v[7].ravel()]))!r})
 q_rot, kc, vc, att = zeros(8 * {heads * hd}), zeros({ctx * kv_heads * hd}), zeros({ctx * kv_heads * hd}), zeros(8 * {heads * hd})
 step = dev.buffer(16, "step", uniform=True)
-shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads})
+shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads}, cache_types=({cache!r}, {cache!r}))
 rope = layers.Rope({theta}, True, qk_norm=qk_norm, eps={eps})
 out = {{}}
 dev.write(step, pack_step(0, 7))
@@ -286,19 +291,21 @@ first, partials = layers.attention_partials(kernels, dev, qkv7, kc, vc, step, ma
 w_o, merged = upload({b64(w_o)!r}), zeros(24)
 await dev.run(dev.schedule([first, matmul.matvec(kernels, dev, merged, w_o, partials, wtype=0, k={heads * hd}, m=24)]))
 out["merged"] = await dev.read(merged, 0, 4 * 24)
-out["cache"] = await dev.read(kc, 0, 4 * 8 * {kv_heads * hd})
+out["cache"] = await dev.read(kc, 0, {cache_bytes} * 8 * {kv_heads * hd})
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
 dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
 await dev.run(dev.schedule([layers.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
-                                            n_kv_heads={kv_heads}, rope=layers.Rope({theta}, True), max_rows=4)]))
-out["shifted"] = await dev.read(k_out, 0, 4 * 4 * {kv_heads * hd})
+                                            n_kv_heads={kv_heads}, rope=layers.Rope({theta}, True), max_rows=4,
+                                            cache_types=shape["cache_types"])]))
+out["shifted"] = await dev.read(k_out, 0, {cache_bytes} * 4 * {kv_heads * hd})
 state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
 dev.write(step, pack_step(0, 3))
 await dev.run(dev.schedule([layers.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
 out["conv"] = await dev.read(conv, 0, 4 * 3 * {hidden})
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
-    arr = lambda name, *shape: np.frombuffer(base64.b64decode(got[name]), np.float32).reshape(shape)
+    arr = lambda name, *shape, dtype=np.float32: np.frombuffer(base64.b64decode(got[name]), dtype).reshape(shape)
+    cached = lambda name, *shape: arr(name, *shape, dtype=CACHE_TYPES[cache]).astype(np.float32)
     pos = np.arange(8)
     q_ref = ops.rope(ops.rms_norm(q, qn, eps), pos, theta, True)
     k_ref = ops.rope(ops.rms_norm(k, kn, eps), pos, theta, True)
@@ -308,9 +315,9 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
     assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
     assert_close(arr("decode", 1, heads, hd), att[7:], **tol, what="split-KV decode attention")
     assert_close(arr("merged", 24), w_o @ att[7].ravel(), **tol, what="output projection merging the splits")
-    assert_close(arr("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
-    shifted = ops.rope(arr("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
-    assert_close(arr("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
+    assert_close(cached("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
+    shifted = ops.rope(cached("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
+    assert_close(cached("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
     y, _ = ops.shortconv(bcx, conv_w, np.zeros((2, hidden), np.float32))
     assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
 
@@ -443,7 +450,7 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)
     info = page.evaluate("(url) => window.cera.load(url)", url)
-    assert info["arch"] == name.split("_")[0]
+    assert info["arch"] == name.split("_")[0] and (info["cacheTypeK"], info["cacheTypeV"]) == ("f16", "f16")
     result = page.evaluate("([p, c]) => window.cera.generate(p, {maxTokens: 12, chat: c})", [prompt, chat])
     assert result["tokens"] == native["tokens"]
     assert result["text"] == native["text"]
@@ -460,6 +467,27 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == 1 + len(greedy_batches(len(again["tokens"]) - 1, GREEDY_BATCH))
     assert calls["postMessage"] <= len(again["tokens"])
+
+
+def test_cache_type_menu_gives_the_native_text(page, models):
+    """The page's KV cache menu: f32 gives the native host's greedy text with --cache-type-k/-v
+    f32, token for token (the default, f16, is test_greedy_text_matches_the_native_host's), and
+    the GPU memory figure counts the cache at 4 bytes a value."""
+    path, url = models["qwen2_q8_0"]
+    prompt = "The quick brown fox"
+    native = native_generate(path, prompt, 12, False, "--cache-type-k", "f32", "--cache-type-v", "f32")
+    page.select_option("#cache-type", "f32")
+    try:
+        info = page.evaluate("(url) => window.cera.load(url)", url)   # the menu's choice
+    finally:
+        page.select_option("#cache-type", "f16")
+    assert (info["cacheTypeK"], info["cacheTypeV"]) == ("f32", "f32") and "f32 KV cache" in page.text_content("#model")
+    memory = info["gpuMemory"]
+    assert (memory["cache_type_k"], memory["cache_type_v"]) == ("f32", "f32")
+    result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
+    assert result["tokens"] == native["tokens"]
+    f16 = page.evaluate("(url) => window.cera.load(url)", url)["gpuMemory"]
+    assert f16["kv_cache"] * 2 == memory["kv_cache"]
 
 
 def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):

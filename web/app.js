@@ -91,13 +91,14 @@ let memory = null;   // the last load's GPU memory figure
 function setBusy(busy) {
   $("generate").disabled = busy || !model;
   $("stop").disabled = !busy;
-  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue", "int8"]) $(id).disabled = busy;
+  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue", "int8", "cache-type"]) $(id).disabled = busy;
   $("lora-file").disabled = busy || !model;
 }
 
 // int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's checkbox says;
+// cacheType: what the KV cache stores K and V in ("f16", "f32"), by default as the page's menu says;
 // sha256: the file's, checked as a URL downloads.
-async function load(source, { ctx, int8 = $("int8").checked, sha256 } = {}) {
+async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cache-type").value, sha256 } = {}) {
   clearError();
   setBusy(true);
   setStatus("loading");
@@ -105,10 +106,12 @@ async function load(source, { ctx, int8 = $("int8").checked, sha256 } = {}) {
     model = null;
     newConversation();
     $("memory").textContent = "…";
-    model = await engine.reload(source, { ctx, int8, sha256, onProgress: showProgress, onMemory: showMemory });
+    model = await engine.reload(source, { ctx, int8, cacheTypeK: cacheType, cacheTypeV: cacheType, sha256,
+      onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}` +
-      `${model.cached ? ", from the browser cache" : ""}${model.numerics !== "exact" ? `, ${model.numerics}` : ""})`;
+      `${model.cached ? ", from the browser cache" : ""}${model.numerics !== "exact" ? `, ${model.numerics}` : ""}` +
+      `, ${model.cacheTypeK === model.cacheTypeV ? model.cacheTypeK : `K ${model.cacheTypeK}, V ${model.cacheTypeV}`} KV cache)`;
     $("chat").checked = model.hasChatTemplate;
     $("progress-text").textContent = `loaded in ${model.loadSeconds.toFixed(1)} s` +
       (model.cacheSkipped ? `; not cached: ${model.cacheSkipped}` : "");

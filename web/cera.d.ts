@@ -36,6 +36,8 @@ export interface Recovery {
   seconds: number;
 }
 
+export type CacheType = "f16" | "f32";
+
 export interface LoadOptions {
   /** Positions of context to allocate (default info.defaults.ctx, capped at the model's). */
   ctx?: number;
@@ -43,6 +45,10 @@ export interface LoadOptions {
   int8?: boolean;
   /** Opt-in speed: f16 prefill tiles where the adapter has shader-f16. */
   f16?: boolean;
+  /** What the KV cache stores K in, by llama.cpp's name: "f16" (the default: half of f32's memory, as llama.cpp's cache) or "f32"; others reject as Unsupported. */
+  cacheTypeK?: CacheType;
+  /** The same for V. */
+  cacheTypeV?: CacheType;
   /** The file's SHA-256 (64 hex digits): a URL's download must have it (else BadFile), and so must the cached copy used. */
   sha256?: string;
   onProgress?: (progress: Progress) => void;
@@ -56,6 +62,8 @@ export interface GpuMemory {
   prefill_chunk: number;
   weights: number;             // as they sit on the GPU (quantized; F16 for types without a kernel)
   kv_cache: number;
+  cache_type_k: CacheType;     // what it stores K in ...
+  cache_type_v: CacheType;     // ... and V
   state: number;               // the rest of the per-sequence state (logits, scratch, ...)
   activations: number;
   total: number;               // shown, not checked: WebGPU has no total-memory limit
@@ -84,6 +92,8 @@ export interface ModelInfo {
   bytesThroughWasm: number;    // model bytes that entered Python's memory (the header; weights go Blob -> GPU in JS)
   dispatchesPerToken: number;
   numerics: string;            // "exact", or the opt-ins taken: "int8", "f16", "int8+f16"
+  cacheTypeK: CacheType;       // what the KV cache stores K in ...
+  cacheTypeV: CacheType;       // ... and V
   wasmHeapBytes: number;
 }
 

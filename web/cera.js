@@ -34,7 +34,9 @@ const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !
   "the model's source: a URL or a File/Blob of a .gguf"];
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
   onProgress: FUNCTION, onError: FUNCTION, onDeviceLost: FUNCTION, onRecovered: FUNCTION };
-const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, onProgress: FUNCTION, onMemory: FUNCTION,
+const CACHE_TYPE = [isText, "a KV cache type by llama.cpp's name (\"f16\", \"f32\")"];
+const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, cacheTypeK: CACHE_TYPE, cacheTypeV: CACHE_TYPE,
+  onProgress: FUNCTION, onMemory: FUNCTION,
   sha256: [(v) => isText(v) && /^[0-9a-f]{64}$/i.test(v), "the file's SHA-256 as 64 hex digits"] };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
@@ -185,15 +187,17 @@ export class Engine {
   // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
   // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
   // GPU memory it needs once its header is read, before the upload (also when it is refused).
-  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default. sha256: the
-  // file's, checked as a URL downloads (and against the cached copy's).
+  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default. cacheTypeK,
+  // cacheTypeV: what the KV cache stores K and V in, "f16" (the default) or "f32" (the core
+  // refuses the others, as Unsupported). sha256: the file's, checked as a URL downloads (and
+  // against the cached copy's).
   async reload(model, options = {}) {
-    const { ctx, int8, f16, sha256, onProgress, onMemory } = check("reload", { ...options, model },
-      { model: MODEL, ...LOAD_OPTIONS }, "model");
+    const { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory } = check("reload",
+      { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
     await this.ready;
     this.info.model = null;
-    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16, sha256 },
-      { onProgress, onMemory });
+    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16, cacheTypeK, cacheTypeV,
+      sha256 }, { onProgress, onMemory });
     return this.info.model;
   }
 
@@ -316,11 +320,11 @@ export class Engine {
 
 // An engine with `model` loaded: new Engine(...) then reload(model, ...).
 export async function createEngine(options = {}) {
-  const { model, ctx, int8, f16, sha256, onProgress, onMemory, ...rest } = check("createEngine", options,
-    { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
+  const { model, ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory, ...rest } = check(
+    "createEngine", options, { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
   const engine = new Engine({ onProgress, ...rest });
   try {
-    await engine.reload(model, { ctx, int8, f16, sha256, onProgress, onMemory });
+    await engine.reload(model, { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory });
   } catch (err) {
     await engine.unload();
     throw err;

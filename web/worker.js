@@ -62,7 +62,8 @@ async function handle(id, kind, data) {
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
       const model = await openModel(data.source, onProgress, data.sha256);
-      const result = await session.load(model.blob, model.name, id, data.ctx, Boolean(data.int8), Boolean(data.f16));
+      const result = await session.load(model.blob, model.name, id, data.ctx, Boolean(data.int8), Boolean(data.f16),
+        data.cacheTypeK ?? null, data.cacheTypeV ?? null);
       if (result.ok !== false) Object.assign(result, { cached: model.cached, cacheSkipped: model.cacheSkipped }, memory(pyodide));
       return result;
     }

@@ -4,6 +4,7 @@
     m = cera.load("smollm2-135m-instruct")
     print(m.generate("The capital of France is", max_tokens=8).text)
     fast = cera.load("qwen2.5-coder-1.5b-instruct", numerics=cera.Numerics(int8=True))   # opt-in speed
+    f32 = cera.load("smollm2-135m-instruct", numerics=cera.Numerics(cache_type_k="f32", cache_type_v="f32"))
 
 `load` and `Model` (cera.api) are imported on first use: the browser imports the core's modules
 without the thread-backed API.

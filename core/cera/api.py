@@ -35,8 +35,9 @@ def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, ba
     use); `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU
     through wgpu-py), "reference" (the numpy forward pass) or "auto" (the GPU, unless its
     adapter is a CPU emulation; default: $CERA_BACKEND, else "auto"); `lora`: (GGUF path,
-    scale) of each LoRA adapter to load; `numerics`: the GPU kernels' opt-ins for speed, e.g.
-    `Numerics(int8=True)` (cera.gpu.numerics: exact by default)."""
+    scale) of each LoRA adapter to load; `numerics` (cera.gpu.numerics): the KV cache's types,
+    f16 by default (`Numerics(cache_type_k="f32", cache_type_v="f32")` for f32, llama.cpp's
+    names), and the GPU kernels' opt-ins for speed, e.g. `Numerics(int8=True)` (exact by default)."""
     return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora, numerics=numerics))
 
 

@@ -22,7 +22,7 @@ from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
 from cera.errors import CeraError, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
-from cera.gpu.numerics import Numerics
+from cera.gpu.numerics import CACHE_TYPES, DEFAULT_CACHE_TYPE, Numerics
 from cera.runner import BACKENDS, DEFAULT_BACKEND, load_engine, open_device, open_lora
 from cera.sampling import Sampler
 
@@ -61,10 +61,19 @@ def add_numerics_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--f16", action="store_true",
                    help="opt-in speed: f16 prefill tiles where the adapter has shader-f16 (1.1x; logits off by "
                         "up to ~2%% of the largest)")
+    add_cache_args(p)
+
+
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    for flag, what in (("--cache-type-k", "K"), ("--cache-type-v", "V")):
+        p.add_argument(flag, metavar="TYPE", default=DEFAULT_CACHE_TYPE,
+                       help=f"what the KV cache stores {what} in, by llama.cpp's names: {' or '.join(CACHE_TYPES)} "
+                            "(f16: half the memory and the bytes attention reads of f32, rounded as llama.cpp's "
+                            "default cache; the reference backend's cache too)")
 
 
 def numerics_from(args) -> Numerics:
-    return Numerics(int8=args.int8, f16=args.f16)
+    return Numerics(int8=args.int8, f16=args.f16, cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v)
 
 
 def lora_spec(text: str) -> tuple[str, float]:
@@ -202,6 +211,7 @@ def parser() -> argparse.ArgumentParser:
     _model_arg(i)
     i.add_argument("--ctx", type=int, default=DEFAULT_CTX,
                    help="context the KV cache in the GPU memory figure is sized for (capped at the model's)")
+    add_cache_args(i)
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.add_argument("--no-gpu", action="store_true", help="do not open the GPU to report the adapter")
 
@@ -392,7 +402,8 @@ def info(args) -> dict:
             out["adapter_limits"] = vars(device.limits)
         except Exception as err:   # no GPU is not an error for `info`
             out["adapter"] = f"unavailable: {err}"
-    fp = footprint(cfg, g, cfg.context(args.ctx), DEFAULT_CHUNK, device.limits if device else None)
+    fp = footprint(cfg, g, cfg.context(args.ctx), DEFAULT_CHUNK, device.limits if device else None,
+                   Numerics(cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v))
     out["gpu_memory"] = fp.to_dict()
     if device:
         try:
@@ -412,7 +423,8 @@ def info(args) -> dict:
 def _print_memory(m: dict) -> None:
     mib = lambda n: f"{n / (1 << 20):,.1f} MiB"
     print(f"{'gpu_memory':16} {mib(m['total'])} at context {m['ctx']}: weights {mib(m['weights'])}, "
-          f"KV cache {mib(m['kv_cache'])}, other state {mib(m['state'])}, activations {mib(m['activations'])} "
+          f"KV cache {mib(m['kv_cache'])} (k {m['cache_type_k']}, v {m['cache_type_v']}), "
+          f"other state {mib(m['state'])}, activations {mib(m['activations'])} "
           f"(prefill chunk {m['prefill_chunk']}); largest buffer {m['largest_buffer']['name']} "
           f"{mib(m['largest_buffer']['bytes'])}")
     for f in m["fallbacks"]:
@@ -428,6 +440,7 @@ async def bench(args) -> dict:
     runs = await engine.bench(args.prompt_tokens, args.gen_tokens, args.repeat, sampler)
     out = {"model": args.model, "backend": args.backend, "adapter": device.adapter_name if device else None,
            "prompt_tokens": args.prompt_tokens, "gen_tokens": args.gen_tokens, "numerics": numerics_from(args).label,
+           "cache": numerics_from(args).cache,
            "sampling": sampler.label,
            "prefill_tokens_per_s": round(max(r.prefill_tokens_per_s for r in runs), 2),
            "decode_tokens_per_s": round(max(r.decode_tokens_per_s for r in runs), 2),

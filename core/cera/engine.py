@@ -81,7 +81,7 @@ class ReferenceBackend:
 
     async def snapshot(self, tokens: list[int]) -> Snapshot:
         m, n = self.model, len(tokens)
-        arrays = {f"{kind}.{i}": cache[i][:n].reshape(n, -1).astype(np.float32)
+        arrays = {f"{kind}.{i}": cache[i][:n].reshape(n, -1).copy()   # in the cache's dtype
                   for kind, cache in (("k", m.key_cache), ("v", m.value_cache)) for i in cache}
         arrays.update({f"conv.{i}": state.ravel().copy() for i, state in m.conv_state.items()})
         return Snapshot(tuple(tokens), arrays)
@@ -94,6 +94,8 @@ class ReferenceBackend:
                 m.conv_state[int(i)][...] = array.reshape(m.conv_state[int(i)].shape)
             else:
                 cache = (m.key_cache if kind == "k" else m.value_cache)[int(i)]   # (ctx, KVH, hd)
+                if array.dtype != cache.dtype:   # rounded otherwise, it is not the state this cache would hold
+                    raise InvalidArgument(f"snapshot {name} is {array.dtype}; this cache holds {cache.dtype}")
                 cache[: len(array)] = array.reshape(len(array), *cache.shape[1:])
         m.n_past = len(snapshot.tokens)
 
@@ -206,12 +208,13 @@ class Engine:
                    prefill_chunk: int = DEFAULT_CHUNK, prefix_cache: PrefixCache | None = None,
                    numerics: Numerics = EXACT) -> "Engine":
         """A ready engine: on `device` through the GPU kernels, or the numpy reference if None.
-        Prompts go through the GPU in chunks of up to `prefill_chunk` tokens. `numerics`: the
-        kernels' opt-ins for speed (cera.gpu.numerics; the reference ignores them)."""
+        Prompts go through the GPU in chunks of up to `prefill_chunk` tokens. `numerics`
+        (cera.gpu.numerics): the KV cache's types, which the reference's cache takes too, and the
+        kernels' opt-ins for speed, which the reference ignores."""
         cfg = ModelConfig.from_gguf(gguf_file)
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
-            backend = ReferenceBackend(Reference(gguf_file, ctx))
+            backend = ReferenceBackend(Reference(gguf_file, ctx, numerics.kv_dtypes))
         else:
             backend = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk, numerics)
             await backend.load(progress)

@@ -33,7 +33,7 @@ class Reference:
     final norm, on caches of their own.
 
     kv_dtype: the precision K and V are stored in (np.float16 mimics llama.cpp's default F16
-    cache); computation is float32 throughout."""
+    cache), or a pair (K's, V's); computation is float32 throughout."""
 
     def __init__(self, gguf_file: GGUFFile, ctx: int | None = None, kv_dtype=np.float32):
         self.gguf = gguf_file
@@ -41,15 +41,15 @@ class Reference:
         self.ctx = cfg.context(ctx)
         self._weights: dict[str, np.ndarray] = {}   # tensor name -> float32, dequantized once
         self.freq_factors = self.w("rope_freqs.weight") if cfg.rope_freq_factors else None   # (n_rot/2,)
-        self.kv_dtype = kv_dtype
+        self.k_dtype, self.v_dtype = kv_dtype if isinstance(kv_dtype, tuple) else (kv_dtype, kv_dtype)
         self._allocate_caches()
 
     def _allocate_caches(self) -> None:
         """Empty caches for self.ctx positions, allocated once."""
         cfg = self.cfg
-        self.key_cache = {il: np.zeros((self.ctx, cfg.n_kv_heads[il], cfg.head_dim), self.kv_dtype)
-                          for il in cfg.attention_layers}   # layer -> (ctx, KVH, hd)
-        self.value_cache = {il: np.zeros_like(self.key_cache[il]) for il in cfg.attention_layers}
+        shape = lambda il: (self.ctx, cfg.n_kv_heads[il], cfg.head_dim)
+        self.key_cache = {il: np.zeros(shape(il), self.k_dtype) for il in cfg.attention_layers}     # layer -> (ctx, KVH, hd)
+        self.value_cache = {il: np.zeros(shape(il), self.v_dtype) for il in cfg.attention_layers}   # layer -> (ctx, KVH, hd)
         self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
                            for il in cfg.conv_layers}       # layer -> (kernel-1, hidden), oldest first
         self.n_past = 0   # positions 0..n_past-1 are in the caches

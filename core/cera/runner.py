@@ -176,9 +176,10 @@ async def load_engine(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | No
                       numerics: Numerics = EXACT):
     """(engine, device or None) for `model` (a GGUF path or catalogue name) on `backend`
     (`open_device`), with its LoRA adapters loaded. prefix_cache_mb > 0 keeps the states after
-    earlier prompts (cera.prefix), apart for each backend and numerics (their states differ)."""
+    earlier prompts (cera.prefix), apart for each backend and numerics, cache types included
+    (their states differ; the reference ignores the opt-ins)."""
     device, path = open_device(backend), catalogue.resolve(str(model))
-    kind = "-".join(filter(None, ("gpu", numerics.tag))) if device else "reference"
+    kind = f"gpu-{numerics.tag}" if device else f"reference-{replace(numerics, int8=False, f16=False).tag}"
     cache = PrefixCache.for_model(path, kind, prefix_cache_mb, prefix_cache_dir) if prefix_cache_mb else None
     engine = await Engine.load(GGUFFile.open(path), device, ctx=ctx, progress=progress, prefill_chunk=prefill_chunk,
                                prefix_cache=cache, numerics=numerics)

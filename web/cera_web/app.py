@@ -17,7 +17,7 @@ from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, InvalidArgument
 from cera.gpu.model import DEFAULT_CHUNK
-from cera.gpu.numerics import Numerics
+from cera.gpu.numerics import DEFAULT_CACHE_TYPE, Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
 from cera.runner import Job, run_job
 from js import Object
@@ -100,15 +100,18 @@ class Session:
             self.post(_js({"id": msg_id, "kind": "progress", "phase": phase, "done": done, "total": total}))
         return progress
 
-    async def load(self, blob, name, msg_id, ctx=None, int8=False, f16=False):
+    async def load(self, blob, name, msg_id, ctx=None, int8=False, f16=False, cache_type_k=None, cache_type_v=None):
         """Parse the GGUF header from the Blob, post the GPU memory the model will take (a
         "memory" message), build the plan, upload the weights (ctx None: DEFAULT_CTX positions;
-        int8, f16: the kernels' opt-ins, cera.gpu.numerics).
+        int8, f16: the kernels' opt-ins, cache_type_k, cache_type_v: the KV cache's types, None
+        the default; cera.gpu.numerics).
         A model with a buffer this GPU cannot hold is refused (TooLarge) before anything is
         allocated. Waits for the requests ahead of it."""
         async with self._turn:
             try:
-                source = (blob, str(name), ctx, Numerics(int8=bool(int8), f16=bool(f16)))
+                numerics = Numerics(int8=bool(int8), f16=bool(f16), cache_type_k=str(cache_type_k or DEFAULT_CACHE_TYPE),
+                                    cache_type_v=str(cache_type_v or DEFAULT_CACHE_TYPE))
+                source = (blob, str(name), ctx, numerics)
                 self._source, self._loras, self._held = None, [], None
                 result = await self._load(*source, msg_id)
                 self._source = source
@@ -130,7 +133,7 @@ class Session:
         gguf = GGUFFile(source)
         cfg = ModelConfig.from_gguf(gguf)
         ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
-        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits, numerics.int8).to_dict(),
+        memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits, numerics).to_dict(),
                   "max_buffer_size": self.device.limits.max_buffer_size}
         self.post(_js({"id": msg_id, "kind": "memory", "memory": memory}))
         engine = await Engine.load(gguf, self.device, ctx=ctx, progress=self._progress(msg_id, "upload"),
@@ -142,6 +145,7 @@ class Session:
                 "hasChatTemplate": bool(gguf.metadata.get("tokenizer.chat_template")),
                 "bytesThroughWasm": source.bytes_read,
                 "dispatchesPerToken": engine.backend.dispatches_per_token, "numerics": numerics.label,
+                "cacheTypeK": numerics.cache_type_k, "cacheTypeV": numerics.cache_type_v,
                 "loadSeconds": time.perf_counter() - t0}
 
     async def load_lora(self, blob, name, scale, msg_id):

@@ -1,6 +1,6 @@
 """The GPU memory a model will take, from its GGUF header and config alone (nothing is
 allocated): the weights as they will sit on the GPU (`cera.gpu.residency`'s rules), the KV
-cache and the rest of the per-sequence state at a context, and the activations of a decode
+cache in its cache types (`cera.gpu.numerics`) and the rest of the per-sequence state at a context, and the activations of a decode
 step and of a prefill chunk (`cera.gpu.state`).
 
 `GpuModel` checks it against the adapter's limits before it allocates anything. WebGPU has
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from cera.config import ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
+from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.residency import is_vector, qkv_runs, resident_bytes, resident_type
 from cera.gpu.sample import SamplerBuffers
 from cera.gpu.state import Activations, GreedyChain, State
@@ -36,6 +37,7 @@ class Footprint:
     """Every buffer a model on the GPU allocates at load, label -> bytes, by kind."""
     ctx: int
     chunk: int                    # rows of a prefill chunk (1: prompts run through the decode plan)
+    cache_types: tuple[str, str]  # what the KV cache stores K and V in
     weights: dict[str, int]
     state: dict[str, int]         # KV caches, conv states, Step uniform, token ids, logits, scratch,
                                   # the greedy chain's tokens and conv records
@@ -69,25 +71,26 @@ class Footprint:
     def to_dict(self) -> dict:
         largest = max(self.buffers.items(), key=lambda item: item[1])
         return {"ctx": self.ctx, "prefill_chunk": self.chunk, "weights": sum(self.weights.values()),
-                "kv_cache": self.kv_cache, "state": sum(self.state.values()) - self.kv_cache,
+                "kv_cache": self.kv_cache, "cache_type_k": self.cache_types[0], "cache_type_v": self.cache_types[1], "state": sum(self.state.values()) - self.kv_cache,
                 "activations": sum(self.activations.values()), "total": self.total,
                 "largest_buffer": {"name": largest[0], "bytes": largest[1]},
                 "fallbacks": [vars(f) for f in self.fallbacks]}
 
 
 def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits | None = None,
-              int8: bool = False) -> Footprint:
-    """What `GpuModel(cfg, gguf_file, device, ctx, chunk)` allocates at load on a device with
-    `limits` (their offset alignment decides which q/k/v projections are stacked); `int8`: with
-    cera.gpu.numerics' int8 (a buffer of x in integers for the prefill chunk)."""
+              numerics: Numerics = EXACT) -> Footprint:
+    """What `GpuModel(cfg, gguf_file, device, ctx, chunk, numerics)` allocates at load on a device
+    with `limits` (their offset alignment decides which q/k/v projections are stacked): the KV
+    cache in numerics' cache types, and with its int8 a buffer of x in integers for the prefill
+    chunk."""
     chunk = min(chunk, ctx)
     align = limits.min_storage_buffer_offset_alignment if limits else DEFAULT_ALIGNMENT
     weights, fallbacks = _weights(cfg, gguf_file.tensors, align)
-    activations = {f"{name}@{rows}": 4 * math.prod(shape)
-                   for rows in sorted({1, chunk}) for name, shape in Activations.shapes(cfg, rows, int8).items()}
+    activations = {f"{name}@{rows}": 4 * math.prod(shape) for rows in sorted({1, chunk})
+                   for name, shape in Activations.shapes(cfg, rows, numerics.int8).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
-    state = State.sizes(cfg, ctx, chunk) | GreedyChain.sizes(cfg) | SamplerBuffers.sizes(cfg, ctx)
-    return Footprint(ctx, chunk, weights, sized(state), sized(activations), fallbacks)
+    state = State.sizes(cfg, ctx, chunk, numerics.cache_types) | GreedyChain.sizes(cfg) | SamplerBuffers.sizes(cfg, ctx)
+    return Footprint(ctx, chunk, numerics.cache_types, weights, sized(state), sized(activations), fallbacks)
 
 
 def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
@@ -109,7 +112,7 @@ def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int
                 for name in (f"blk.{i}.attn_{p}.weight", f"blk.{i}.attn_{p}.bias"):
                     names.pop(name, None)
     weights = {name: resident_bytes(tensors[name], is_vector(name)) for name in names} | stacked
-    for i in cfg.attention_layers if cfg.qk_norm else ():   # q's and k's norms: one buffer (Residency.vectors)
+    for i in cfg.attention_layers if cfg.qk_norm else ():   # q's and k's norms: one buffer (Weights.vectors)
         norms = (f"blk.{i}.attn_q_norm.weight", f"blk.{i}.attn_k_norm.weight")
         weights[" | ".join(norms)] = sum(weights.pop(name) for name in norms)
     fallbacks = []

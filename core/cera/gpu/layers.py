@@ -7,6 +7,8 @@ list of two, split-KV then combine) sized for the most rows a step of the schedu
 Outputs come first, like `matmul(out, x, w, ...)`.
 Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
 f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.state).
+The KV caches hold K and V as `cache_types` says ((K's, V's): "f32", or "f16" packed two to a
+u32, cera.gpu.numerics), each builder of a kernel that reads or writes them taking it.
 Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
 dispatch built for `max_tokens` rows serves every step of up to that many tokens.
 """
@@ -21,6 +23,7 @@ from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.matmul import gelu_flag
+from cera.gpu.numerics import value_bytes
 from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
@@ -39,6 +42,7 @@ ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
+F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f32
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
@@ -94,7 +98,7 @@ class Rope:
 
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
             n_kv_heads: int, rope: Rope, max_tokens: int = 1, in_stride: int | None = None,
-            label: str = "rope_kv") -> Dispatch:
+            cache_types: tuple[str, str] = F32_CACHE, label: str = "rope_kv") -> Dispatch:
     """[QK-norm] + RoPE of q into q_out and of k into the KV cache, and v into the cache.
 
     q, q_out (tokens, n_heads*head_dim); k, v (tokens, n_kv_heads*head_dim): q, k, v are only
@@ -105,11 +109,12 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     step.pos + t."""
     _check_heads(n_heads, n_kv_heads)
     stride = {} if in_stride is None else {"IN_STRIDE": in_stride}
-    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim * max_tokens
+    q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim * max_tokens   # kv: values of k or v
     return kernels.dispatch("rope.wgsl", [q, k, v, q_out, k_cache, v_cache, step, *rope.bindings()],
-                            (n_heads + n_kv_heads, max_tokens, 1), label, reads=q_bytes + 2 * kv_bytes,
-                            writes=q_bytes + 2 * kv_bytes, HEAD_DIM=head_dim, N_HEADS=n_heads,
-                            N_KV_HEADS=n_kv_heads, **stride, **rope.defines(head_dim))
+                            (n_heads + n_kv_heads, max_tokens, 1), label, reads=q_bytes + 8 * kv,
+                            writes=q_bytes + kv * sum(map(value_bytes, cache_types)), HEAD_DIM=head_dim,
+                            N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, **stride, **rope.defines(head_dim),
+                            **cache_flags(cache_types, head_dim))
 
 
 SHIFT_BYTES = 16   # struct Shift (shaders/kv_shift.wgsl)
@@ -121,17 +126,19 @@ def pack_shift(keep: int, discard: int, n: int) -> bytes:
 
 
 def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim: int, n_kv_heads: int,
-             rope: Rope, max_rows: int, label: str = "kv_shift") -> Dispatch:
+             rope: Rope, max_rows: int, cache_types: tuple[str, str] = F32_CACHE,
+             label: str = "kv_shift") -> Dispatch:
     """Context shift, pass 1: cache rows keep+discard+j -> scratch rows j (j < shift.n), keys
     re-rotated by -discard positions (`rope` without QK-norm: the cached keys are normed). k_out,
-    v_out (max_rows, n_kv_heads, head_dim) are the scratch; `shift` the Shift uniform (pack_shift).
-    Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
+    v_out (max_rows, n_kv_heads, head_dim), in the caches' types, are the scratch; `shift` the
+    Shift uniform (pack_shift). Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
     if rope.qk_norm is not None:
         raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
-    rows = 4 * max_rows * n_kv_heads * head_dim
+    rows = max_rows * n_kv_heads * head_dim * sum(map(value_bytes, cache_types))
     return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],
-                            (n_kv_heads, max_rows, 1), label, reads=2 * rows, writes=2 * rows,
-                            HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim))
+                            (n_kv_heads, max_rows, 1), label, reads=rows, writes=rows,
+                            HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim),
+                            **cache_flags(cache_types, head_dim))
 
 
 def _freq_scale(freq_scale: float) -> dict:
@@ -193,8 +200,8 @@ class Partials:
 def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                        n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
                        split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
-                       window: int = 0, rope: Rope | None = None,
-                       kv_offsets: tuple[int, int] = (0, 0)) -> tuple[Dispatch, Partials]:
+                       window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0),
+                       cache_types: tuple[str, str] = F32_CACHE) -> tuple[Dispatch, Partials]:
     """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
     if head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
@@ -213,17 +220,18 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
     elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
         raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
     partials = Partials(scratch, step, head_dim, n_heads, split, n_splits, window)
-    q_bytes, kv_bytes = 4 * n_heads * head_dim * max_tokens, 4 * n_kv_heads * head_dim
+    q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim   # kv: values of a slot's k or v
+    slot_bytes = kv * sum(map(value_bytes, cache_types))                         # a slot's k and v as cached
     bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
     if rope is not None:
         bindings += rope.bindings()
         fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
-        reads, writes = q_bytes + 2 * kv_bytes, 2 * kv_bytes
+        reads, writes = q_bytes + 8 * kv, slot_bytes
     return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
-                            reads_per_position=2 * kv_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
+                            reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
                             SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
-                            **partials.attention_defines(), **fused), partials
+                            **partials.attention_defines(), **fused, **cache_flags(cache_types, head_dim)), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
@@ -233,7 +241,7 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
-    written by rope_kv. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
+    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
     With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
     `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
     RoPE of q and of the key, the key and value written to slot step.pos.
@@ -258,6 +266,14 @@ def window_define(window: int) -> dict:
     if window < 0:
         raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
     return {"WINDOW": window} if window else {}
+
+
+def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
+    """The cache kernels' K_F16 / V_F16 flags for (K's, V's) cache type: that cache holds f16
+    halves two to a u32 (shaders/half.wgsl), so a head's row must be whole words."""
+    if "f16" in cache_types and head_dim % 2:
+        raise Unsupported(f"an f16 KV cache needs an even head_dim, not {head_dim} (use the f32 cache)")
+    return flags(K_F16=cache_types[0] == "f16", V_F16=cache_types[1] == "f16")
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,

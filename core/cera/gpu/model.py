@@ -69,13 +69,13 @@ class GpuModel:
                  numerics: Numerics = EXACT):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
-        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits, numerics.int8)
+        self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits, numerics)
         self.footprint.check(device.limits)   # before anything is allocated
         self.cfg, self.device, self.ctx, self.numerics = cfg, device, ctx, numerics
         self.chunk = self.footprint.chunk
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)
-        self.state = State.allocate(device, cfg, ctx, self.chunk)
+        self.state = State.allocate(device, cfg, ctx, self.chunk, numerics.cache_types)
         self.chain = GreedyChain.allocate(device, cfg)   # chained batches' tokens and conv records
         self.sampling = SamplerBuffers.allocate(device, cfg, ctx)   # the sampler's settings and state
         self._act = [Activations.allocate(device, cfg, 1)]     # decode's, then the chunk's (chunk > 1)
@@ -195,23 +195,28 @@ class GpuModel:
         self.n_past = 0
 
     async def snapshot(self, tokens: list[int]) -> Snapshot:
-        """The state after `tokens` (the first len(tokens) cached positions), read back."""
+        """The state after `tokens` (the first len(tokens) cached positions), read back: K and V
+        rows as the cache holds them (numpy's float16 for an f16 cache)."""
         n, arrays, state = len(tokens), {}, self.state
         for i in self.cfg.attention_layers:
-            for name, cache in (("k", state.key_cache[i]), ("v", state.value_cache[i])):
-                raw = await self.device.read(cache.buffer, 0, 4 * n * self.cfg.kv_dim(i))
-                arrays[f"{name}.{i}"] = np.frombuffer(raw, np.float32).reshape(n, self.cfg.kv_dim(i))
+            for name, cache, dtype in zip("kv", (state.key_cache[i], state.value_cache[i]), self.numerics.kv_dtypes):
+                raw = await self.device.read(cache.buffer, 0, np.dtype(dtype).itemsize * n * self.cfg.kv_dim(i))
+                arrays[f"{name}.{i}"] = np.frombuffer(raw, dtype).reshape(n, self.cfg.kv_dim(i))
         for i, b in state.conv_state.items():
             arrays[f"conv.{i}"] = np.frombuffer(await self.device.read(b.buffer, 0, b.size), np.float32)
         return Snapshot(tuple(tokens), arrays)
 
     def restore(self, snapshot: Snapshot) -> None:
-        """Make `snapshot` the sequence so far."""
-        state = self.state
+        """Make `snapshot` the sequence so far. Its K and V rows must be of this cache's types:
+        state rounded otherwise is not the state these kernels would have made."""
+        state, (k_type, v_type) = self.state, self.numerics.kv_dtypes
         for name, array in snapshot.arrays.items():
             kind, i = name.split(".")
             target = {"k": state.key_cache, "v": state.value_cache, "conv": state.conv_state}[kind][int(i)]
-            self.device.write(target.buffer, np.ascontiguousarray(array, np.float32).tobytes())
+            dtype = {"k": k_type, "v": v_type, "conv": np.float32}[kind]
+            if array.dtype != dtype:
+                raise InvalidArgument(f"snapshot {name} is {array.dtype}; this model's cache holds {np.dtype(dtype)}")
+            self.device.write(target.buffer, np.ascontiguousarray(array).tobytes())
         self.n_past = len(snapshot.tokens)
 
     async def shift(self, keep: int, discard: int, n_past: int) -> None:
@@ -224,9 +229,10 @@ class GpuModel:
             raise InvalidArgument(f"shift of {discard} positions after {keep} of {n_past}: out of range")
         if n == 0:
             return
-        if self._shift is None:   # scratch for the moved rows and the Shift uniform, made on first use
+        if self._shift is None:   # scratch for the moved rows (as the caches hold them) and the Shift uniform
             kv = max(self.cfg.kv_dim(i) for i in self.cfg.attention_layers)
-            scratch = (f32_buffer(self.device, "shift_k", self.ctx, kv), f32_buffer(self.device, "shift_v", self.ctx, kv))
+            size = [np.dtype(t).itemsize * self.ctx * kv for t in self.numerics.kv_dtypes]
+            scratch = tuple(Binding(self.device.buffer(n, label), 0, n) for n, label in zip(size, ("shift_k", "shift_v")))
             self._shift = scratch, Binding(self.device.buffer(SHIFT_BYTES, "shift", uniform=True), 0, SHIFT_BYTES)
         scratch, uniform = self._shift
         self.device.write(uniform.buffer, pack_shift(keep, discard, n))
@@ -289,7 +295,7 @@ class GpuModel:
         prefill = self.active.prefill   # its kind, activations and adapters
         if self._embedder is None or self._embedder[0].ctx < n or self._embedder[0].adapters is not prefill.adapters:
             positions = min(self.ctx, max(64, 1 << (n - 1).bit_length()))
-            state = State.allocate(self.device, self.cfg, positions, self.chunk)
+            state = State.allocate(self.device, self.cfg, positions, self.chunk, self.numerics.cache_types)
             builder = type(prefill)(self.cfg, positions, self.weights, state, prefill.act, self.kernels,
                                     prefill.adapters, self.numerics)
             self._embedder = builder, self.device.schedule(embed_plan(builder).steps)

@@ -1,4 +1,11 @@
-"""The GPU kernels' opt-in numerics: rounding the activations more coarsely, for speed.
+"""The GPU kernels' numerics: the precision the KV cache stores K and V in, and the opt-ins that
+round the activations more coarsely, for speed.
+
+The KV cache (`cache_type_k`, `cache_type_v`, llama.cpp's --cache-type-k/-v names) holds f16 by
+default, as llama.cpp's does: half the memory and half the bytes attention reads of f32, packed
+two to a u32 (the kernels need no shader-f16) and rounded to nearest even on the way in, as numpy
+casts; `Reference(kv_dtype=...)` stores its cache the same way (CACHE_TYPES), so the GPU's results
+equal the reference's with the matching cache to f32 precision. f32 is kept on request.
 
 By default every kernel computes as precisely as f32: results stay within the f32 tolerances of
 the numpy reference, and prefill equals the per-token path to 1e-4 of the largest logit
@@ -15,28 +22,77 @@ the numpy reference, and prefill equals the per-token path to 1e-4 of the larges
 - `f16`: prefill tiles staged in f16 (cera.gpu.batched.half_tiles) where the device has
   shader-f16 (Chromium withholds it on NVIDIA/Linux): 1.13-1.16x the f32 tiles' speed.
 
-The numpy reference ignores them: it is the exact oracle.
+The numpy reference ignores the opt-ins: it is the exact oracle.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+
+from cera.errors import InvalidArgument, Unsupported
+
+# The KV cache's types, by llama.cpp's names -> the numpy type holding one value as the cache does
+CACHE_TYPES = {"f32": np.float32, "f16": np.float16}
+DEFAULT_CACHE_TYPE = "f16"
+# llama.cpp's other cache types, refused by name
+LLAMA_CACHE_TYPES = ("bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def value_bytes(cache_type: str) -> int:
+    """Bytes a cache of `cache_type` holds one value in."""
+    return np.dtype(CACHE_TYPES[cache_type]).itemsize
+
+
+def check_cache_type(name: str, which: str) -> None:
+    if name in CACHE_TYPES:
+        return
+    error = Unsupported if name in LLAMA_CACHE_TYPES else InvalidArgument
+    raise error(f"{which} cache type {name!r}: the KV cache holds {' or '.join(CACHE_TYPES)}")
 
 
 @dataclass(frozen=True)
 class Numerics:
     int8: bool = False   # Q4_K / Q6_K matrices on 8-bit x (Q8_K), prefill and decode
     f16: bool = False    # f16 prefill tiles where the device has shader-f16
+    cache_type_k: str = DEFAULT_CACHE_TYPE   # what the KV cache stores K in (CACHE_TYPES)
+    cache_type_v: str = DEFAULT_CACHE_TYPE   # ... and V
+
+    def __post_init__(self):
+        check_cache_type(self.cache_type_k, "K")
+        check_cache_type(self.cache_type_v, "V")
+
+    @property
+    def cache_types(self) -> tuple[str, str]:
+        """(K's, V's) cache type."""
+        return self.cache_type_k, self.cache_type_v
+
+    @property
+    def kv_dtypes(self) -> tuple[type, type]:
+        """The numpy types of (K, V) as the cache holds them: the reference's kv_dtype."""
+        return CACHE_TYPES[self.cache_type_k], CACHE_TYPES[self.cache_type_v]
+
+    @property
+    def cache(self) -> str:
+        """The cache types as a report names them: "f16", or "k f32, v f16" where they differ."""
+        k, v = self.cache_types
+        return k if k == v else f"k {k}, v {v}"
+
+    @property
+    def opt_ins(self) -> list[str]:
+        return [name for name in ("int8", "f16") if getattr(self, name)]
 
     @property
     def tag(self) -> str:
-        """"" for the exact default, else the opt-ins joined by "+" (e.g. "int8+f16"): what
-        caches of computed state key on, since the opt-ins change it."""
-        return "+".join(name for name in ("int8", "f16") if getattr(self, name))
+        """The opt-ins and the cache types joined by "+" (e.g. "int8+kv-f16", "k-f32+v-f16"): what
+        caches of computed state key on, since each changes it."""
+        k, v = self.cache_types
+        return "+".join(self.opt_ins + ([f"kv-{k}"] if k == v else [f"k-{k}", f"v-{v}"]))
 
     @property
     def label(self) -> str:
-        """What a report calls them: "exact", or the tag."""
-        return self.tag or "exact"
+        """What a report calls the opt-ins: "exact", or those taken joined by "+"."""
+        return "+".join(self.opt_ins) or "exact"
 
 
 EXACT = Numerics()

@@ -31,7 +31,7 @@ from cera.config import ATTENTION, ModelConfig
 from cera.device import PACKED_DOT, Binding, Copy, Dispatch, Flush, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import batched, layers, matmul
-from cera.gpu.numerics import EXACT, Numerics
+from cera.gpu.numerics import EXACT, Numerics, value_bytes
 from cera.gpu.residency import Matrix, Weights
 from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
@@ -173,7 +173,8 @@ class Builder:
         return layers.rope_kv(self.kernels, self.device, self.act.q_rot, self.state.key_cache[i],
                               self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], rope=self.rope(i),
-                              max_tokens=self.rows, in_stride=in_stride, label=f"blk.{i}.rope")
+                              max_tokens=self.rows, in_stride=in_stride, cache_types=self.numerics.cache_types,
+                              label=f"blk.{i}.rope")
 
     def shortconv(self, i: int) -> list[Step]:
         """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
@@ -276,7 +277,7 @@ class DecodeBuilder(Builder):
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
-                     label=f"blk.{i}.attention")
+                     cache_types=self.numerics.cache_types, label=f"blk.{i}.attention")
         caches = self.state.key_cache[i], self.state.value_cache[i], self.state.step
         steps, q_in = [], self.act.q_rot
         if q.buffer is k.buffer is v.buffer:
@@ -357,8 +358,9 @@ class PrefillBuilder(Builder):
                 batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
-                                          scale=cfg.attention_scale, max_rows=self.rows,
-                                          window=cfg.layer_window[i], label=f"blk.{i}.prefill_attention")], self.act.att
+                                          scale=cfg.attention_scale, max_rows=self.rows, window=cfg.layer_window[i],
+                                          cache_types=self.numerics.cache_types,
+                                          label=f"blk.{i}.prefill_attention")], self.act.att
 
 
 def decode_steps(decode: DecodeBuilder) -> tuple[Step, ...]:
@@ -424,16 +426,19 @@ def embed_plan(builder: Builder) -> Plan:
 
 def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding, Binding], shift: Binding) -> Plan:
     """Context shift: in every attention layer, cache rows keep+discard.. move to rows keep..
-    (n of them), keys re-rotated (layers.kv_shift into the scratch, then a copy back each)."""
+    (n of them), keys re-rotated (layers.kv_shift into the scratch, in the caches' types, then a
+    copy back each)."""
     cfg, state, (k_out, v_out), steps = decode.cfg, decode.state, scratch, []
+    types = decode.numerics.cache_types
     for i in cfg.attention_layers:
-        row = 4 * cfg.kv_dim(i)
+        k_row, v_row = (value_bytes(t) * cfg.kv_dim(i) for t in types)
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
-                                     rope=decode.rope(i, qk_norm=False), max_rows=n, label=f"blk.{i}.kv_shift"))
-        steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * row, n * row),
-                  Copy(v_out.buffer, 0, v_cache.buffer, keep * row, n * row)]
+                                     rope=decode.rope(i, qk_norm=False), max_rows=n, cache_types=types,
+                                     label=f"blk.{i}.kv_shift"))
+        steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * k_row, n * k_row),
+                  Copy(v_out.buffer, 0, v_cache.buffer, keep * v_row, n * v_row)]
     return Plan(f"shift {n} rows to {keep}", n, tuple(steps))
 
 

@@ -1,5 +1,6 @@
 """The GPU buffers a model computes in: activations per row count, and the state a sequence
-carries from one step to the next. All f32, row-major, one row per token; allocated once.
+carries from one step to the next. All f32 (but the KV caches, in their cache types:
+cera.gpu.numerics), row-major, one row per token; allocated once.
 
 A new kind of per-sequence state (a cache, a rolling buffer) goes in `State`, with what
 `reset()` does to it at the start of a sequence.
@@ -12,6 +13,7 @@ from dataclasses import dataclass, replace
 from cera.config import ModelConfig
 from cera.device import Binding, Device
 from cera.gpu import batched, layers
+from cera.gpu.numerics import value_bytes
 
 STEP_BYTES = 16
 # Decode steps per chained submission (greedy or sampled). A submission costs the host a fixed
@@ -96,17 +98,20 @@ class State:
     step: Binding                          # the Step uniform: position and row count of a submission
     tokens: Binding                        # (chunk,) u32 token ids; tokens[0] = the last argmax
     logits: Binding                        # (vocab,) of one row
-    key_cache: dict[int, Binding]          # layer -> (ctx, kv heads, head_dim)
-    value_cache: dict[int, Binding]        # layer -> (ctx, kv heads, head_dim)
+    key_cache: dict[int, Binding]          # layer -> (ctx, kv heads, head_dim) in K's cache type
+    value_cache: dict[int, Binding]        # layer -> (ctx, kv heads, head_dim) in V's cache type
     conv_state: dict[int, Binding]         # layer -> (conv_kernel - 1, hidden) rolling B*x rows
     attention_scratch: Binding | None      # split-KV partials of decode attention, shared by the layers
 
     @staticmethod
-    def sizes(cfg: ModelConfig, ctx: int, chunk: int) -> dict[str, int]:
-        """label -> bytes of every buffer `allocate` makes."""
+    def sizes(cfg: ModelConfig, ctx: int, chunk: int, cache_types: tuple[str, str]) -> dict[str, int]:
+        """label -> bytes of every buffer `allocate` makes; the KV caches hold (K's, V's) cache
+        type (cera.gpu.numerics)."""
         b = {"step": STEP_BYTES, "tokens": 4 * chunk, "logits": 4 * cfg.vocab_size}
+        k_bytes, v_bytes = map(value_bytes, cache_types)
         for i in cfg.attention_layers:
-            b[f"blk.{i}.key_cache"] = b[f"blk.{i}.value_cache"] = 4 * ctx * cfg.kv_dim(i)
+            b[f"blk.{i}.key_cache"] = k_bytes * ctx * cfg.kv_dim(i)
+            b[f"blk.{i}.value_cache"] = v_bytes * ctx * cfg.kv_dim(i)
         for i in cfg.conv_layers:
             b[f"blk.{i}.conv_state"] = 4 * (cfg.conv_kernel - 1) * cfg.hidden
         if cfg.attention_layers:
@@ -115,8 +120,8 @@ class State:
         return b
 
     @classmethod
-    def allocate(cls, device: Device, cfg: ModelConfig, ctx: int, chunk: int) -> "State":
-        sizes = cls.sizes(cfg, ctx, chunk)
+    def allocate(cls, device: Device, cfg: ModelConfig, ctx: int, chunk: int, cache_types: tuple[str, str]) -> "State":
+        sizes = cls.sizes(cfg, ctx, chunk, cache_types)
         buf = lambda label, **kw: Binding(device.buffer(sizes[label], label, **kw), 0, sizes[label])
         return cls(buf("step", uniform=True), Binding(buf("tokens").buffer, 0, 4), buf("logits"),
                    {i: buf(f"blk.{i}.key_cache") for i in cfg.attention_layers},
