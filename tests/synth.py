@@ -392,11 +392,13 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
 
 
 def write_model(path: str | os.PathLike, arch: str, *, wtype: str = "f32", seed: int = 0,
-                **overrides) -> Path:
-    """Write a tiny deterministic GGUF of `arch` to `path`; returns the path."""
+                split_max_tensors: int = 0, **overrides) -> Path:
+    """Write a tiny deterministic GGUF of `arch` to `path`; returns the path. split_max_tensors > 0
+    splits it as llama.cpp's gguf-split does, that many tensors a part, into STEM-00001-of-0000N.gguf
+    and on next to `path` (which is then not written); returns the first part's path."""
     cfg = config_for(arch, wtype=wtype, seed=seed, **overrides)
     path = Path(path)
-    w = gguf.GGUFWriter(path, arch)
+    w = gguf.GGUFWriter(path, arch, split_max_tensors=split_max_tensors)
     _write_metadata(w, cfg)
     for name, arr, layer, quantizable in _tensors(cfg):
         if quantizable:
@@ -408,7 +410,7 @@ def write_model(path: str | os.PathLike, arch: str, *, wtype: str = "f32", seed:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
+    return w.format_shard_names(path)[0]
 
 
 # The variants goldens exist for: name -> write_model keyword arguments (besides the path).

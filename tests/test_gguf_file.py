@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
+from cera.errors import BadFile, ModelNotFound
 from cera.gguf_file import GGUFFile, NeedMoreBytes, PrefixSource
-from synth import write_variant
+from cera.reference import Reference
+from synth import write_model, write_variant
 
 
 class BytesSource:
@@ -115,3 +117,35 @@ def test_random_corruption_never_escapes_as_another_error(model):
             outcomes["ValueError"] += 1
     print(outcomes)
     assert outcomes["ValueError"] > 0
+
+
+def test_a_split_model_opens_from_its_first_part_as_the_whole(tmp_path):
+    """A model split in two as llama.cpp's gguf-split does (gguf's writer, split_max_tensors):
+    its first part's path gives the whole model's metadata, tensor bytes and logits."""
+    whole = GGUFFile.open(write_model(tmp_path / "whole.gguf", "qwen2", wtype="q8_0"))
+    first = write_model(tmp_path / "split.gguf", "qwen2", wtype="q8_0", split_max_tensors=len(whole.tensors) // 2 + 1)
+    parts = sorted(tmp_path.glob("split-*.gguf"))
+    assert [p.name for p in parts] == ["split-00001-of-00002.gguf", "split-00002-of-00002.gguf"] and first == parts[0]
+    split = GGUFFile.open(first)
+    assert split.source.size == sum(p.stat().st_size for p in parts)
+    assert split.tensors.keys() == whole.tensors.keys()
+    for name in whole.tensors:
+        assert split.read(name) == whole.read(name), name
+    assert {k: v for k, v in split.metadata.items() if not k.startswith("split.")} == whole.metadata
+    tokens = [1, 5, 9, 2]
+    np.testing.assert_array_equal(Reference(split, 16).forward(tokens, 0), Reference(whole, 16).forward(tokens, 0))
+
+
+def test_a_split_model_needs_its_first_part_and_every_part(tmp_path):
+    n = len(GGUFFile.open(write_model(tmp_path / "whole.gguf", "llama")).tensors)
+    first = write_model(tmp_path / "split.gguf", "llama", split_max_tensors=n // 2 + 1)
+    second = tmp_path / "split-00002-of-00002.gguf"
+    with pytest.raises(BadFile, match="not the first of the 2 parts"):
+        GGUFFile.open(second)
+    renamed = first.rename(tmp_path / "split-first.gguf")
+    with pytest.raises(BadFile, match="the other parts cannot be found"):
+        GGUFFile.open(renamed)
+    renamed.rename(first)
+    second.unlink()
+    with pytest.raises(ModelNotFound, match="split-00002-of-00002.gguf"):
+        GGUFFile.open(first)

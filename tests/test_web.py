@@ -40,6 +40,7 @@ from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
 from synth import VARIANTS, write_lora, write_model  # noqa: E402
+from fake_hub import FakeHub  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 import guarded_loops  # noqa: E402
@@ -707,6 +708,33 @@ def test_url_models_are_cached_in_opfs(browser, server, models):
     assert (first["cached"], second["cached"]) == (False, True)
     assert second["bytes"] == models["qwen2_q8_0"][0].stat().st_size
     page.close()
+
+
+def test_a_hugging_face_id_loads_from_the_hub_the_page_names(browser, server, models, synth):
+    """ORG/REPO:QUANT typed into the page, its Hub setting pointed at a fake Hub (tests/fake_hub.py,
+    open to any origin): the repo's listing picks the file, which downloads once, checked against
+    the SHA-256 the Hub lists, and generates what the same file loaded by URL does."""
+    path, url = models["llama_q4_0"]
+    with FakeHub() as hub:
+        hub.repos["test-org/tiny-GGUF"] = {"README.md": b"# tiny\n", "tiny-Q4_K_M.gguf": path.read_bytes(),
+                                           "tiny-Q8_0.gguf": synth["qwen2_q8_0"].read_bytes()}
+        page = open_page(browser, server)
+        page.fill("#hub-endpoint", hub.url)
+        page.fill("#url", "test-org/tiny-GGUF:Q4_K_M")
+        page.click("#load-url")
+        page.wait_for_function("!document.getElementById('generate').disabled"
+                               " || document.getElementById('status').dataset.state === 'error'")
+        assert page.is_hidden("#error"), page.inner_text("#error")
+        assert "tiny-Q4_K_M.gguf (llama" in page.inner_text("#model")
+        by_id = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 8, chat: false})", "Hello world")
+        page.evaluate("(url) => window.cera.load(url)", url)
+        by_url = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 8, chat: false})", "Hello world")
+        assert by_id["tokens"] == by_url["tokens"] and len(by_id["tokens"]) == 8
+        assert hub.gets_of("test-org/tiny-GGUF/tiny-Q4_K_M.gguf") == [None]
+        err = page.evaluate("""(endpoint) => window.cera.load("test-org/tiny-GGUF:Q2_K", {hubEndpoint: endpoint})
+            .then(() => null, (e) => ({name: e.name, message: e.message}))""", hub.url)
+        page.close()
+    assert err["name"] == "ModelNotFound" and "quant types: Q4_K_M, Q8_0" in err["message"]
 
 
 @pytest.mark.parametrize("model,name,words", [

@@ -15,7 +15,7 @@ const ADVICE = {
   ContextFull: "The prompt does not fit the context: shorten it, or load the model with a larger context.",
   BadFile: "Check that the file is a complete .gguf model (re-download it if it was cut short).",
   TruncatedFile: "The file ends too early: download it again (or copy it again) and load the complete file.",
-  ModelNotFound: "Check the model's name or path.",
+  ModelNotFound: "Check the model's name or path (for a Hugging Face id, the message says what its repo holds).",
   Unsupported: "The message says what cera cannot run in this file: pick a model of an architecture cera runs.",
   TooLarge: "Pick a smaller model or a smaller quantization, or load it with a shorter context: " +
     "this GPU's WebGPU limits cannot hold it.",
@@ -91,14 +91,18 @@ let memory = null;   // the last load's GPU memory figure
 function setBusy(busy) {
   $("generate").disabled = busy || !model;
   $("stop").disabled = !busy;
-  for (const id of ["file", "url", "load-url", "catalogue", "load-catalogue", "int8", "cache-type"]) $(id).disabled = busy;
+  for (const id of ["file", "url", "load-url", "hub-endpoint", "catalogue", "load-catalogue", "int8", "cache-type"]) {
+    $(id).disabled = busy;
+  }
   $("lora-file").disabled = busy || !model;
 }
 
-// int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's checkbox says;
-// cacheType: what the KV cache stores K and V in ("f16", "f32"), by default as the page's menu says;
-// sha256: the file's, checked as a URL downloads.
-async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cache-type").value, sha256 } = {}) {
+// source: a File, a URL or a Hugging Face id, looked up at hubEndpoint (by default the page's
+// setting); int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's
+// checkbox says; cacheType: what the KV cache stores K and V in ("f16", "f32"), by default as the
+// page's menu says; sha256: the file's, checked as a URL downloads.
+async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cache-type").value, sha256,
+  hubEndpoint = $("hub-endpoint").value.trim() || undefined } = {}) {
   clearError();
   setBusy(true);
   setStatus("loading");
@@ -106,7 +110,7 @@ async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cach
     model = null;
     newConversation();
     $("memory").textContent = "…";
-    model = await engine.reload(source, { ctx, int8, cacheTypeK: cacheType, cacheTypeV: cacheType, sha256,
+    model = await engine.reload(source, { ctx, int8, cacheTypeK: cacheType, cacheTypeV: cacheType, sha256, hubEndpoint,
       onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}` +
@@ -224,7 +228,7 @@ window.cera = {
 
 // --- controls ---------------------------------------------------------------------------
 $("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.target.files[0]).catch(() => {}); });
-$("load-url").addEventListener("click", () => { if ($("url").value) load($("url").value).catch(() => {}); });
+$("load-url").addEventListener("click", () => { if ($("url").value.trim()) load($("url").value.trim()).catch(() => {}); });
 $("lora-file").addEventListener("change", (e) => { if (e.target.files[0]) loadLora(e.target.files[0]).catch(() => {}); });
 $("load-catalogue").addEventListener("click", () => {
   const entry = $("catalogue").selectedOptions[0];

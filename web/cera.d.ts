@@ -51,6 +51,8 @@ export interface LoadOptions {
   cacheTypeV?: CacheType;
   /** The file's SHA-256 (64 hex digits): a URL's download must have it (else BadFile), and so must the cached copy used. */
   sha256?: string;
+  /** Where Hugging Face ids are looked up: the Hub (https://huggingface.co, the default) or a mirror. */
+  hubEndpoint?: string;
   onProgress?: (progress: Progress) => void;
   /** The GPU memory the model needs, once its header is read: before the upload, and also when it is refused (TooLarge). */
   onMemory?: (memory: GpuMemory) => void;
@@ -73,7 +75,9 @@ export interface GpuMemory {
 }
 
 export interface CreateEngineOptions extends EngineOptions, LoadOptions {
-  /** A .gguf by URL (resolved against the page; downloaded once into the Origin Private File System) or a File/Blob. */
+  /** A .gguf by URL (resolved against the page; downloaded once into the Origin Private File System), by
+   * Hugging Face id (ORG/REPO:QUANT, the repo's file of that quant type, Q4_K_M if left out; ORG/REPO/FILE.gguf;
+   * looked up at hubEndpoint, checked against the SHA-256 the Hub lists, cached as a URL is) or a File/Blob. */
   model: string | URL | Blob;
 }
 
@@ -294,7 +298,7 @@ export class Engine {
   reload(model: string | URL | Blob, options?: LoadOptions): Promise<ModelInfo>;
   /** Loads a LoRA adapter GGUF for the loaded model (its delta times `scale`, default 1); requests
    * apply every loaded adapter unless their `lora` field names the ones to use. */
-  loadLora(adapter: string | URL | Blob, options?: { scale?: number }): Promise<LoraInfo>;
+  loadLora(adapter: string | URL | Blob, options?: { scale?: number; hubEndpoint?: string }): Promise<LoraInfo>;
   /** Stops the generation in flight before its next token; it ends with finish_reason "stop".
    * (Leaving a stream's for-await loop early stops that request the same way.) */
   interrupt(): void;

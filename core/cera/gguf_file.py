@@ -6,6 +6,11 @@ asked for. A source is anything with `size` and `read(offset, n) -> bytes`: a fi
 natively, a Blob prefix in the browser. Bad input raises a BadFile (TruncatedFile where
 the file ends too soon) naming what is wrong and where.
 
+A model split by llama.cpp's gguf-split (PREFIX-00001-of-0000N.gguf, ...: metadata in the first
+part, `split.no`, `split.count` and `split.tensors.count` in each, every part's tensors in its
+own data section) opens from its first part's path as one GGUFFile over the parts joined end to
+end, each tensor's offset counted from the start of the first part.
+
 A header costs time and memory in proportion to its own bytes, whatever they say: every
 count and length is checked against the bytes left in the file before the reader loops or
 allocates, and a value of BIG bytes or more (a long string, a long array of numbers) is
@@ -14,14 +19,16 @@ length that points into the tensor data then costs a skip, not a read of what is
 """
 from __future__ import annotations
 
+import bisect
 import os
+import re
 import struct
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-from cera.errors import BadFile, TruncatedFile
+from cera.errors import BadFile, ModelNotFound, TruncatedFile
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -47,6 +54,7 @@ _U32, _U64 = _NUMBERS[GGUFValueType.UINT32], _NUMBERS[GGUFValueType.UINT64]
 _HIGH_ZEROS = bytes(7)                                   # the high bytes of a length below 256
 _MINUS_ONE = bytes((b - 1) % 256 for b in range(256))    # a bytes.translate table
 _LAST = itemgetter(-1)
+SPLIT_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf", re.IGNORECASE)
 
 
 class NeedMoreBytes(Exception):
@@ -85,6 +93,33 @@ class PrefixSource:
         if end > len(self.prefix):
             raise NeedMoreBytes(max(end, 2 * len(self.prefix)))
         return self.prefix[offset:end]
+
+
+class JoinedSource:
+    """Sources read as one, end to end: the parts of a split model. A read stays within the
+    part it starts in, as every tensor does."""
+
+    def __init__(self, sources):
+        self.sources = list(sources)
+        self.starts = [0]   # where each source begins
+        for source in self.sources:
+            self.starts.append(self.starts[-1] + source.size)
+        self.size = self.starts.pop()
+
+    def read(self, offset: int, n: int) -> bytes:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        return self.sources[i].read(offset - self.starts[i], n)
+
+
+def split_parts(path: str | os.PathLike, count: int) -> list[str]:
+    """The paths of a split model's `count` parts, from its first part's: llama.cpp's names,
+    PREFIX-00001-of-0000N.gguf and on."""
+    folder, name = os.path.split(os.fspath(path))
+    m = SPLIT_NAME.fullmatch(name)
+    if not m or int(m["no"]) != 1 or int(m["count"]) != count:
+        raise BadFile(f"{name} is the first of {count} parts of a split model, but is not named "
+                      f"PREFIX-00001-of-{count:05d}.gguf, so the other parts cannot be found")
+    return [os.path.join(folder, f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
 
 
 @dataclass(frozen=True)
@@ -323,7 +358,41 @@ class GGUFFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "GGUFFile":
-        return cls(FileSource(path))
+        """The GGUF at `path`; the first part of a split model opens the whole model."""
+        g = cls(FileSource(path))
+        count = g.metadata.get("split.count", 1)
+        if count == 1:
+            return g
+        name = os.path.basename(path)
+        if type(count) is not int or not 1 < count < 100_000:
+            raise BadFile(f"{name}: split.count {count!r} is not a number of parts")
+        if g.metadata.get("split.no") != 0:
+            raise BadFile(f"{name} is not the first of the {count} parts of a split model: open "
+                          "PREFIX-00001-of-...gguf")
+        parts = split_parts(path, count)
+        if missing := [p for p in parts if not os.path.isfile(p)]:
+            raise ModelNotFound(f"{name} is split into {count} parts; missing: {', '.join(missing)}")
+        g._join([cls(FileSource(p)) for p in parts[1:]])
+        return g
+
+    def _join(self, parts: list["GGUFFile"]) -> None:
+        """Take in the other parts of the split model this is the first of: their tensors, at
+        offsets past the parts before them, and their bytes, joined after this one's."""
+        count, base = self.metadata["split.count"], self.source.size
+        for no, part in enumerate(parts, 1):
+            said = part.metadata.get("split.no"), part.metadata.get("split.count")
+            if said != (no, count):
+                raise BadFile(f"{part.source.path}: split.no and split.count are {said[0]!r} and {said[1]!r}; "
+                              f"part {no + 1} of {count} says {no} and {count}")
+            for name, info in part.tensors.items():
+                if name in self.tensors:
+                    raise BadFile(f"tensor {name} is in two parts of a split model ({part.source.path})")
+                self.tensors[name] = TensorInfo(name, info.ggml_type, info.ne, base + info.offset, info.nbytes)
+            base += part.source.size
+        self.source = JoinedSource([self.source, *(part.source for part in parts)])
+        if len(self.tensors) != self.metadata.get("split.tensors.count"):
+            raise BadFile(f"the {count} parts of a split model hold {len(self.tensors)} tensors; its "
+                          f"split.tensors.count says {self.metadata.get('split.tensors.count')!r}")
 
     @property
     def arch(self) -> str:

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cera import catalogue
+from cera import catalogue, hub
 from cera.engine import DEFAULT_CTX, Engine, Result
 from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
@@ -140,17 +140,23 @@ async def run_job(engine: Engine, job: Job, on_text=None, should_stop=None) -> R
     return replace(result, text=text or "", stop_reason=reason, tool_calls=found)
 
 
-def open_lora(path: str | Path) -> GGUFFile:
-    """A LoRA adapter's GGUF (checked against the model when loaded: Engine.load_lora)."""
-    if not Path(path).is_file():
-        raise ModelNotFound(f"no such LoRA adapter file: {str(path)!r}")
-    return GGUFFile.open(path)
+def lora_path(adapter: str | Path) -> Path:
+    """A LoRA adapter's GGUF: a path, a URL or a Hugging Face id (cera.hub), downloaded on first
+    use; it is checked against the model when loaded (Engine.load_lora)."""
+    adapter = str(adapter)
+    if Path(adapter).is_file():
+        return Path(adapter)
+    if not hub.is_remote(adapter):
+        raise ModelNotFound(f"no such LoRA adapter file: {adapter!r} (or a URL, or a Hugging Face id: "
+                            "ORG/REPO:QUANT, ORG/REPO/FILE.gguf)")
+    return hub.fetch(adapter, catalogue.url_cache())
 
 
 async def load_loras(engine: Engine, loras, progress=None) -> None:
-    """Load LoRA adapters given as (GGUF path, scale) into `engine`, each named by its file name."""
-    for path, scale in loras:
-        await engine.load_lora(open_lora(path), Path(path).name, scale, progress)
+    """Load LoRA adapters given as (name, scale) into `engine`, each named by its file's name."""
+    for adapter, scale in loras:
+        path = lora_path(adapter)
+        await engine.load_lora(GGUFFile.open(path), path.name, scale, progress)
 
 
 def open_device(backend: str):
@@ -174,7 +180,7 @@ async def load_engine(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | No
                       backend: str = DEFAULT_BACKEND, prefill_chunk: int = DEFAULT_CHUNK, progress=None,
                       prefix_cache_mb: int = 0, prefix_cache_dir: str | None = None, lora=(),
                       numerics: Numerics = EXACT):
-    """(engine, device or None) for `model` (a GGUF path or catalogue name) on `backend`
+    """(engine, device or None) for `model` (catalogue.resolve's names) on `backend`
     (`open_device`), with its LoRA adapters loaded. prefix_cache_mb > 0 keeps the states after
     earlier prompts (cera.prefix), apart for each backend and numerics, cache types included
     (their states differ; the reference ignores the opt-ins)."""

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
 
+from cera import hub
 from cera.device import WANTED_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
-from cera.errors import CeraError, InvalidArgument
+from cera.errors import CeraError, InvalidArgument, Unsupported
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import DEFAULT_CACHE_TYPE, Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
@@ -95,6 +97,28 @@ class Session:
         return _js({"adapter": d.adapter_name, "features": sorted(d.features), "limits": vars(d.limits),
                     "defaults": {"ctx": DEFAULT_CTX, "maxTokens": DEFAULT_MAX_TOKENS}})
 
+    def hub_repo(self, text):
+        """The repo of the Hugging Face id `text` (cera.hub's forms), or None: text that is no
+        id is a URL. worker.js then fetches the repo's listing for `hub_file`."""
+        name = hub.hub_name(str(text))
+        return name.repo if name else None
+
+    def hub_file(self, text, listing, endpoint):
+        """{path, sha256} of the file the Hugging Face id `text` names, picked by cera.hub's
+        rules from its repo's listing (the JSON of the Hub's tree API, fetched from `endpoint`);
+        sha256: the one the Hub lists for an LFS file, else None. A split model is refused: the
+        page loads a model from one Blob."""
+        try:
+            entries = json.loads(str(listing))
+            files = {e["path"]: (e.get("lfs") or {}).get("oid") for e in entries if e.get("type") == "file"}
+            parts = hub.choose(hub.hub_name(str(text)), files, str(endpoint))
+            if len(parts) > 1:
+                raise Unsupported(f"{text} is a model split in {len(parts)} files ({parts[0]}, ...): the page loads "
+                                  "a model in one file (join the parts with llama.cpp's llama-gguf-split --merge)")
+            return _js({"path": parts[0], "sha256": files[parts[0]]})
+        except Exception as err:   # noqa: BLE001 - every failure goes to the page with a name
+            return _js({"ok": False, "error": error_dict(err)})
+
     def _progress(self, msg_id, phase):
         def progress(done, total):
             self.post(_js({"id": msg_id, "kind": "progress", "phase": phase, "done": done, "total": total}))
@@ -131,6 +155,9 @@ class Session:
         self.device.release_unused()
         source = BlobSource(blob, self.host)
         gguf = GGUFFile(source)
+        if gguf.metadata.get("split.count", 1) != 1:
+            raise Unsupported(f"{name} is a part of a model split in {gguf.metadata['split.count']} files: the page "
+                              "loads a model in one file (join the parts with llama.cpp's llama-gguf-split --merge)")
         cfg = ModelConfig.from_gguf(gguf)
         ctx = cfg.context(DEFAULT_CTX if ctx is None else int(ctx))
         memory = {**footprint(cfg, gguf, ctx, DEFAULT_CHUNK, self.device.limits, numerics).to_dict(),
