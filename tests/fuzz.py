@@ -16,7 +16,8 @@ cut anywhere, and, knowing the header's layout, counts, types, lengths, shapes, 
 numbers set to values that break assumptions (0, 2^32 - 1, 2^64 - 1, the bytes left, NaN...).
 
 Every case must end in a normal result or a typed error (cera.errors): anything else, a hang past
-HANG_SECONDS included, is an escape, saved under --out with what makes it again
+HANG_SECONDS of CPU time included (CPU time: a busy machine's scheduler cannot fake a hang), is
+an escape, saved under --out with what makes it again
 (`--replay FILE.json`). Per case: wall time (perf_counter) and peak memory (the growth of the
 process's peak RSS during the case: Linux's VmHWM, reset before each case). The slowest cases
 are run again RERUNS times and their fastest run counts, which a busy machine's scheduler
@@ -444,11 +445,12 @@ def run_case(seeds: Seeds, base: Seed | None, case) -> str:
 
 
 class Hang(BaseException):
-    """A case still running after HANG_SECONDS (BaseException: no `except Exception` swallows it)."""
+    """A case still running after HANG_SECONDS of CPU time (BaseException: no `except Exception`
+    swallows it)."""
 
 
 def _on_alarm(signum, frame):
-    raise Hang(f"still running after {HANG_SECONDS} s")
+    raise Hang(f"still running after {HANG_SECONDS} s of CPU time")
 
 
 def _kb(field_name: str) -> int:
@@ -472,7 +474,7 @@ def _reset_peak() -> bool:
 def measure(seeds: Seeds, base, case) -> tuple[str, float, int, str]:
     """(outcome, wall seconds, peak bytes the case added, traceback of an escape or "")."""
     rss = _kb("VmRSS:") if _reset_peak() else None
-    signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
+    signal.setitimer(signal.ITIMER_PROF, HANG_SECONDS)
     t0 = time.perf_counter()
     try:
         outcome, trace = run_case(seeds, base, case), ""
@@ -481,7 +483,7 @@ def measure(seeds: Seeds, base, case) -> tuple[str, float, int, str]:
     except (Exception, Hang) as err:   # an escape
         outcome, trace = f"ESCAPE {type(err).__name__}", traceback.format_exc(limit=-6)[-3000:]
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
     seconds = time.perf_counter() - t0
     peak = (_kb("VmHWM:") - rss) * 1024 if rss is not None else 0
     return outcome, seconds, max(peak, 0), trace
@@ -528,7 +530,7 @@ def seeds() -> Seeds:
     global _SEEDS
     if _SEEDS is None:
         _SEEDS = make_seeds(Path(tempfile.mkdtemp(prefix="cera-fuzz-")))
-        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.signal(signal.SIGPROF, _on_alarm)
     return _SEEDS
 
 
