@@ -24,7 +24,10 @@
 #   bash scripts/h200/device.sh tests FILE [...]      the GPU tests of these files (tests/test_kernels_*.py, ...) on
 #                                                     the H200's own adapter, after prep (pytest from .h200/pyt);
 #                                                     NVIDIA compiles each pipeline in ~1 s: a file or two a call
-# CERA_FLAGS="--int8" measures cera (native and page) with those opt-ins (cera.gpu.numerics): set TAG too.
+# CERA_FLAGS="--int8" measures cera (native and page) with those opt-ins (cera.gpu.numerics): set TAG too;
+# CERA_FLAGS="--cache-type-k f32 --cache-type-v f32" TAG=-f32kv, its KV cache in f32 (f16 by default).
+# DEPTH=4096: decode measured after that many tokens (cera's bench prompt, llama-bench's -d beside 512),
+# native and peers; the table's decode column is at that depth (prefill is then cera's DEPTH-token prompt).
 # Figures land in $OUT (JSON per engine and model, profiles as text) and a table is printed.
 set -u
 R=$(pwd)
@@ -32,6 +35,7 @@ H=${H200:-.h200}
 FILL=${FILL:-}                     # FILL=random: clones of random bytes (shape_clone.py --fill)
 TAG=${TAG:-${FILL:+-$FILL}}
 FLAGS=${CERA_FLAGS:-}              # e.g. --int8: cera's opt-ins, native and in the page
+DEPTH=${DEPTH:-512}                # the KV depth decode is measured at
 CLONES=/tmp/clones${FILL:+-$FILL}
 export XDG_RUNTIME_DIR=/tmp PYTHONUNBUFFERED=1
 ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -83,8 +87,9 @@ print(json.dumps({k: getattr(a, k) for k in ('temperature', 'top_k', 'top_p', 'm
 native() {   # cera native: bench (512-token prompt, 128 tokens), the decode profile at KV 513, then
              # the 512-token prefill's (in the same file: the machine returns at most 8 files a call)
   local n=$1
-  python3 -m cera bench -m $CLONES/$n.gguf --json $FLAGS > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
-  python3 scripts/profile_decode.py $CLONES/$n.gguf --pos 512 --top 12 $FLAGS > $OUT/profile$TAG-$n.txt 2>&1
+  python3 -m cera bench -m $CLONES/$n.gguf --json --prompt-tokens $DEPTH --ctx $((DEPTH < 1792 ? 2048 : DEPTH + 256)) \
+    $FLAGS > $OUT/cera-native$TAG-$n.json 2>/tmp/cera-native$TAG-$n.err
+  python3 scripts/profile_decode.py $CLONES/$n.gguf --pos $DEPTH --top 12 $FLAGS > $OUT/profile$TAG-$n.txt 2>&1
   python3 scripts/profile_decode.py $CLONES/$n.gguf --prefill 512 --top 12 $FLAGS >> $OUT/profile$TAG-$n.txt 2>&1
   python3 -m cera plan -m $CLONES/$n.gguf --json --positions 512 $FLAGS > /tmp/plan$TAG-$n.json 2>/dev/null &&
     python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['totals']; print(json.dumps(t))" /tmp/plan$TAG-$n.json \
@@ -106,7 +111,8 @@ peers() {    # llama.cpp CUDA and Vulkan llama-bench, once a background `lcpp` b
   for i in $(seq 60); do [ -e /tmp/lc/done ] || [ ! -d /tmp/lc ] && break; sleep 10; done
   for b in cuda vk; do
     L=/tmp/lc/llama.cpp/build-$b/bin/llama-bench
-    [ -x $L ] && $L -m $CLONES/$n.gguf -p 512 -n 128 -d 0,512 -fa 1 -r 3 -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
+    [ -x $L ] && $L -m $CLONES/$n.gguf -p 512 -n 128 -d $(printf "0\n512\n$DEPTH" | sort -nu | paste -sd,) -fa 1 -r 3 \
+      -o json > $OUT/llamacpp-$b-$n.json 2>/dev/null
   done
 }
 

@@ -8,7 +8,8 @@ Files read (TAG: empty, or a tree's name when several trees ran): cera-native{TA
 llamacpp-{cuda,vk}-{model}.json (`llama-bench -o json`), plan{TAG}-{model}.json (plan totals), and
 generate[-before]-{SETTING}-{model}.json (`python -m cera generate --chat -n 256 --json`, device.sh
 sampling with BEFORE: an older tree's and this one's), as a second table.
-Decode: cera after a 512-token prompt, llama.cpp at depth 512 (-d 512, flash attention).
+Decode: cera after its bench prompt (512 tokens, or device.sh's DEPTH), llama.cpp at each depth
+of its file (-d, flash attention; a row per depth past 0).
 """
 import json
 import sys
@@ -28,7 +29,7 @@ def rows(out: Path, model: str):
         tag = path.name[len("cera-native"): -len(f"-{model}.json")]
         c, plan = load(path), load(out / f"plan{tag}-{model}.json") or {}
         if c and "decode_tokens_per_s" in c:
-            note = f"{c['dispatches_per_token']} dispatches/token"
+            note = f"{c['dispatches_per_token']} dispatches/token, decode after {c['prompt_tokens']} tokens"
             if plan:
                 note += f", {plan['bytes_read'] / 1e6:.0f} MB read/token"
             yield f"cera native{tag}", c["decode_tokens_per_s"], c["prefill_tokens_per_s"], note
@@ -46,12 +47,12 @@ def rows(out: Path, model: str):
             yield f"cera Chromium{tag}", None, None, "failed: " + str((b or {}).get("info") or b)[:100]
     for engine in ("cuda", "vk"):
         runs = load(out / f"llamacpp-{engine}-{model}.json") or []
-        tg = [r["avg_ts"] for r in runs if r["n_gen"] and r.get("n_depth") == 512]
-        pp = [r["avg_ts"] for r in runs if r["n_prompt"] and r.get("n_depth") == 0]
-        tg0 = [r["avg_ts"] for r in runs if r["n_gen"] and r.get("n_depth") == 0]
-        if tg or pp:
-            yield f"llama.cpp {engine}", max(tg or [0]), max(pp or [0]), \
-                f"{max(tg0 or [0]):.0f} at depth 0" if tg0 else ""
+        pp = max([r["avg_ts"] for r in runs if r["n_prompt"] and r.get("n_depth") == 0] or [0])
+        tg = {d: max(r["avg_ts"] for r in runs if r["n_gen"] and r.get("n_depth") == d)
+              for d in sorted({r.get("n_depth") for r in runs if r["n_gen"]})}
+        for depth in [d for d in tg if d] or [0]:
+            yield f"llama.cpp {engine}", tg.get(depth, 0), pp, \
+                f"decode at depth {depth}" + (f"; {tg[0]:.0f} at depth 0" if 0 in tg else "")
 
 
 def main() -> None:
@@ -62,7 +63,8 @@ def main() -> None:
         for engine, decode, prefill, note in rows(out, model):
             fmt = lambda v: "-" if v is None else f"{v:,.0f}"
             print(f"| {model} | {engine} | {fmt(decode)} | {fmt(prefill)} | {note} |")
-    print("decode: cera after a 512-token prompt, llama.cpp at depth 512 (-d 512, flash attention)")
+    print("decode: at the depth each row's note gives (llama.cpp: -d, flash attention); prefill: cera's bench "
+          "prompt, llama.cpp's 512 at depth 0")
     replies = [(model, path) for model in models for path in sorted(out.glob(f"generate-*-{model}.json"))]
     if replies:
         print("\n| model | tree, sampling | decode tok/s | tokens |\n| --- | --- | ---: | ---: |")
