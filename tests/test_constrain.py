@@ -2,7 +2,8 @@
 under JSON schemas that the `jsonschema` library validates, GPU tokens equal to the numpy
 reference's under the same constraint, llama.cpp's own GBNF grammars, regexes, tool calls
 parsed and forced, logprobs against the model's logits, and the errors of bad constraints in
-the Python API and the CLI. Qwen2.5-Coder-1.5B's run is in the slow set."""
+the Python API and the CLI. Qwen2.5-Coder-1.5B's runs and Qwen2.5-Coder-0.5B's own tool call are
+in the slow set."""
 import asyncio
 import json
 import re
@@ -229,6 +230,20 @@ def test_a_forced_call_fits_its_schema(smollm2):
             tool = {"get_weather": WEATHER, "get_time": TIME}[call["name"]]
             assert name in (None, call["name"])
             jsonschema.validate(json.loads(call["arguments"]), tool["function"]["parameters"])
+
+
+@pytest.mark.slow
+def test_qwen_0_5b_calls_the_weather_tool():
+    """Qwen2.5-Coder-0.5B (491 MB), told of a weather tool by its own template and asked about
+    the weather, writes a call of its own accord (tool_choice "auto", greedy, nothing
+    constrained) that cera.tools parses: get_weather, its arguments valid."""
+    engine = asyncio.run(Engine.load(GGUFFile.open(catalogue.fetch("qwen2.5-coder-0.5b-instruct")), None, ctx=1024))
+    messages = [{"role": "user", "content": "What is the weather like in Oslo right now?"}]
+    r = asyncio.run(run_job(engine, Job(messages=messages, max_tokens=64, tools=Tools.of([WEATHER]))))
+    assert r.stop_reason == "tool_calls" and len(r.tool_calls) == 1, r
+    call = r.tool_calls[0]["function"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] == "Oslo"
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER["function"]["parameters"])
 
 
 def test_tool_choice_none_tells_no_tools(smollm2):

