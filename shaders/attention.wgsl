@@ -161,10 +161,9 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
         }
         let pair = rope_pair(i % (N_ROT / 2u)) + vec2<u32>((i / (N_ROT / 2u)) * HEAD_DIM);
         let cs = rope_cos_sin(i % (N_ROT / 2u), f32(p));
-        let x0 = rot[pair.x];
-        let x1 = rot[pair.y];
-        rot[pair.x] = x0 * cs.x - x1 * cs.y;
-        rot[pair.y] = x0 * cs.y + x1 * cs.x;
+        let y = rope_turn(vec2<f32>(rot[pair.x], rot[pair.y]), cs);
+        rot[pair.x] = y.x;
+        rot[pair.y] = y.y;
     }
     workgroupBarrier();
     for (var n = 0u; n < (OUT4 + WG - 1u) / WG; n++) {

@@ -97,10 +97,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let pair = rope_pair(i);
         let cs = rope_cos_sin(i, -f32(shift.dropped));
-        let x0 = row[pair.x];
-        let x1 = row[pair.y];
-        row[pair.x] = x0 * cs.x - x1 * cs.y;
-        row[pair.y] = x0 * cs.y + x1 * cs.x;
+        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
+        row[pair.x] = y.x;
+        row[pair.y] = y.y;
     }
     workgroupBarrier();   // NEOX pairs straddle words
     for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
@@ -118,10 +117,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         let pair = rope_pair(i);
         let cs = rope_cos_sin(i, -f32(shift.dropped));
-        let x0 = k_cache[src + pair.x];
-        let x1 = k_cache[src + pair.y];
-        k_out[dst + pair.x] = x0 * cs.x - x1 * cs.y;
-        k_out[dst + pair.y] = x0 * cs.y + x1 * cs.x;
+        let y = rope_turn(vec2<f32>(k_cache[src + pair.x], k_cache[src + pair.y]), cs);
+        k_out[dst + pair.x] = y.x;
+        k_out[dst + pair.y] = y.y;
     }
     for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
         let i = N_ROT + n * WG + lid;

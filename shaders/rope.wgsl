@@ -121,10 +121,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let i0 = pair.x;
         let i1 = pair.y;
         let cs = rope_cos_sin(i, f32(p));
-        let x0 = row[i0];
-        let x1 = row[i1];
-        let y0 = x0 * cs.x - x1 * cs.y;
-        let y1 = x0 * cs.y + x1 * cs.x;
+        let y = rope_turn(vec2<f32>(row[i0], row[i1]), cs);
+        let y0 = y.x;
+        let y1 = y.y;
         if (is_q) {
             q_out[q_base + i0] = y0;
             q_out[q_base + i1] = y1;

@@ -27,3 +27,8 @@ fn rope_cos_sin(i: u32, p: f32) -> vec2<f32> {
     angle = angle - TWO_PI * round(angle / TWO_PI);   // keep sin/cos in their accurate range
     return vec2<f32>(cos(angle), sin(angle));
 }
+
+// The pair x turned by the angle whose (cos, sin) is cs.
+fn rope_turn(x: vec2<f32>, cs: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
+}
