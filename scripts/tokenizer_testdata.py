@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "tokenizer"
 VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "starcoder", "mpt", "deepseek-coder"]
+VOCABS += ["bert-bge"]   # WordPiece
 # test cases only: the vocabulary is another one's with a different tokenizer.ggml.pre
 CASES_ONLY = {"qwen35": "qwen2"}
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

@@ -39,6 +39,7 @@ DATA = Path(__file__).parent / "data"
 TOK = DATA / "tokenizer"
 GOLDEN = json.loads((TOK / "llamacpp_golden.json").read_text(encoding="utf-8"))
 VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "starcoder", "mpt", "deepseek-coder"]
+VOCABS += ["bert-bge"]   # WordPiece
 SEP = "\n__ggml_vocab_test__\n"
 # optional: the unpacked llama-cpp-python sdist's vendor/llama.cpp/models, for more vocabularies
 SDIST_MODELS = os.environ.get("CERA_LLAMA_CPP_MODELS")
@@ -160,7 +161,8 @@ def test_llamacpp_vocab_cases_from_sdist(sdist_models, name):
 @pytest.mark.parametrize("name", list(GOLDEN["vocabs"]))
 def test_llamacpp_golden(vocab, name):
     tok, want = vocab(name), GOLDEN["vocabs"][name]
-    assert (tok.bos_id, tok.eos_id, tok.add_bos) == (want["bos_id"], want["eos_id"], want["add_bos"])
+    none = lambda i: None if i == -1 else i    # llama.cpp's LLAMA_TOKEN_NULL
+    assert (tok.bos_id, tok.eos_id, tok.add_bos) == (none(want["bos_id"]), none(want["eos_id"]), want["add_bos"])
     assert sorted(tok.eog_ids) == want["eog_ids"]
     bad = []
     for key, case in want["cases"].items():
@@ -433,8 +435,8 @@ def test_unsupported_vocabularies():
             "tokenizer.ggml.merges": ["a b"]}
     with pytest.raises(ValueError, match=r"'deepseek-llm'.*supported: .*llama-bpe.*qwen2.*smollm"):
         Tokenizer.from_metadata({**base, "tokenizer.ggml.pre": "deepseek-llm"})
-    with pytest.raises(ValueError, match="'bert'"):
-        Tokenizer.from_metadata({**base, "tokenizer.ggml.model": "bert"})
+    with pytest.raises(ValueError, match="'t5'"):
+        Tokenizer.from_metadata({**base, "tokenizer.ggml.model": "t5"})
     tok = Tokenizer.from_metadata(base)          # no pre: llama.cpp's 'default'
     assert tok.pre == "default" and tok.encode("abab") == [2, 2]
     assert not tok.add_bos and tok.bos_id is None and tok.eos_id is None   # default 11 is out of range
@@ -556,14 +558,14 @@ const { loadPyodide } = require(runtime + "/pyodide.js");
   const py = await loadPyodide({ indexURL: runtime + "/" });
   py.FS.mkdirTree("/work/cera");
   py.FS.writeFile("/work/cera/__init__.py", "");
-  for (const f of ["tokenizer.py", "fast_tokenizer.py", "pretokenize.py", "errors.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
+  for (const f of ["tokenizer.py", "fast_tokenizer.py", "pretokenize.py", "wordpiece.py", "errors.py"]) py.FS.writeFile("/work/cera/" + f, fs.readFileSync(src + "/" + f));
   for (const f of fs.readdirSync(work)) py.FS.writeFile("/work/" + f, fs.readFileSync(work + "/" + f));
   console.log(py.runPython(`
 import json, sys, unicodedata
 sys.path.insert(0, "/work")
 from cera.tokenizer import Tokenizer
 golden, bad, n = json.load(open("/work/golden.json")), [], 0
-for name in ("smollm2", "llama-spm"):
+for name in ("smollm2", "llama-spm", "bert-bge"):
     tok = Tokenizer.from_metadata(json.load(open(f"/work/{name}.json")))
     for key, case in golden["vocabs"][name]["cases"].items():
         text, n = golden["texts"][key], n + 1
@@ -588,7 +590,7 @@ def test_runs_in_pyodide(vocab_dir, tmp_path):
     assert shutil.which("node"), "node is needed to run Pyodide outside the browser"
     work = tmp_path / "work"
     work.mkdir()
-    for name in ("smollm2", "llama-spm"):
+    for name in ("smollm2", "llama-spm", "bert-bge"):
         meta = {k: v for k, v in _metadata(name, vocab_dir).items() if k.startswith(("tokenizer.ggml.", "general."))}
         (work / f"{name}.json").write_text(json.dumps(meta), encoding="utf-8")
     shutil.copy(TOK / "llamacpp_golden.json", work / "golden.json")
@@ -598,4 +600,4 @@ def test_runs_in_pyodide(vocab_dir, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["n"] == 2 * len(GOLDEN["texts"]) and result["bad"] == [], result
+    assert result["n"] == 3 * len(GOLDEN["texts"]) and result["bad"] == [], result

@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from cera.errors import BadFile, InvalidArgument, Unsupported
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+SUPPORTED_ARCHS += ("nomic-bert", "bert")
 
 # RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
 # NORM rotates interleaved pairs (2i, 2i+1); NEOX rotates split halves (i, i + n_rot/2).
-ROPE_NORM, ROPE_NEOX = "norm", "neox"
+# NONE: no RoPE (bert adds learned position embeddings instead).
+ROPE_NORM, ROPE_NEOX, ROPE_NONE = "norm", "neox", "none"
 ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
                "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX, "gemma3": ROPE_NEOX}
+ROPE_LAYOUT.update({"nomic-bert": ROPE_NEOX, "bert": ROPE_NONE})
 
 MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
 
@@ -43,6 +46,12 @@ FFN_SILU, FFN_GELU = "silu", "gelu_tanh"
 GEMMA = ("gemma3",)
 SWA_PATTERN_DEFAULT = 6
 LOCAL_ROPE_THETA_DEFAULT = 10000.0
+
+# Encoders (llama.cpp's llm_build_bert): every token attends to every token, post-LayerNorm
+# blocks, no LM head; the header's `{arch}.pooling_type` (llama_pooling_type) says how the
+# rows become one embedding. The forward pass reads the tensors named here.
+ENCODERS = ("nomic-bert", "bert")
+POOLING_TYPES = {0: "none", 1: "mean", 2: "cls", 3: "last"}   # 4 (rank) needs a classifier head
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,15 @@ class ModelConfig:
     layer_window: tuple[int, ...]    # per layer: a row at pos sees keys pos-window+1..pos; 0 = all
     layer_rope_theta: tuple[float, ...]       # per layer RoPE base (local layers: freq_base_swa)
     layer_rope_freq_scale: tuple[float, ...]  # per layer (linear scaling applies to global layers)
+    # encoders (ENCODERS); the defaults are every decoder's
+    encoder: bool = False            # non-causal, post-LayerNorm blocks, no LM head (llm_build_bert)
+    pooling: str = "none"            # the header's pooling (POOLING_TYPES)
+    qkv_fused: bool = False          # blk.N.attn_qkv.weight (3*hidden, hidden) (nomic-bert)
+    ffn_gated: bool = True           # act(gate) * up; False: act(up) (bert's GELU FFN)
+    position_embeddings: bool = False   # position_embd.weight added to the input (bert)
+    token_types: bool = False        # token_types.weight: type 0's row added to the input
+    n_token_types: int = 0           # its rows
+    biases: tuple[str, ...] = ()     # the bias tensors the file has, beside their weights
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -122,6 +140,8 @@ class ModelConfig:
 
     def layer_tensors(self, layer: int) -> dict[str, tuple[int, ...]]:
         """Every tensor layer `layer` needs -> its numpy shape."""
+        if self.encoder:
+            return self._encoder_layer_tensors(layer)
         b, h, hd = f"blk.{layer}.", self.hidden, self.head_dim
         t = {b + "attn_norm.weight": (h,), b + "ffn_norm.weight": (h,),
              b + "ffn_gate.weight": (self.ff, h), b + "ffn_up.weight": (self.ff, h),
@@ -144,8 +164,36 @@ class ModelConfig:
             t.update({b + "post_attention_norm.weight": (h,), b + "post_ffw_norm.weight": (h,)})
         return t
 
+    def _encoder_layer_tensors(self, layer: int) -> dict[str, tuple[int, ...]]:
+        """An encoder layer's tensors (llm_build_bert): QKV (fused or not), the output
+        projection, post-attention and post-FFN LayerNorms (weight and bias), the FFN (gated
+        or not), and the biases the file has."""
+        b, h = f"blk.{layer}.", self.hidden
+        t = {b + "attn_output.weight": (h, h), b + "ffn_up.weight": (self.ff, h),
+             b + "ffn_down.weight": (h, self.ff)}
+        if self.qkv_fused:
+            t[b + "attn_qkv.weight"] = (3 * h, h)
+        else:
+            t.update({b + f"attn_{x}.weight": (h, h) for x in "qkv"})
+        if self.ffn_gated:
+            t[b + "ffn_gate.weight"] = (self.ff, h)
+        for norm in ("attn_output_norm", "layer_output_norm"):
+            t.update({b + norm + ".weight": (h,), b + norm + ".bias": (h,)})
+        t.update({b + name + ".bias": (t[b + name + ".weight"][0],) for name in self.biases})
+        return t
+
     def all_tensors(self) -> dict[str, tuple[int, ...]]:
         """Every tensor the model needs -> its numpy shape (the LM head's rows are checked apart)."""
+        if self.encoder:
+            t = {"token_embd.weight": (self.embedding_rows, self.hidden),
+                 "token_embd_norm.weight": (self.hidden,), "token_embd_norm.bias": (self.hidden,)}
+            if self.token_types:
+                t["token_types.weight"] = (self.n_token_types, self.hidden)
+            if self.position_embeddings:
+                t["position_embd.weight"] = (self.context_length, self.hidden)
+            for i in range(self.n_layers):
+                t.update(self.layer_tensors(i))
+            return t
         t = {"token_embd.weight": (self.embedding_rows, self.hidden), self.final_norm: (self.hidden,)}
         if self.rope_freq_factors:
             t["rope_freqs.weight"] = (self.n_rot // 2,)
@@ -200,6 +248,8 @@ class ModelConfig:
         n_heads = _uniform(key("attention.head_count", required=True), f"{arch}.attention.head_count")
         if n_heads <= 0:
             raise BadFile(f"{arch}.attention.head_count is {n_heads}: must be positive")
+        if arch in ENCODERS:
+            return _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidden, ff, n_heads)
         kv_raw = key("attention.head_count_kv", n_heads)
         n_kv = tuple(_ints(kv_raw, f"{arch}.attention.head_count_kv")) if isinstance(kv_raw, list) else (
             (integer("attention.head_count_kv", n_heads),) * n_layers)
@@ -302,6 +352,66 @@ class ModelConfig:
             if need(name).shape != shape:
                 raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
         return cfg
+
+
+def _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidden, ff, n_heads) -> ModelConfig:
+    """An encoder's config (ENCODERS), as llama.cpp's bert / nomic-bert loader reads it."""
+    if hidden % n_heads:
+        raise BadFile(f"embedding_length {hidden} is not a multiple of head_count {n_heads}")
+    head_dim = hidden // n_heads
+    if head_dim > MAX_HEAD_DIM:
+        raise Unsupported(f"head_dim {head_dim} exceeds the attention kernels' maximum {MAX_HEAD_DIM}")
+    if integer("attention.head_count_kv", n_heads) != n_heads:
+        raise Unsupported(f"{arch}.attention.head_count_kv differs from head_count: unsupported for encoders")
+    if key("attention.causal", False):
+        raise Unsupported(f"{arch}.attention.causal is true: cera runs {arch} as a bidirectional encoder only")
+    pooling_type = integer("pooling_type", 0)
+    if pooling_type not in POOLING_TYPES:
+        raise Unsupported(f"{arch}.pooling_type {pooling_type} is not supported (cera pools: "
+                          f"{', '.join(f'{k} ({v})' for k, v in POOLING_TYPES.items())})")
+    rope = ROPE_LAYOUT[arch]
+    n_rot = integer("rope.dimension_count", head_dim) if rope != ROPE_NONE else 0
+    if n_rot % 2 or not 0 <= n_rot <= head_dim:
+        raise BadFile(f"rope.dimension_count {n_rot} must be even and <= head_dim {head_dim}")
+    if key("rope.scaling.type", "none") not in ("none", None) and number("rope.scaling.factor", 1.0) not in (0.0, 1.0):
+        raise Unsupported(f"{arch}: rope scaling is not supported")
+
+    embd = need("token_embd.weight")
+    if len(embd.shape) != 2 or embd.shape[1] != hidden:
+        raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
+    vocab_size = integer("vocab_size", 0, least=0) or embd.shape[0]
+    if embd.shape[0] < vocab_size:
+        raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+    types = tensors.get("token_types.weight")
+    n_types = types.shape[0] if types is not None and len(types.shape) == 2 else 0
+    if types is not None and n_types < 1:
+        raise BadFile(f"tensor token_types.weight has shape {types.shape}, expected (n_types, {hidden})")
+    for i in range(n_layers):
+        if f"blk.{i}.attn_qkv.weight" not in tensors and f"blk.{i}.attn_q.weight" not in tensors:
+            raise BadFile(f"tensor blk.{i}.attn_qkv.weight missing (nor blk.{i}.attn_q.weight)")
+    fused = "blk.0.attn_qkv.weight" in tensors
+    gated = arch == "nomic-bert"
+    weights = ("attn_qkv",) if fused else ("attn_q", "attn_k", "attn_v")
+    weights += ("attn_output", "ffn_up", "ffn_down") + (("ffn_gate",) if gated else ())
+    context = integer("context_length", required=True, least=1)
+    theta = number("rope.freq_base", 10000.0)
+    cfg = cls(
+        arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=(n_heads,) * n_layers,
+        head_dim=head_dim, n_rot=n_rot, rope_theta=theta, rope_layout=rope, rope_freq_scale=1.0,
+        eps=number("attention.layer_norm_epsilon", required=True), vocab_size=vocab_size,
+        embedding_rows=embd.shape[0], context_length=context, block_kinds=(ATTENTION,) * n_layers,
+        conv_kernel=0, tied_embeddings=False, qkv_bias=False, qk_norm=False, rope_freq_factors=False,
+        attention_scale=1.0 / math.sqrt(head_dim), embedding_scale=1.0, residual_scale=1.0, logit_scale=1.0,
+        final_norm="", lm_head="", ffn_act=FFN_SILU if gated else FFN_GELU, post_norms=False,
+        sliding_window=0, layer_window=(0,) * n_layers, layer_rope_theta=(theta,) * n_layers,
+        layer_rope_freq_scale=(1.0,) * n_layers,
+        encoder=True, pooling=POOLING_TYPES[pooling_type], qkv_fused=fused, ffn_gated=gated,
+        position_embeddings=arch == "bert", token_types=types is not None, n_token_types=n_types,
+        biases=tuple(w for w in weights if f"blk.0.{w}.bias" in tensors))
+    for name, shape in cfg.all_tensors().items():
+        if need(name).shape != shape:
+            raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
+    return cfg
 
 
 def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:

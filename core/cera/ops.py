@@ -21,6 +21,15 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return (x * (1.0 / np.sqrt(ms + np.float32(eps)))).astype(np.float32) * w.astype(np.float32)
 
 
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """(x - mean(x)) / sqrt(var(x) + eps) * w + b over the last axis (ggml_norm, then ggml_mul
+    and ggml_add: llama.cpp's LLM_NORM). x (..., n), w, b (n,) -> (..., n)."""
+    x = x.astype(np.float32)
+    centred = x - np.mean(x, axis=-1, keepdims=True, dtype=np.float32)
+    var = np.mean(centred * centred, axis=-1, keepdims=True, dtype=np.float32)
+    return (centred * (1.0 / np.sqrt(var + np.float32(eps)))).astype(np.float32) * w + b
+
+
 def rope_angles(pos: np.ndarray, theta: float, n_rot: int, freq_factors: np.ndarray | None = None) -> np.ndarray:
     """Rotation angle of each pair i < n_rot/2 at each position: pos * theta^(-2i/n_rot) / ff[i].
 
@@ -62,8 +71,10 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0) -> np.ndarray:
-    """Causal grouped-query attention of T query rows against a KV cache.
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0,
+              causal: bool = True) -> np.ndarray:
+    """Causal grouped-query attention of T query rows against a KV cache (not `causal`: every
+    row sees every key, an encoder's).
 
     q (T, n_heads, hd) for tokens at positions pos (T,); k, v (S, n_kv_heads, hd) caches
     holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p, or with a
@@ -77,6 +88,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, wi
     assert pos.max() < S, (pos.max(), S)
     age = pos[:, None] - np.arange(S)[None, :]                        # (T, S) query pos - key pos
     hidden = (age < 0) | (age >= window) if window else age < 0       # (T, S) keys a row may not see
+    if not causal:
+        hidden = np.zeros_like(hidden)
     out = np.zeros((T, n_heads, hd), dtype=np.float32)
     for kh in range(n_kv_heads):
         heads = slice(kh * group, (kh + 1) * group)                   # the query heads reading kv head kh

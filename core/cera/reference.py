@@ -24,7 +24,7 @@ from . import ops, weights
 from .config import CONV, FFN_GELU, ModelConfig
 from .gguf_file import GGUFFile
 from .lora import LoraAdapter
-from cera.errors import ContextFull, InvalidArgument
+from cera.errors import ContextFull, InvalidArgument, Unsupported
 
 
 class Reference:
@@ -48,8 +48,9 @@ class Reference:
         """Empty caches for self.ctx positions, allocated once."""
         cfg = self.cfg
         shape = lambda il: (self.ctx, cfg.n_kv_heads[il], cfg.head_dim)
-        self.key_cache = {il: np.zeros(shape(il), self.k_dtype) for il in cfg.attention_layers}     # layer -> (ctx, KVH, hd)
-        self.value_cache = {il: np.zeros(shape(il), self.v_dtype) for il in cfg.attention_layers}   # layer -> (ctx, KVH, hd)
+        cached = () if cfg.encoder else cfg.attention_layers    # an encoder keeps nothing between calls
+        self.key_cache = {il: np.zeros(shape(il), self.k_dtype) for il in cached}     # layer -> (ctx, KVH, hd)
+        self.value_cache = {il: np.zeros(shape(il), self.v_dtype) for il in cached}   # layer -> (ctx, KVH, hd)
         self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
                            for il in cfg.conv_layers}       # layer -> (kernel-1, hidden), oldest first
         self.n_past = 0   # positions 0..n_past-1 are in the caches
@@ -106,6 +107,8 @@ class Reference:
         Positions 0..pos0-1 must already be in the caches (pos0 <= n_past); a model with
         conv blocks can only continue where it stopped (pos0 == n_past) or restart at 0."""
         cfg = self.cfg
+        if cfg.encoder:
+            raise Unsupported(f"{cfg.arch} is an encoder: it has no LM head to give logits (embed with it)")
         x = self.hidden(tokens, pos0)                               # (T, hidden)
         logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
         if cfg.logit_scale != 1.0:
@@ -137,6 +140,10 @@ class Reference:
             for state in self.conv_state.values():
                 state.fill(0)
         pos = np.arange(pos0, pos0 + T)                         # (T,)
+        if cfg.encoder:
+            if pos0:
+                raise InvalidArgument(f"pos0 {pos0}: an encoder runs a whole text from position 0")
+            return self._encode(tokens, pos)
 
         x = self._embed(tokens) * np.float32(cfg.embedding_scale)   # (T, hidden)
         for il in range(cfg.n_layers):
@@ -215,6 +222,57 @@ class Reference:
 
         # output projection
         return matmul(att.reshape(T, H * hd), "attn_output.weight")     # (T, hidden)
+
+    # --- encoders (nomic-bert, bert: llama.cpp's llm_build_bert) ---------------------------
+    def linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x (T, n) through the weight `name`.weight, plus `name`.bias where the file has it."""
+        out = self.matmul(x, name + ".weight")
+        return out + self.w(name + ".bias") if name.rsplit(".", 1)[1] in self.cfg.biases else out
+
+    def _encode(self, tokens, pos: np.ndarray) -> np.ndarray:
+        """An encoder's output rows (T, hidden) for tokens at positions pos = 0..T-1."""
+        cfg, w = self.cfg, self.w
+        x = self._embed(tokens)                                          # (T, hidden)
+        if cfg.token_types:
+            x = x + w("token_types.weight")[0]                           # every token is type 0
+        if cfg.position_embeddings:
+            x = x + w("position_embd.weight")[pos]                       # bert's learned positions
+        x = ops.layer_norm(x, w("token_embd_norm.weight"), w("token_embd_norm.bias"), cfg.eps)
+        for il in range(cfg.n_layers):
+            x = self._encoder_layer(il, x, pos)
+        self.n_past = 0      # nothing is cached: the next text starts again at 0
+        return x.astype(np.float32, copy=False)                         # (T, hidden)
+
+    def _encoder_layer(self, il: int, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """One post-norm encoder layer: x (T, hidden) -> x (T, hidden)."""
+        cfg, b = self.cfg, f"blk.{il}."
+        w, linear = (lambda name: self.w(b + name)), (lambda a, name: self.linear(a, b + name))
+        T, H, hd = len(pos), cfg.n_heads, cfg.head_dim
+
+        # projections: fused QKV (nomic-bert) or apart (bert), with the biases the file has
+        if cfg.qkv_fused:
+            q, k, v = np.split(linear(x, "attn_qkv"), 3, axis=1)        # (T, hidden) each
+        else:
+            q, k, v = linear(x, "attn_q"), linear(x, "attn_k"), linear(x, "attn_v")
+        q, k, v = q.reshape(T, H, hd), k.reshape(T, H, hd), v.reshape(T, H, hd)
+
+        # RoPE (nomic-bert), then attention of every token to every token
+        if cfg.n_rot:
+            q = ops.rope(q, pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot)
+            k = ops.rope(k, pos, cfg.rope_theta, cfg.rope_neox, cfg.n_rot)
+        att = ops.attention(q, k, v, pos, cfg.attention_scale, causal=False)   # (T, H, hd)
+        xb = linear(att.reshape(T, H * hd), "attn_output")               # (T, hidden)
+
+        # residual, then the post-attention LayerNorm
+        x = ops.layer_norm(x + xb, w("attn_output_norm.weight"), w("attn_output_norm.bias"), cfg.eps)
+
+        # feed-forward: SwiGLU (nomic-bert) or GELU (bert), residual, then the output LayerNorm
+        if cfg.ffn_gated:
+            hb = self.glu(linear(x, "ffn_gate"), linear(x, "ffn_up"))   # (T, ff)
+        else:
+            hb = ops.gelu_tanh(linear(x, "ffn_up"))                      # (T, ff)
+        xb = linear(hb, "ffn_down")                                      # (T, hidden)
+        return ops.layer_norm(x + xb, w("layer_output_norm.weight"), w("layer_output_norm.bias"), cfg.eps)
 
     def _shortconv(self, il: int, xb: np.ndarray) -> np.ndarray:
         """LFM2's gated short convolution of xb (T, hidden), normed, -> (T, hidden)."""

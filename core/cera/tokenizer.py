@@ -1,12 +1,14 @@
 """Tokenizer from the GGUF's own vocabulary, matching llama.cpp's `llama_tokenize`.
 
-Two vocabulary types (`tokenizer.ggml.model`):
+Three vocabulary types (`tokenizer.ggml.model`):
 - "gpt2": byte-level BPE. The text is split by the pre-tokenizer named in
   `tokenizer.ggml.pre` (see pretokenize.py), each piece is spelled in the GPT-2
   byte alphabet and merged pair by pair, lowest merge rank first.
 - "llama": SentencePiece BPE. Spaces become "▁", a space is prefixed to each text
   fragment (add_space_prefix), the highest-scoring adjacent pair that is a token
   is merged first, and characters with no token fall back to "<0xNN>" byte tokens.
+- "bert": WordPiece (cera.wordpiece): normalised words matched greedily, longest entry
+  first; [CLS] before and [SEP] after the text with add_special.
 
 Special tokens (CONTROL, USER_DEFINED, UNKNOWN) are cut out of the text first,
 longest first, as llama.cpp's `tokenizer_st_partition` does; control tokens only
@@ -25,6 +27,7 @@ import heapq
 
 from cera.fast_tokenizer import FastBPE
 from cera.pretokenize import CHAR_BYTES, byte_encode, splitter
+from cera import wordpiece
 from cera.errors import BadFile, Unsupported
 
 # token_type values in the GGUF, and llama.cpp's token attribute bits
@@ -83,14 +86,14 @@ class Tokenizer:
 
     def __init__(self, meta: dict, fast: bool = True):
         model = meta.get(K + "model")
-        if model not in ("gpt2", "llama"):
+        if model not in ("gpt2", "llama", "bert"):
             raise Unsupported(f"unsupported tokenizer.ggml.model={model!r:.80}; supported: 'gpt2' "
-                             "(byte-level BPE), 'llama' (SentencePiece)")
+                             "(byte-level BPE), 'llama' (SentencePiece), 'bert' (WordPiece)")
         tokens = meta.get(K + "tokens")
         if not tokens:
             raise BadFile("GGUF has no tokenizer.ggml.tokens")
         _check_vocabulary(meta)
-        self.model, self.is_spm = model, model == "llama"
+        self.model, self.is_spm, self.is_wpm = model, model == "llama", model == "bert"
         self.pre = meta.get(K + "pre") or "default"   # absent: llama.cpp warns, uses 'default'
         n = len(tokens)
         self.tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
@@ -113,16 +116,23 @@ class Tokenizer:
         self._pieces: dict[int, bytes] = {}    # token_to_piece(special=True), filled on use
         self._cache: dict[str, tuple[int, ...]] = {}
         self._fast = (FastBPE.build(self.token_to_id, meta[K + "merges"], self._ignore_merges)
-                      if fast and not self.is_spm else None)    # None: the pure path
+                      if fast and not self.is_spm and not self.is_wpm else None)    # None: the pure path
+        self._longest = max(map(len, self.tokens)) if self.is_wpm else 0   # WordPiece: longest entry
 
     def _model_defaults(self, meta: dict) -> dict:
         """Flags per vocabulary type and pre-tokenizer, then the GGUF's flag keys; the
         default special ids."""
+        self.add_sep = False
         if self.is_spm:
             self.add_space_prefix, self.clean_spaces = True, False
             self.add_bos, self.add_eos = True, False
             self._ignore_merges = False
             ids = {"bos": 1, "eos": 2, "unk": 0}
+        elif self.is_wpm:   # [CLS] is BOS; [SEP] follows the text (llama.cpp's "bert" defaults)
+            self.add_space_prefix, self.clean_spaces = False, True
+            self.add_bos, self.add_eos, self.add_sep = True, False, True
+            self._ignore_merges = False
+            ids = {"bos": 101, "eos": None, "unk": 100, "sep": 102, "pad": 0, "mask": 103}
         else:
             self._split = splitter(self.pre)
             self.add_space_prefix = False
@@ -140,6 +150,7 @@ class Tokenizer:
         self.add_space_prefix = bool(meta.get(K + "add_space_prefix", self.add_space_prefix))
         self.add_bos = bool(meta.get(K + "add_bos_token", self.add_bos))
         self.add_eos = bool(meta.get(K + "add_eos_token", self.add_eos))
+        self.add_sep = bool(meta.get(K + "add_sep_token", self.add_sep))
         return ids
 
     def _special_ids(self, meta: dict, defaults: dict) -> dict:
@@ -271,6 +282,9 @@ class Tokenizer:
             if isinstance(frag, int):
                 out.append(frag)
                 prev_special = True
+            elif self.is_wpm:
+                for word in wordpiece.words(frag):
+                    out += wordpiece.match_word(word, self.token_to_id, self._longest, self.unk_id)
             elif self.is_spm:
                 if self.add_space_prefix and prev_special:
                     frag = " " + frag
@@ -285,6 +299,10 @@ class Tokenizer:
             if self.eos_id is None:
                 raise BadFile("the vocabulary asks for an EOS token but has none")
             out.append(self.eos_id)
+        if add_special and self.add_sep:
+            if self._ids.get("sep") is None:
+                raise BadFile("the vocabulary asks for a separator token but has none")
+            out.append(self._ids["sep"])
         return out
 
     def _partition(self, text: str, parse_special: bool) -> list:
@@ -452,7 +470,7 @@ class Tokenizer:
         if attr & (_HIDDEN | USER_DEFINED):
             return text.encode("utf-8", "surrogatepass")
         if attr & NORMAL:
-            if self.is_spm:
+            if self.is_spm or self.is_wpm:
                 return text.replace("▁", " ").encode("utf-8", "surrogatepass")
             out = bytearray()
             for ch in text:
