@@ -18,6 +18,8 @@
 //      (the TPQ invocations of a row hold the same m and l), then (row, s) adds p_j * V[j, :]
 //      to its vec4 columns s, s + TPQ, ...;                  barrier (before the next staging)
 //
+// Flag BIDIRECTIONAL (an encoder's attention): every row sees every key of the step, slots
+// 0 .. step.pos + step.n_tokens - 1, instead of those up to its own position.
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
@@ -72,6 +74,15 @@ var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
 #include "attention_load.wgsl"
 #include "attention_window.wgsl"
+
+// The last key the row at position p sees: p (causal), or the step's last (BIDIRECTIONAL).
+fn last_key_of(p: u32) -> u32 {
+#ifdef BIDIRECTIONAL
+    return step.pos + step.n_tokens - 1u;
+#else
+    return p;
+#endif
+}
 
 // Keys and values j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into
 // ks and vs.
@@ -131,7 +142,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let kh = wid.x;
     let r_last = min(r0 + BQ, n_rows) - 1u;
-    let n_keys = step.pos + r_last / GROUP + 1u;   // keys the tile's last row sees
+    let n_keys = last_key_of(step.pos + r_last / GROUP) + 1u;   // keys the tile's last row sees
     let lo = first_key(step.pos + r0 / GROUP);     // the first key its first row sees
 
     // Stage the query rows, pre-scaled.
@@ -152,7 +163,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let row = lid / TPQ;                  // this invocation's query row in the tile
     let s = lid % TPQ;                    // ... and its column stripe
     let r = r0 + row;
-    let last_key = step.pos + r / GROUP;  // the row sees keys first..last_key
+    let last_key = last_key_of(step.pos + r / GROUP);   // the row sees keys first..last_key
     let first = first_key(last_key);
     var o0 = vec4<f32>(0.0);              // oi: vec4 column s + TPQ * i of sum_j p_j * V[j]
     var o1 = vec4<f32>(0.0);
@@ -178,7 +189,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
             }
             let p = step.pos + (r0 + qr) / GROUP;
-            let visible = j0 + j <= p && j0 + j >= first_key(p);
+            let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
             sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
         }
         workgroupBarrier();

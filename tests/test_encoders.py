@@ -14,7 +14,8 @@ from cera.config import ModelConfig
 from cera.engine import Engine
 from cera.errors import InvalidArgument, Unsupported
 from cera.gguf_file import GGUFFile
-from golden import NMSE_EXACT, NMSE_QUANT, load, nmse
+from golden import GOLDEN_NUMERICS, NMSE_EXACT, NMSE_QUANT, load, nmse
+from gpu_util import F16_CACHE_TOLERANCE, assert_close, cache_numerics
 
 ENCODERS = list(synth.ENCODER_VARIANTS)
 COSINE = 0.999     # the judgement's bar: every embedding within this cosine of llama.cpp's
@@ -54,6 +55,32 @@ def test_reference_matches_llama_cpp(encoders, name):
     engine = asyncio.run(Engine.load(encoders[name]))
     assert engine.pooling == g["pooling"]
     check_against_llama_cpp(engine, g)
+
+
+@pytest.mark.parametrize("name", ["nomic_bert_f32", "nomic_bert_q8_0"])
+def test_gpu_matches_llama_cpp(encoders, device, name):
+    g = load(f"encoder_{name}")
+    engine = asyncio.run(Engine.load(encoders[name], device, numerics=GOLDEN_NUMERICS))
+    check_against_llama_cpp(engine, g)
+
+
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_gpu_equals_the_reference(encoders, device, kv):
+    """Every row of texts of several lengths (the longest the context) to f32 precision with an
+    f32 cache; with an f16 one (both), within what rounding K and V to halves moves."""
+    numerics = cache_numerics((kv, kv))
+    gpu = asyncio.run(Engine.load(encoders["nomic_bert_q8_0"], device, ctx=48, numerics=numerics))
+    ref = asyncio.run(Engine.load(encoders["nomic_bert_q8_0"], None, ctx=48, numerics=numerics))
+    rng = np.random.default_rng(3)
+    tolerance = 1e-4 if kv == "f32" else F16_CACHE_TOLERANCE
+    for n in (1, 5, 17, 48):
+        ids = rng.integers(5, synth.WPM_VOCAB_SIZE, n).tolist()
+        assert_close(embed(gpu, ids, "none"), embed(ref, ids, "none"), atol=tolerance, rtol=tolerance, what=f"{n} tokens")
+
+
+def test_gpu_refuses_what_it_cannot_run(encoders, device):
+    with pytest.raises(Unsupported, match="bert on the GPU: learned position embeddings"):
+        asyncio.run(Engine.load(encoders["bert_f32"], device))
 
 
 def test_config(encoders):
@@ -107,7 +134,8 @@ def test_unsupported_headers(encoders, change, match):
 
 def nomic_engine(device=None) -> tuple[dict, Engine]:
     path = catalogue.fetch("nomic-embed-text-v1.5")
-    return load("nomic-embed-text_embeddings"), asyncio.run(Engine.load(GGUFFile.open(path), device, ctx=512))
+    return load("nomic-embed-text_embeddings"), asyncio.run(Engine.load(GGUFFile.open(path), device, ctx=64,
+                                                                        numerics=GOLDEN_NUMERICS))
 
 
 def check_nomic(g: dict, engine: Engine) -> None:
@@ -128,4 +156,9 @@ def check_nomic(g: dict, engine: Engine) -> None:
 @pytest.mark.slow
 def test_nomic_reference_matches_llama_cpp():
     check_nomic(*nomic_engine())
+
+
+@pytest.mark.slow
+def test_nomic_gpu_matches_llama_cpp(device):
+    check_nomic(*nomic_engine(device))
 

@@ -25,6 +25,7 @@ from cera.chat import render
 from cera.config import ModelConfig
 from cera.constrain import Grammars, LLGuidance, Matcher
 from cera.errors import ContextFull, InvalidArgument, Unsupported
+from cera.gpu.encoder import GpuEncoder
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.gpu.numerics import EXACT, Numerics
 from cera.lora import LoraAdapter
@@ -216,6 +217,9 @@ class Engine:
         tokenizer = Tokenizer.from_metadata(gguf_file.metadata)   # fail on a bad vocab before uploading
         if device is None:
             backend = ReferenceBackend(Reference(gguf_file, ctx, numerics.kv_dtypes))
+        elif cfg.encoder:   # embeddings only: a whole text a step, nothing kept between texts
+            backend = GpuEncoder(cfg, gguf_file, device, cfg.context(ctx), numerics)
+            await backend.load(progress)
         else:
             backend = GpuModel(cfg, gguf_file, device, cfg.context(ctx), prefill_chunk, numerics)
             await backend.load(progress)

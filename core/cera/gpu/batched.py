@@ -501,9 +501,11 @@ def attention_tiles(limits, head_dim: int) -> AttentionTiles:
 def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                       n_kv_heads: int, scale: float | None = None, max_rows: int,
                       tiles: AttentionTiles | None = None, label: str = "prefill_attention",
-                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE) -> Dispatch:
+                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE,
+                      bidirectional: bool = False) -> Dispatch:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens;
-    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p.
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p;
+    `bidirectional` (an encoder's), every row over slots 0..step.pos + step.n_tokens - 1.
 
     Bindings: q, out (rows, n_heads*head_dim); k_cache,
     v_cache (max_ctx, n_kv_heads, head_dim) in `cache_types` (cera.gpu.layers), rows of this step
@@ -519,7 +521,8 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     group = n_heads // n_kv_heads
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
                    BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
-                   **flags(VEC4=head_dim % 4 == 0), **window_define(window), **cache_flags(cache_types, head_dim))
+                   **flags(VEC4=head_dim % 4 == 0, BIDIRECTIONAL=bidirectional), **window_define(window),
+                   **cache_flags(cache_types, head_dim))
     groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
     q_bytes = 4 * max_rows * n_heads * head_dim
     return kernels.dispatch("attention_prefill.wgsl", [q, k_cache, v_cache, out, step], groups, label,

@@ -60,6 +60,19 @@ def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
                             N=n, ROWS_PER_TOKEN=rows_per_token, EPS=float(eps), WG=wg, **flags(ACCUMULATE=accumulate))
 
 
+def layer_norm(kernels, device, out, w, b, step, *, n: int, eps: float, max_tokens: int = 1, y=None, v=None,
+               label: str = "layer_norm") -> Dispatch:
+    """out = layer_norm(out [+ y] [+ v]) * w + b over rows of length n, in place (an encoder's
+    post-norm of the residual stream plus a block's output y, or its embedding norm with token
+    type 0's row v). out, y (tokens, n); w, b, v (n,)."""
+    wg = 64 if n <= 256 else 256
+    row = 4 * n * max_tokens
+    extra = [t for t in (y, v) if t is not None]
+    return kernels.dispatch("layer_norm.wgsl", [out, w, b, step, *extra], (1, max_tokens, 1), label,
+                            reads=row * (1 + (y is not None)) + 4 * n * (2 + (v is not None)), writes=row,
+                            N=n, EPS=float(eps), WG=wg, **flags(ADD=y is not None, VECTOR=v is not None))
+
+
 @dataclass(frozen=True)
 class Rope:
     """One layer's RoPE (rope_rotate.wgsl) and the per-head QK-norm before it, as rope.wgsl and
