@@ -162,3 +162,19 @@ def test_nomic_reference_matches_llama_cpp():
 def test_nomic_gpu_matches_llama_cpp(device):
     check_nomic(*nomic_engine(device))
 
+
+
+def test_cli(tmp_path):
+    """`python -m cera embed` pools as the header says (and normalizes when asked), the GPU's
+    equal to the reference's; generation from an encoder is refused with a message, no traceback."""
+    from test_cli import cera, cera_json
+    model = str(synth.write_variant(tmp_path / "nomic.gguf", "nomic_bert_f32"))
+    args = ("embed", "-m", model, "--text", "the cat sat on the mat", "--ctx", "64")
+    gpu, ref = cera_json(*args, "--normalize"), cera_json(*args, "--normalize", "--backend", "reference")
+    assert gpu["pooling"] == "mean" and np.array(gpu["embeddings"]).shape == (1, 64)
+    np.testing.assert_allclose(np.linalg.norm(gpu["embeddings"], axis=1), 1.0, rtol=1e-5)
+    # the CLI's default f16 KV cache: K and V rounded to halves on both backends
+    assert_close(np.array(gpu["embeddings"]), np.array(ref["embeddings"]), atol=F16_CACHE_TOLERANCE,
+                 rtol=F16_CACHE_TOLERANCE, what="cli")
+    proc = cera("generate", "-m", model, "-p", "the cat", ok=False)
+    assert "embedding model" in proc.stderr and "Traceback" not in proc.stderr
