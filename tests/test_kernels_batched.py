@@ -520,7 +520,7 @@ ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2
 
 
 def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0,
-                     cache=F32_CACHE):
+                     cache=F32_CACHE, bidirectional=False):
     """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
     cache (of (K's, V's) cache type `cache`) is already filled; compare each with
     cera.ops.attention over the values as cached. With a sliding window, the slots before the
@@ -544,11 +544,11 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
                 write_cache(gpu, buf, np.concatenate([np.full_like(values[:lo], np.nan), values[lo:]]), t)
         d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
                                       n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
-                                      tiles=tiles, window=window, cache_types=cache)
+                                      tiles=tiles, window=window, cache_types=cache, bidirectional=bidirectional)
         got = run(gpu, [d], out, (max_rows, n_heads, head_dim))
         want = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
                              np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale,
-                             window)
+                             window, causal=not bidirectional)
         assert_close(got[:n_tokens], want, 2e-5, 1e-4, f"chunk of {n_tokens} at pos {pos}")
         assert (got[n_tokens:] == 5.0).all(), "rows past step.n_tokens must stay untouched"
         pos += n_tokens
@@ -577,6 +577,15 @@ def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, ca
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
                      tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", [(64, 12, 12), (18, 4, 2), (128, 4, 1)])
+def test_prefill_attention_bidirectional(gpu, head_dim, n_heads, n_kv_heads, cache):
+    """An encoder's attention: every row sees every key of the step (slots up to the step's
+    last, none after it), across key tiles and chunks."""
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0625)], max_rows=37,
+                     cache=cache, bidirectional=True)
 
 
 def test_prefill_attention_small_tiles(gpu):

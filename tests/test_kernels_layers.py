@@ -42,6 +42,25 @@ def test_rms_norm(gpu, n, rows_per_token, accumulate):
     assert_close(got[n_tokens:], before[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
 
 
+@pytest.mark.parametrize("n,add,vector", [(64, True, False), (768, True, False), (100, False, True),
+                                          (300, True, True), (37, False, False)])
+def test_layer_norm(gpu, n, add, vector):
+    """out = layer_norm(out [+ y] [+ v]) * w + b in place (an encoder's post-norms and embedding
+    norm), rows past step.n_tokens untouched; an offset mean, as residual streams have."""
+    device, kernels = gpu.device, gpu.kernels
+    max_tokens, n_tokens, eps = 4, 3, 1e-12
+    x, y, v = randn(max_tokens, n, scale=3.0) + 5.0, randn(max_tokens, n), randn(n)
+    w, b = randn(n), randn(n)
+    out, step = upload(gpu, x), step_buffer(gpu, 0, n_tokens)
+    extra = dict(y=upload(gpu, y) if add else None, v=upload(gpu, v) if vector else None)
+    submit(gpu, layers.layer_norm(kernels, device, out, upload(gpu, w), upload(gpu, b), step, n=n, eps=eps,
+                                  max_tokens=max_tokens, **extra))
+    got = read(gpu, out, x.shape)
+    s = x[:n_tokens] + (y[:n_tokens] if add else 0) + (v if vector else 0)
+    assert_close(got[:n_tokens], ops.layer_norm(s, w, b, eps), 1e-4, 1e-4, "layer_norm")
+    assert_close(got[n_tokens:], x[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
+
+
 # --- rope_kv ----------------------------------------------------------------------------------
 
 ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale

@@ -21,6 +21,7 @@ from cera.config import ModelConfig
 from cera.device import Binding, Device, Dispatch, Flush
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu import batched, layers
+from cera.gpu.footprint import footprint
 from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.plan import FLUSH_LAYERS, Plan, PrefillBuilder
 from cera.gpu.residency import Weights
@@ -91,6 +92,8 @@ class GpuEncoder:
 
     def __init__(self, cfg: ModelConfig, gguf_file, device: Device, ctx: int, numerics: Numerics = EXACT):
         check_gpu_encoder(cfg)
+        self.footprint = footprint(cfg, gguf_file, ctx, ctx, device.limits, numerics)
+        self.footprint.check(device.limits)   # before anything is allocated
         self.cfg, self.device, self.ctx, self.numerics = cfg, device, ctx, numerics
         self.kernels = Kernels(device)
         self.weights = Weights(cfg, gguf_file, device)

@@ -83,13 +83,15 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     with `limits` (their offset alignment decides which q/k/v projections are stacked): the KV
     cache in numerics' cache types, and with its int8 a buffer of x in integers for the prefill
     chunk."""
-    chunk = min(chunk, ctx)
+    chunk = ctx if cfg.encoder else min(chunk, ctx)   # an encoder (cera.gpu.encoder): a text a step
     align = limits.min_storage_buffer_offset_alignment if limits else DEFAULT_ALIGNMENT
     weights, fallbacks = _weights(cfg, gguf_file.tensors, align)
-    activations = {f"{name}@{rows}": 4 * math.prod(shape) for rows in sorted({1, chunk})
+    activations = {f"{name}@{rows}": 4 * math.prod(shape) for rows in sorted({chunk} if cfg.encoder else {1, chunk})
                    for name, shape in Activations.shapes(cfg, rows, numerics.int8).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
-    state = State.sizes(cfg, ctx, chunk, numerics.cache_types) | GreedyChain.sizes(cfg) | SamplerBuffers.sizes(cfg, ctx)
+    state = State.sizes(cfg, ctx, chunk, numerics.cache_types)
+    if not cfg.encoder:   # an encoder neither decodes nor samples
+        state |= GreedyChain.sizes(cfg) | SamplerBuffers.sizes(cfg, ctx)
     return Footprint(ctx, chunk, numerics.cache_types, weights, sized(state), sized(activations), fallbacks)
 
 
@@ -98,9 +100,9 @@ def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int
     their biases) as decode and prefill read them. (A LoRA adapter on one of them has a prefill
     chunk read the projections one by one, inside the stacked buffer where their offsets allow,
     stacked_parts, else from buffers of their own, uncounted here.)"""
-    names = dict.fromkeys([*cfg.all_tensors(), cfg.lm_head])
+    names = dict.fromkeys([*cfg.all_tensors(), *[cfg.lm_head] * (not cfg.encoder)])
     stacked = {}
-    for i in cfg.attention_layers:
+    for i in () if cfg.qkv_fused else cfg.attention_layers:
         for run in qkv_runs(cfg, tensors, i, align) or []:
             if len(run) == 1:
                 continue

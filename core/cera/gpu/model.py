@@ -28,7 +28,7 @@ import numpy as np
 
 from cera.config import ModelConfig
 from cera.device import Binding, Copy, Device
-from cera.errors import InvalidArgument
+from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.footprint import footprint
 from cera.gpu import sample
 from cera.gpu.layers import SHIFT_BYTES, pack_shift
@@ -69,6 +69,9 @@ class GpuModel:
                  numerics: Numerics = EXACT):
         if chunk < 1:
             raise InvalidArgument(f"prefill chunk {chunk} must be at least 1")
+        if cfg.encoder:
+            raise Unsupported(f"{cfg.arch} is an encoder (embeddings only): it runs as cera.gpu.encoder.GpuEncoder, "
+                              "with no decode or prefill plans")
         self.footprint = footprint(cfg, gguf_file, ctx, chunk, device.limits, numerics)
         self.footprint.check(device.limits)   # before anything is allocated
         self.cfg, self.device, self.ctx, self.numerics = cfg, device, ctx, numerics
