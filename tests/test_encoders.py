@@ -57,7 +57,7 @@ def test_reference_matches_llama_cpp(encoders, name):
     check_against_llama_cpp(engine, g)
 
 
-@pytest.mark.parametrize("name", ["nomic_bert_f32", "nomic_bert_q8_0"])
+@pytest.mark.parametrize("name", ENCODERS)
 def test_gpu_matches_llama_cpp(encoders, device, name):
     g = load(f"encoder_{name}")
     engine = asyncio.run(Engine.load(encoders[name], device, numerics=GOLDEN_NUMERICS))
@@ -65,22 +65,18 @@ def test_gpu_matches_llama_cpp(encoders, device, name):
 
 
 @pytest.mark.parametrize("kv", ["f32", "f16"])
-def test_gpu_equals_the_reference(encoders, device, kv):
+@pytest.mark.parametrize("name", ["nomic_bert_q8_0", "bert_q8_0"])
+def test_gpu_equals_the_reference(encoders, device, name, kv):
     """Every row of texts of several lengths (the longest the context) to f32 precision with an
     f32 cache; with an f16 one (both), within what rounding K and V to halves moves."""
     numerics = cache_numerics((kv, kv))
-    gpu = asyncio.run(Engine.load(encoders["nomic_bert_q8_0"], device, ctx=48, numerics=numerics))
-    ref = asyncio.run(Engine.load(encoders["nomic_bert_q8_0"], None, ctx=48, numerics=numerics))
+    gpu = asyncio.run(Engine.load(encoders[name], device, ctx=48, numerics=numerics))
+    ref = asyncio.run(Engine.load(encoders[name], None, ctx=48, numerics=numerics))
     rng = np.random.default_rng(3)
     tolerance = 1e-4 if kv == "f32" else F16_CACHE_TOLERANCE
     for n in (1, 5, 17, 48):
         ids = rng.integers(5, synth.WPM_VOCAB_SIZE, n).tolist()
         assert_close(embed(gpu, ids, "none"), embed(ref, ids, "none"), atol=tolerance, rtol=tolerance, what=f"{n} tokens")
-
-
-def test_gpu_refuses_what_it_cannot_run(encoders, device):
-    with pytest.raises(Unsupported, match="bert on the GPU: learned position embeddings"):
-        asyncio.run(Engine.load(encoders["bert_f32"], device))
 
 
 def test_config(encoders):

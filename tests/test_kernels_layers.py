@@ -5,12 +5,13 @@ import pytest
 from gguf.constants import GGMLQuantizationType as T
 
 from cera import ops
+from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.errors import InvalidArgument
 from cera.gpu import layers, matmul
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, as_cached, assert_close, cache_tolerance,
-                      read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
+                      glu_act, read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
 
@@ -59,6 +60,23 @@ def test_layer_norm(gpu, n, add, vector):
     s = x[:n_tokens] + (y[:n_tokens] if add else 0) + (v if vector else 0)
     assert_close(got[:n_tokens], ops.layer_norm(s, w, b, eps), 1e-4, 1e-4, "layer_norm")
     assert_close(got[n_tokens:], x[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
+
+
+@pytest.mark.parametrize("act", [FFN_SILU, FFN_GELU])
+@pytest.mark.parametrize("gated", [True, False])
+def test_glu_act(gpu, act, gated):
+    """gate = act(gate) * up in place (a GLU whose projections ran apart), or act(gate) alone
+    (bert's GELU after up); rows past step.n_tokens untouched; a ragged FF."""
+    device, kernels = gpu.device, gpu.kernels
+    max_tokens, n_tokens, ff = 4, 3, 100
+    gate, up = randn(max_tokens, ff, scale=3.0), randn(max_tokens, ff)
+    out, step = upload(gpu, gate), step_buffer(gpu, 0, n_tokens)
+    submit(gpu, layers.glu_act(kernels, device, out, upload(gpu, up) if gated else None, step, ff=ff, act=act,
+                               max_tokens=max_tokens))
+    got = read(gpu, out, gate.shape)
+    want = glu_act(gate[:n_tokens].astype(np.float64), act) * (up[:n_tokens] if gated else 1)
+    assert_close(got[:n_tokens], want, 1e-5, 1e-5, f"glu_act {act}")
+    assert_close(got[n_tokens:], gate[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
 
 
 # --- rope_kv ----------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import VARIANTS, write_lora, write_model  # noqa: E402
+from synth import ENCODER_VARIANTS, VARIANTS, write_lora, write_model  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -79,6 +79,7 @@ def synth(tmp_path_factory):
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
                          "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
+    made["nomic_bert_q8_0"] = Path(write_model(folder / "nomic_bert_q8_0.gguf", **ENCODER_VARIANTS["nomic_bert_q8_0"]))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
     whole = made["llama_q4_0"].read_bytes()
@@ -1066,6 +1067,19 @@ def test_embeddings_equal_the_native_clis(page, models, pooling):
     2e-3 too)."""
     path, url = models["qwen2_q8_0"]
     text = "The quick brown fox jumps over the lazy dog"
+    want = native_cli("embed", "-m", str(path), "--text", text, "--pooling", pooling)
+    page.evaluate("(url) => window.cera.load(url)", url)
+    got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])
+    assert got["tokens"] == want["tokens"]
+    np.testing.assert_allclose(got["embeddings"], want["embeddings"], rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("pooling", ["none", "mean"])
+def test_encoder_embeddings_equal_the_native_clis(page, models, pooling):
+    """An encoder (nomic-bert: WordPiece, bidirectional attention, LayerNorm) in the page:
+    window.cera.embed gives the rows `python -m cera embed` prints, within SwiftShader's rounding."""
+    path, url = models["nomic_bert_q8_0"]
+    text = "The quick brown fox jumps over the lazy dog!"
     want = native_cli("embed", "-m", str(path), "--text", text, "--pooling", pooling)
     page.evaluate("(url) => window.cera.load(url)", url)
     got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])

@@ -10,8 +10,8 @@ to every token, its output rows read back (`GpuEncoder.embed`).
     x = layer_norm(x + W_down (silu(W_gate x) * (W_up x)))           layer_output_norm
 The K and V of the text go through a KV cache of the text's length (the prefill attention
 reads them there); nothing is kept between texts. A text is one step: the activations hold
-`ctx` rows. bert (learned positions, separate q/k/v, GELU without a gate) and biases on the
-projections run on the numpy reference only (an Unsupported names what is missing).
+`ctx` rows. bert differs by learned position rows added before the embedding norm (no RoPE),
+q, k, v projected apart, biases on every projection, and GELU after up (no gate).
 """
 from __future__ import annotations
 
@@ -31,25 +31,20 @@ from cera.kernels import Kernels
 
 def check_gpu_encoder(cfg: ModelConfig) -> None:
     """Refuse an encoder these kernels do not run (it runs on the numpy reference)."""
-    missing = [what for what, lacking in (
-        ("learned position embeddings (bert)", cfg.position_embeddings),
-        ("separate q, k, v projections", not cfg.qkv_fused),
-        ("a GELU FFN without gate", not cfg.ffn_gated),
-        ("projection biases", bool(cfg.biases)),
-        ("rotary embedding of part of a head", cfg.n_rot != cfg.head_dim)) if lacking]
-    if missing:
-        raise Unsupported(f"{cfg.arch} on the GPU: {', '.join(missing)} not supported yet (run it on the numpy "
-                          "reference: no device)")
+    if cfg.ffn_gated and ({"ffn_gate", "ffn_up"} & set(cfg.biases)):
+        raise Unsupported(f"{cfg.arch} on the GPU: biases on a gated FFN's gate or up are not supported (run it "
+                          "on the numpy reference: no device)")
 
 
 class EncoderBuilder(PrefillBuilder):
     """The encoder's steps for up to `act.rows` tokens (the whole text)."""
 
     def embed(self):
-        """act.x = layer_norm(token rows + token type 0's row)."""
+        """act.x = layer_norm(token rows [+ position rows] + token type 0's row)."""
         cfg, w = self.cfg, self.weights
-        types = w.vector("token_types.weight") if cfg.token_types else None   # row 0 first
-        return super().embed() + [self.post_norm("token_embd_norm", v=types)]
+        types = w.vector("token_types.weight") if cfg.token_types else None          # row 0 first
+        positions = w.vector("position_embd.weight") if cfg.position_embeddings else None   # row t: position t
+        return super().embed() + [self.post_norm("token_embd_norm", y=positions, v=types)]
 
     def post_norm(self, name: str, y: Binding | None = None, v: Binding | None = None) -> Dispatch:
         """act.x = layer_norm(act.x [+ y] [+ v]) with LayerNorm `name`'s weight and bias."""
@@ -58,12 +53,23 @@ class EncoderBuilder(PrefillBuilder):
                                  w.vector(name + ".bias"), self.state.step, n=cfg.hidden, eps=cfg.eps,
                                  max_tokens=self.rows, y=y, v=v, label=name)
 
+    def linear(self, out: Binding, name: str, x: Binding, **kw) -> list:
+        """out = W x (+ b where the file has the bias) for blk.N.{name}.weight / .bias."""
+        part = name.rsplit(".", 1)[1]
+        bias = self.weights.vector(name + ".bias") if part in self.cfg.biases else None
+        return self.proj(out, self.weights.matrix(name + ".weight"), x, bias=bias, **kw)
+
     def layer(self, i):
-        cfg, b, w, a, h = self.cfg, f"blk.{i}.", self.weights, self.act, self.cfg.hidden
-        # q | k | v rows of the text, then RoPE and the bidirectional attention over all of them
-        steps = self.proj(a.qkv, w.matrix(b + "attn_qkv.weight"), a.x)
-        width = 3 * h
-        q, k, v = (Binding(a.qkv.buffer, 4 * c, 4 * (width * self.rows - c)) for c in (0, h, 2 * h))
+        cfg, b, a, h = self.cfg, f"blk.{i}.", self.act, self.cfg.hidden
+        # q, k, v of every row: one matmul into rows q | k | v (nomic-bert), or three (bert)
+        if cfg.qkv_fused:
+            steps, width = self.linear(a.qkv, b + "attn_qkv", a.x), 3 * h
+            q, k, v = (Binding(a.qkv.buffer, 4 * c, 4 * (width * self.rows - c)) for c in (0, h, 2 * h))
+        else:
+            steps, width, (q, k, v) = [], None, (a.q, a.k, a.v)
+            for p, out in zip("qkv", (q, k, v)):
+                steps += self.linear(out, b + f"attn_{p}", a.x)
+        # RoPE (none for bert) as K and V go into the cache, then attention of every row to every row
         steps.append(self.rope_kv(i, q, k, v, width))
         steps.append(batched.prefill_attention(
             self.kernels, self.device, a.att, a.q_rot, self.state.key_cache[i], self.state.value_cache[i],
@@ -71,14 +77,19 @@ class EncoderBuilder(PrefillBuilder):
             scale=cfg.attention_scale, max_rows=self.rows, cache_types=self.numerics.cache_types,
             bidirectional=True, label=f"{b}attention"))
         # the output projection, the residual and the post-attention LayerNorm
-        steps += self.proj(a.xb, w.matrix(b + "attn_output.weight"), a.att)
+        steps += self.linear(a.xb, b + "attn_output", a.att)
         steps.append(self.post_norm(b + "attn_output_norm", y=a.xb))
-        # SwiGLU, the residual and the output LayerNorm
-        gate, up = w.matrix(b + "ffn_gate.weight"), w.matrix(b + "ffn_up.weight")
-        if gate.wtype != up.wtype:
-            raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused GLU kernels need one type")
-        steps += self.proj(a.hb, gate, a.x, w_up=up.binding, act=cfg.ffn_act)
-        steps += self.proj(a.xb, w.matrix(b + "ffn_down.weight"), a.hb)
+        # the FFN: SwiGLU (nomic-bert) or GELU after up (bert), the residual, the output LayerNorm
+        if cfg.ffn_gated:
+            gate, up = self.weights.matrix(b + "ffn_gate.weight"), self.weights.matrix(b + "ffn_up.weight")
+            if gate.wtype != up.wtype:
+                raise Unsupported(f"{gate.name} and {up.name} differ in type: the fused GLU kernels need one type")
+            steps += self.proj(a.hb, gate, a.x, w_up=up.binding, act=cfg.ffn_act)
+        else:
+            steps += self.linear(a.hb, b + "ffn_up", a.x)
+            steps.append(layers.glu_act(self.kernels, self.device, a.hb, None, self.state.step, ff=cfg.ff,
+                                        act=cfg.ffn_act, max_tokens=self.rows, label=f"{b}ffn_act"))
+        steps += self.linear(a.xb, b + "ffn_down", a.hb)
         steps.append(self.post_norm(b + "layer_output_norm", y=a.xb))
         return steps + ([Flush()] if i in FLUSH_LAYERS else [])
 

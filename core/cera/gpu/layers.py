@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 
 
-from cera.config import FFN_SILU, MAX_HEAD_DIM
+from cera.config import FFN_GELU, FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.matmul import gelu_flag
@@ -93,8 +93,8 @@ class Rope:
 
     def defines(self, head_dim: int) -> dict:
         n_rot = head_dim if self.n_rot is None else self.n_rot
-        if n_rot % 2 or not 0 < n_rot <= head_dim:
-            raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 1..head_dim {head_dim}")
+        if n_rot % 2 or not 0 <= n_rot <= head_dim:   # 0: q and k pass through (bert's learned positions)
+            raise InvalidArgument(f"RoPE: n_rot {n_rot} must be even and in 0..head_dim {head_dim}")
         if self.qk_norm is not None and self.eps is None:
             raise InvalidArgument("QK-norm needs eps")
         defines = dict(N_ROT=n_rot, THETA=float(self.theta), **_freq_scale(self.freq_scale),
@@ -308,11 +308,14 @@ def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, ke
 def glu_act(kernels, device, gate, up, step, *, ff: int, act: str = FFN_SILU, max_tokens: int = 1,
             label: str = "glu_act") -> Dispatch:
     """gate = act(gate) * up, in place, for the step's rows: the GLU (act FFN_SILU or FFN_GELU)
-    of an FFN whose gate and up projections ran apart. gate, up (tokens, ff)."""
+    of an FFN whose gate and up projections ran apart. gate, up (tokens, ff). up None: gate =
+    act(gate) alone (an FFN without a gate: bert's GELU)."""
     rows = 4 * ff * max_tokens
-    return kernels.dispatch("glu_act.wgsl", [gate, up, step], (-(-ff // GLU_WORKGROUP), max_tokens, 1), label,
-                            reads=2 * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP,
-                            **flags(GELU=gelu_flag(act, up)))
+    ungated = up is None
+    gelu = act == FFN_GELU if ungated else gelu_flag(act, up)
+    return kernels.dispatch("glu_act.wgsl", [gate, *[up] * (not ungated), step], (-(-ff // GLU_WORKGROUP), max_tokens, 1),
+                            label, reads=(1 + (not ungated)) * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP,
+                            **flags(GELU=gelu, UNGATED=ungated))
 
 
 def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step: Binding) -> Dispatch:
