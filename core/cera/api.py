@@ -76,10 +76,11 @@ class Model:
     def stream_chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Iterator[str]:
         return self._stream(_job(max_tokens, sampling, messages=messages))
 
-    def embed(self, text: str | list[int], pooling: str = "none") -> np.ndarray:
-        """The hidden states after the final norm (Engine.embed): (T, hidden) a row per token,
-        or one (1, hidden) row for pooling "mean" or "last"."""
-        return self._runner.call(self.engine.embed(text, pooling))
+    def embed(self, text: str | list[int], pooling: str | None = None, normalize: bool = False) -> np.ndarray:
+        """The hidden states after the final norm (Engine.embed; an encoder's output rows): (T, hidden)
+        a row per token, or one (1, hidden) row for pooling "mean", "last" or "cls"; None: the
+        model's own (an encoder's header names it; else "none"). normalize: unit rows."""
+        return self._runner.call(self.engine.embed(text, pooling, normalize))
 
     def _stream(self, job: Job) -> Iterator[str]:
         pieces, end, stopped = queue.SimpleQueue(), object(), threading.Event()
