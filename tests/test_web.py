@@ -840,6 +840,32 @@ def test_smollm2_greedy_text_matches_the_native_host(browser, server):
     assert stats["wasmHeapBytes"] < path.stat().st_size
 
 
+@pytest.mark.slow
+def test_nomic_embeddings_match_llama_cpp(browser, server):
+    """The real nomic-embed-text-v1.5 (274 MB, from PyPI via cera.catalogue) in the page: each
+    golden sentence's mean-pooled embedding within cosine 0.999 of llama.cpp's, and each query
+    nearest its own document (tests/test_encoders.py's check, the page's numbers)."""
+    from cera import catalogue
+    from golden import load
+    from test_encoders import COSINE, cosines
+    path, golden = catalogue.fetch("nomic-embed-text-v1.5"), load("nomic-embed-text_embeddings")
+    page = open_page(browser, server)
+    page.set_input_files("#file", str(path))
+    page.wait_for_function("window.cera.model && window.cera.model.name", timeout=MODEL_MS)
+    got = {}
+    for case in golden["texts"]:
+        out = page.evaluate("(t) => window.cera.embed(t, {pooling: 'mean'})", case["text"])
+        assert out["tokens"] == case["tokens"], case["name"]
+        got[case["name"]] = row = np.array(out["embeddings"][0], np.float32)
+        assert cosines(row[None], np.array(case["embeddings"]["mean"], np.float32))[0] >= COSINE, case["name"]
+    page.close()
+    unit = {k: v / np.linalg.norm(v) for k, v in got.items()}
+    for topic in ("capital", "cat", "python"):
+        query = unit[f"{topic}_q"]
+        others = [v for k, v in unit.items() if k not in (f"{topic}_q", f"{topic}_d")]
+        assert query @ unit[f"{topic}_d"] > max(query @ v for v in others), topic
+
+
 # --- cera.js, as another page uses it ----------------------------------------------------
 @pytest.fixture(scope="module")
 def native(synth, tmp_path_factory):
