@@ -232,11 +232,16 @@ class Runner:
         """Queue `job`; the Future gives its Result. on_text(piece) is called on the engine
         thread as text becomes final. should_stop() (called from the engine thread, before the
         job starts and before each token) ends it early: stop_reason "cancelled"."""
-        return asyncio.run_coroutine_threadsafe(self._run(job, on_text, should_stop), self._loop)
+        return self.queue(lambda engine: run_job(engine, job, on_text, should_stop))
 
-    async def _run(self, job: Job, on_text, should_stop) -> Result:
-        async with self._turn:   # FIFO
-            return await run_job(self.engine, job, on_text, should_stop)
+    def queue(self, work) -> Future:
+        """Queue `work(engine)`, a coroutine function, behind the jobs before it (FIFO); the
+        Future gives what it returns."""
+        return asyncio.run_coroutine_threadsafe(self._in_turn(work), self._loop)
+
+    async def _in_turn(self, work):
+        async with self._turn:
+            return await work(self.engine)
 
     def close(self) -> None:
         """Cancel the jobs (one in progress ends after its current step) and stop the thread."""
