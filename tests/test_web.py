@@ -1017,6 +1017,32 @@ def test_constrained_replies_equal_the_native_servers(engines, native, request_f
                                                                                        ["content"] or "")
 
 
+def test_embeddings_equal_the_native_servers(engines, native):
+    """engine.embeddings.create answers as serve's /v1/embeddings does, vector for vector (the
+    official client decodes the native base64); a batch of texts and token ids; a bad input
+    rejects with InvalidArgument."""
+    texts = ["The cat sat on the mat.", "GPUs run many threads."]
+    got = engines.evaluate("""async (texts) => {
+        const e = engines.llama_q4_0;
+        const floats = await e.embeddings.create({ input: texts });
+        const packed = await e.embeddings.create({ input: [[5, 6, 7]], encoding_format: "base64" });
+        const refused = await e.embeddings.create({ input: [""] }).catch((err) => err.name + ": " + err.message);
+        const mistyped = await e.embeddings.create({ input: [1, "a"] }).catch((err) => err.name);
+        return [floats, packed, refused, mistyped];
+    }""", texts)
+    floats, packed, refused, mistyped = got
+    c = native("llama_q4_0")
+    want = c.embeddings.create(model="llama_q4_0.gguf", input=texts)
+    assert floats["object"] == "list" and floats["model"] == "llama_q4_0.gguf"
+    assert floats["usage"] == want.usage.to_dict()
+    for mine, theirs in zip(floats["data"], want.data, strict=True):
+        np.testing.assert_allclose(mine["embedding"], theirs.embedding, atol=2e-3)
+    vector = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), "<f4")
+    np.testing.assert_allclose(vector, c.embeddings.create(model="llama_q4_0.gguf", input=[5, 6, 7]).data[0].embedding,
+                               atol=2e-3)
+    assert refused.startswith("InvalidArgument: input[0] is empty") and mistyped == "InvalidArgument"
+
+
 @pytest.mark.slow
 def test_smollm2_constrained_tokens_equal_the_native_hosts(browser, server, tmp_path):
     """Real SmolLM2 in the page (SwiftShader: seconds a token, hence slow): seeded replies under a

@@ -20,7 +20,7 @@ from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, InvalidArgument, Unsupported
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import DEFAULT_CACHE_TYPE, Numerics
-from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job
+from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job, embeddings
 from cera.runner import Job, run_job
 from js import Object
 from pyodide.ffi import to_js
@@ -228,15 +228,18 @@ class Session:
             self._interrupted.add(target)
 
     async def create(self, endpoint, request, msg_id):
-        """A "chat" or "completion" request (OpenAI's fields; cera.js has checked their types and
-        that a model is loaded). Returns the chat.completion / text_completion object; with
-        `stream`, posts the chunks and returns None."""
+        """A "chat", "completion" or "embeddings" request (OpenAI's fields; cera.js has checked
+        their types and that a model is loaded). Returns the chat.completion / text_completion /
+        embeddings list object; with `stream`, posts the chunks and returns None."""
         try:
             body = request.to_py()
             stream = body.pop("stream", False)
             usage = body.pop("stream_options", {}).get("include_usage", False)
             for checked in ("model", "n"):   # cera.js checked them: the loaded model, one choice
                 body.pop(checked, None)
+            if endpoint == "embeddings":
+                async with self._turn:
+                    return _js(await embeddings(self.engine, self.model, **body))
             async with self._turn:
                 if endpoint == "chat":
                     job, shape = chat_job(ctx=self.engine.ctx, **body), ChatCompletion(self.model, self.engine.tokenizer)
