@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cera import catalogue, hub
-from cera.engine import DEFAULT_CTX, Engine, Result
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, Engine, Result
 from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
@@ -40,7 +40,7 @@ class Job:
     the first of `stop` (that text and what follows are left out), EOS, or `max_tokens`."""
     prompt: str | list[int] | None = None
     messages: list[dict] | None = None
-    max_tokens: int = 128
+    max_tokens: int = DEFAULT_MAX_TOKENS
     sampler: Sampler = field(default_factory=Sampler)
     stop: tuple[str, ...] = ()
     adapters: tuple[str | int, ...] | None = None   # LoRA adapters by name or index; None: every one loaded
