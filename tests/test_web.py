@@ -186,8 +186,8 @@ def test_page_is_ready_on_swiftshader_with_max_limits(page):
     got = python_in_worker(page, """
 import json
 from js import navigator
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 adapter = await navigator.gpu.requestAdapter()
 json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features),
             "packed_dot": navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
@@ -213,8 +213,8 @@ import numpy as np
 from cera.device import Binding, Copy, Dispatch
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 N, ROWS, EPS = 300, 5, 1e-5
 rng = np.random.default_rng(0)
 x = rng.standard_normal((ROWS, N)).astype(np.float32)        # (rows, N)
@@ -262,8 +262,8 @@ import numpy as np
 from cera.gpu import batched, layers, matmul
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernels = Kernels(dev)
 def upload(text):
     data = base64.b64decode(text)
@@ -345,8 +345,8 @@ from cera.device import Binding
 from cera.gpu import batched, matmul
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernels = Kernels(dev)
 def upload(data, label):
     buf = dev.buffer(len(data), label)
@@ -401,8 +401,8 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
 def test_compile_error_names_the_kernel(page):
     got = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 try:
     dev.kernel("broken.wgsl N=3", "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }")
     await dev.check()
@@ -430,8 +430,8 @@ def test_subgroup_kernels_get_the_wgsl_extension_enabled(page):
 import json
 import numpy as np
 from cera.device import Binding, Dispatch
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernel = dev.kernel("subgroup_sum.wgsl", {SUBGROUP_SUM!r})
 out = dev.buffer(8, "out")
 schedule = dev.schedule([Dispatch(kernel, dev.bind(kernel, [Binding(out)]), (1, 1, 1))])
@@ -505,8 +505,8 @@ def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):
         result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
         labels = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-json.dumps([s.label for s in _sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
+from cera_web.session import sessions
+json.dumps([s.label for s in sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
 """)
     finally:
         python_in_worker(page, f"from cera.gpu import matmul\nmatmul.X_INT_MIN_ROWS = {rows}\n'{rows}'")
@@ -528,8 +528,8 @@ def test_int8_in_the_page_gives_the_native_int8_text(page, models):
     result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
     labels = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-json.dumps([s.label for s in _sessions[0].engine.backend.plan(8).steps if hasattr(s, "label")])
+from cera_web.session import sessions
+json.dumps([s.label for s in sessions[0].engine.backend.plan(8).steps if hasattr(s, "label")])
 """)
     assert any(label.startswith("quantize_x") for label in labels)
     assert any(label.startswith("matmul Q4_K") and " x8" in label for label in labels), labels
@@ -548,8 +548,8 @@ import base64, json
 import numpy as np
 from cera.device import Binding
 from cera.gpu import matmul, profile
-from cera_web.app import _sessions
-model = _sessions[0].engine.backend
+from cera_web.session import sessions
+model = sessions[0].engine.backend
 dev = model.device
 logits, first, second = dev.buffer(256, "logits"), dev.buffer(4, "first"), dev.buffer(4, "second")
 dev.write(logits, base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}))

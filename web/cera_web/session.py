@@ -32,7 +32,7 @@ from .sources import BlobSource
 __all__ = ["Session", "WANTED_FEATURES"]   # worker.js opens the GPU with these features
 
 _POST_EVERY_S = 0.03     # stream chunks to the page at most this often (one postMessage each)
-_sessions: list = []     # every Session made (one per worker): tests reach the device through it
+sessions: list = []      # every Session made (one per worker): tests and benchmarks reach the device through it
 
 
 def _js(value):
@@ -90,7 +90,7 @@ class Session:
         self._running = None               # id of the request generating now
         self._interrupted: set = set()     # ids of requests told to stop
         self._grammars_for = None          # the engine whose grammars are XGrammar's (web/cera_web/grammar.py)
-        _sessions.append(self)
+        sessions.append(self)
 
     def info(self):
         d = self.device
