@@ -544,6 +544,10 @@ LORA_VARIANTS: dict[str, dict] = {
     "qwen2_f32_qkv": dict(base="qwen2_f32", scale=1.0, rank=12, alpha=6.0, targets=("blk.*.attn_[qkv].weight",)),
     "granite_f32_out_down": dict(base="granite_f32", scale=2.0, rank=12, alpha=12.0,
                                  targets=("blk.*.attn_output.weight", "blk.*.ffn_down.weight")),
+    # gemma2: a local layer's attention (q soft-capped scores), a global layer's GLU apart (gate) and
+    # its post-normed down projection
+    "gemma2_f32_attn_ffn": dict(base="gemma2_f32", scale=1.0, rank=8, alpha=16.0, targets=(
+        "blk.0.attn_[qo]*.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_down.weight")),
     "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
         "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
 }
