@@ -183,11 +183,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             let p = step.pos + (r0 + qr) / GROUP;
             let visible = j0 + j <= p && j0 + j >= first_key(p);
-            var score = s4.x + s4.y + s4.z + s4.w;
 #ifdef SOFTCAP
-            score = soft_cap(score);
+            sc[i] = select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
+#else
+            sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
 #endif
-            sc[i] = select(NEG_BIG, score, visible);
         }
         workgroupBarrier();
 
