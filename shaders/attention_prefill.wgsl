@@ -6,6 +6,7 @@
 // or with WINDOW (a local layer) to slots f = first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
 // already written the step's slots). Head h reads kv head h / GROUP.
 //   out[t, h, :] = softmax(SCALE * k_cache[f..p, kh, :] @ q[t, h, :]) @ v_cache[f..p, kh, :]
+// (with SOFTCAP, the scaled scores soft-capped before the softmax: soft_cap.wgsl).
 //
 // The GROUP query heads of one kv head read the same keys, so a workgroup's BQ query rows are
 // (token, head) pairs r = t * GROUP + g of one kv head kh: dispatch (N_KV_HEADS,
@@ -18,7 +19,7 @@
 //      (the TPQ invocations of a row hold the same m and l), then (row, s) adds p_j * V[j, :]
 //      to its vec4 columns s, s + TPQ, ...;                  barrier (before the next staging)
 //
-// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, optional SOFTCAP, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4); flags K_F16, V_F16: that
@@ -72,6 +73,9 @@ var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
 #include "attention_load.wgsl"
 #include "attention_window.wgsl"
+#ifdef SOFTCAP
+#include "soft_cap.wgsl"
+#endif
 
 // Keys and values j0 .. j0+BKV-1 of kv head kh (zero before key `lo` and from n_keys on) into
 // ks and vs.
@@ -179,7 +183,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             let p = step.pos + (r0 + qr) / GROUP;
             let visible = j0 + j <= p && j0 + j >= first_key(p);
+#ifdef SOFTCAP
+            sc[i] = select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
+#else
             sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
+#endif
         }
         workgroupBarrier();
 

@@ -15,19 +15,20 @@ ffn_down of even layers, as llama-quantize mixes it). gguf-py cannot quantize K-
 i-quants: those tensors are random *valid* blocks (random scales and quants, fp16
 super-block scales picked for the wanted spread). Types of 256-element blocks need rows
 that are multiples of 256, so such a `wtype` switches the defaults to hidden 256,
-head_dim 64 (qwen3, gemma3: key_length 128), ff 512.
+head_dim 64 (qwen3, gemma2, gemma3: key_length 128), ff 512.
 
 Overrides (keyword arguments, all optional): n_layers, hidden, n_heads, n_kv_heads,
 head_dim, ff, context, rms_eps, rope_base, tied (no output.weight), rope_freqs
 (Llama-3 frequency factors), qkv_bias, write_vocab_size, embedding_scale,
 residual_scale, attention_scale, logit_scale (granite), layer_types
 ("conv"/"attn" per layer) and l_cache (lfm2), sliding_window and swa_pattern
-(gemma3: local layers attend to the last sliding_window positions; every swa_pattern-th
-layer is global), tensor_types ({glob: type name} applied after wtype, e.g.
-{"token_embd.weight": "q8_0"}).
+(gemma2, gemma3: local layers attend to the last sliding_window positions; gemma3: every
+swa_pattern-th layer is global; gemma2: the odd layers), attn_softcap and final_softcap
+(gemma2's attn_logit_softcapping and final_logit_softcapping), tensor_types ({glob: type
+name} applied after wtype, e.g. {"token_embd.weight": "q8_0"}).
 
-gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already added
-Gemma's +1), near 1 like every other arch's.
+gemma2 / gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already
+added Gemma's +1), near 1 like every other arch's.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
-ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3")
+GEMMA = ("gemma2", "gemma3")   # post-norms, GeGLU, embeddings times sqrt(hidden)
 SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
                       "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
 FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
@@ -86,8 +88,10 @@ class SynthConfig:
     logit_scale: float = 0.0
     layer_types: tuple = ()       # lfm2: "conv" / "attn" per layer
     l_cache: int = 3              # lfm2 conv kernel width (state keeps l_cache-1 rows)
-    sliding_window: int = 0       # gemma3: the local layers' window (0 = not written)
+    sliding_window: int = 0       # gemma2, gemma3: the local layers' window (0 = not written)
     swa_pattern: int = 0          # gemma3: every swa_pattern-th layer is global (0 = not written)
+    attn_softcap: float = 0.0     # gemma2: attn_logit_softcapping (0 = not written)
+    final_softcap: float = 0.0    # gemma2: final_logit_softcapping (0 = not written)
     tensor_types: dict = field(default_factory=dict)
 
     @property
@@ -109,6 +113,11 @@ ARCH_DEFAULTS = {
                  rope_base=1000000.0, qk_norm=True),
     # layers 0 and 2 local with a window of 6 (shorter than the golden sequences), 1 and 3
     # global; one KV head and head_dim != hidden/n_heads, as in Gemma-3-270M
+    # layers 0 and 2 local with a window of 6, 1 and 3 global, on one RoPE base (not 10000, so
+    # that a local layer on gemma3's local base would show); soft-caps far below Gemma 2's 50 and
+    # 30, as the synthetic scores (~N(0, 1)) and logits (~N(0, 3)) are far smaller: both bite
+    "gemma2": dict(n_layers=4, ff=128, head_dim=32, rms_eps=1e-6, rope_base=1000000.0, sliding_window=6,
+                   attn_softcap=1.5, final_softcap=5.0),
     "gemma3": dict(n_layers=4, ff=128, n_kv_heads=1, head_dim=32, qk_norm=True, rms_eps=1e-6,
                    rope_base=1000000.0, sliding_window=6, swa_pattern=2),
 }
@@ -129,7 +138,7 @@ def config_for(arch: str, *, wtype: str = "f32", seed: int = 0, **overrides) -> 
     params = dict(ARCH_DEFAULTS[arch])
     if wtype in SUPER_BLOCK_WTYPES:
         params.update(SUPER_BLOCK_DEFAULTS)
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma2", "gemma3"):
             params["head_dim"] = 128
     params.update(overrides)
     if "layer_types" in params:
@@ -272,7 +281,7 @@ def _tensors(cfg: SynthConfig):
     # logits ~ N(0, 3): head rows of std 3/sqrt(h) against a unit-rms normed state. Projections
     # back into the residual (attn_output, ffn_down, out_proj) are 2x "unit" so that the layers,
     # not the token's own embedding, dominate the residual stream (else a tied head mostly
-    # predicts its input token). Granite's embedding_scale and gemma3's sqrt(hidden) multiply the
+    # predicts its input token). Granite's embedding_scale and gemma's sqrt(hidden) multiply the
     # embeddings: undo it, and give a tied head's final norm that gain back.
     scale = _embedding_scale(cfg)
     embd_std = 3 / h ** 0.5 / scale
@@ -301,13 +310,13 @@ def _tensors(cfg: SynthConfig):
                 yield p + "attn_k_norm.weight", _near_one(cfg, p + "attn_k_norm.weight", cfg.head_dim), i, False
             yield p + "attn_output.weight", _normal(cfg, p + "attn_output.weight",
                                                     (h, cfg.q_dim), OUT_GAIN * cfg.q_dim ** -0.5), i, True
-            if cfg.arch == "gemma3":
+            if cfg.arch in GEMMA:
                 yield p + "post_attention_norm.weight", _near_one(cfg, p + "post_attention_norm.weight", h), i, False
         yield p + "ffn_norm.weight", _near_one(cfg, p + "ffn_norm.weight", h), i, False
         yield p + "ffn_gate.weight", _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5), i, True
         yield p + "ffn_up.weight", _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5), i, True
         yield p + "ffn_down.weight", _normal(cfg, p + "ffn_down.weight", (h, ff), OUT_GAIN * ff ** -0.5), i, True
-        if cfg.arch == "gemma3":
+        if cfg.arch in GEMMA:
             yield p + "post_ffw_norm.weight", _near_one(cfg, p + "post_ffw_norm.weight", h), i, False
     # llama.cpp names LFM2's final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2), though it is
     # applied after the last layer
@@ -319,8 +328,8 @@ def _tensors(cfg: SynthConfig):
 
 
 def _embedding_scale(cfg: SynthConfig) -> float:
-    """What the model multiplies the embeddings by: granite's embedding_scale, gemma3's sqrt(hidden)."""
-    return cfg.hidden ** 0.5 if cfg.arch == "gemma3" else (cfg.embedding_scale or 1.0)
+    """What the model multiplies the embeddings by: granite's embedding_scale, gemma's sqrt(hidden)."""
+    return cfg.hidden ** 0.5 if cfg.arch in GEMMA else (cfg.embedding_scale or 1.0)
 
 
 def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
@@ -377,6 +386,10 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
         w.add_sliding_window(cfg.sliding_window)
     if cfg.swa_pattern:
         w.add_sliding_window_pattern(cfg.swa_pattern)
+    if cfg.attn_softcap:
+        w.add_attn_logit_softcapping(cfg.attn_softcap)
+    if cfg.final_softcap:
+        w.add_final_logit_softcapping(cfg.final_softcap)
     tokens, types, merges = tokenizer_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -450,6 +463,9 @@ VARIANTS: dict[str, dict] = {
     "lfm2_f32": dict(arch="lfm2"),
     "lfm2_q8_0": dict(arch="lfm2", wtype="q8_0"),
     "lfm2_q4_k": dict(arch="lfm2", wtype="q4_k"),
+    "gemma2_f32": dict(arch="gemma2"),
+    # llama-quantize's Q4_K_M of a tied model: Q6_K embedding (the head), Q4_K / Q6_K the rest
+    "gemma2_q4_k_m": dict(arch="gemma2", wtype="q4_k_m", tensor_types={"token_embd.weight": "q6_k"}),
     "gemma3_f32": dict(arch="gemma3"),
     # Gemma-3-270M Q4_K_M's mix: Q8_0 embedding and attn_v, Q5_0 q/k/gate/up, Q4_K / Q6_K the rest
     "gemma3_q4_k_m": dict(arch="gemma3", wtype="q4_k_m",
@@ -528,6 +544,10 @@ LORA_VARIANTS: dict[str, dict] = {
     "qwen2_f32_qkv": dict(base="qwen2_f32", scale=1.0, rank=12, alpha=6.0, targets=("blk.*.attn_[qkv].weight",)),
     "granite_f32_out_down": dict(base="granite_f32", scale=2.0, rank=12, alpha=12.0,
                                  targets=("blk.*.attn_output.weight", "blk.*.ffn_down.weight")),
+    # gemma2: a local layer's attention (q soft-capped scores), a global layer's GLU apart (gate) and
+    # its post-normed down projection
+    "gemma2_f32_attn_ffn": dict(base="gemma2_f32", scale=1.0, rank=8, alpha=16.0, targets=(
+        "blk.0.attn_[qo]*.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_down.weight")),
     "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
         "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
 }

@@ -15,8 +15,8 @@ from gpu_util import CACHES, F16_CACHE, F32_CACHE, as_cached, assert_close, cach
 from synth import write_model, write_variant
 
 # NORM and NEOX RoPE, Llama-3 frequency factors, QK-norm, a hybrid with conv state, per-layer
-# RoPE bases and sliding windows (gemma3)
-VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32", "gemma3_f32")
+# RoPE bases and sliding windows (gemma3), soft-caps (gemma2)
+VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32", "gemma2_f32", "gemma3_f32")
 CTX = 48
 
 
@@ -96,7 +96,7 @@ def test_one_layer_shift_equals_a_fresh_prefill_of_what_it_keeps(tmp_path, devic
 
 
 @pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32", "gemma3_f32", "lfm2_f32"])
+@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32", "gemma2_f32", "gemma3_f32", "lfm2_f32"])
 def test_long_generation_shifts_and_matches_the_reference(engines, name, cache):
     """300 tokens in a 48-token context: several shifts, the GPU's greedy tokens equal the
     reference's with the same cache type, and the reason is max_tokens. Greedy runs in batches

@@ -127,17 +127,23 @@ ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_
     (64, 9, 3, None, layers.ATTENTION_SPLIT, 70),     # windows across a split edge ...
     (18, 6, 2, None, 16, 5),      # ... inside one split
 ]
+# (shape index, soft-cap): gemma2's soft-capped scores, with caps that bite on these scores (std ~2)
+SOFTCAP_CASES = [
+    ((256, 8, 4, 0.0625, layers.ATTENTION_SPLIT, 0), 2.0),   # Gemma-2-2B's heads (its cap: 50)
+    ((18, 6, 2, None, 16, 5), 1.0),                          # the scalar path, a window in one split
+]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache",
-                         [(*shape, F32_CACHE) for shape in ATTENTION_SHAPES] +
-                         [(*shape, F16_CACHE) for shape in ATTENTION_SHAPES] +
-                         [(*ATTENTION_SHAPES[i], cache) for i in (0, 4) for cache in MIXED_CACHES])
-def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache,softcap",
+                         [(*shape, F32_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
+                         [(*shape, F16_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
+                         [(*ATTENTION_SHAPES[i], cache, 0.0) for i in (0, 4) for cache in MIXED_CACHES] +
+                         [(*shape, cache, cap) for shape, cap in SOFTCAP_CASES for cache in (F32_CACHE, F16_CACHE)])
+def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
     cache slots past the live length (and, with a sliding window, before the first row's window)
     and unwritten scratch records hold NaN and must not count. cache: (K's, V's) cache type, the
-    oracle reading the same rounded values."""
+    oracle reading the same rounded values; softcap: gemma2's soft-capped scores."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
@@ -152,7 +158,7 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch, window=window, cache_types=cache)
+                                  split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
@@ -168,7 +174,8 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
         device.write(step, pack_step(pos, n_tokens))
         submit(gpu, dispatches)
         got = read(gpu, out, q.shape)
-        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window)
+        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window,
+                            softcap)
         assert_close(got[:n_tokens], ref, 1e-4, 1e-4, f"attention pos {pos} n_tokens {n_tokens}")
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
@@ -334,3 +341,25 @@ def test_shortconv_over_steps(gpu, hidden, kernel):
         assert_close(read(gpu, out, (max_tokens, hidden))[:n_tokens], y, 1e-4, 1e-4, f"shortconv y at pos {pos}")
         assert_close(read(gpu, state_b, state.shape), state, 1e-6, 1e-6, f"shortconv state at pos {pos}")
         pos += n_tokens
+
+
+# --- logit soft-cap -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,softcap", [(1000, 30.0), (333, 5.0)])
+def test_logit_softcap(gpu, n, softcap):
+    """gemma2's final soft-cap in place, softcap * tanh(x / softcap) against numpy's tanh in float64,
+    for the step's rows only; saturating to +-softcap for huge and infinite logits (no NaN)."""
+    device, kernels, max_tokens = gpu.device, gpu.kernels, 4
+    logits = randn(max_tokens, n, scale=3 * softcap)
+    logits[0, :4] = [1e30, -1e30, np.inf, -np.inf]
+    logits[1, :3] = [0.0, 1e-6, -1e-3]
+    buf, step = upload(gpu, logits), device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatch = layers.logit_softcap(kernels, device, buf, step, n=n, softcap=softcap, max_tokens=max_tokens)
+    device.write(step, pack_step(0, 3))
+    submit(gpu, dispatch)
+    got = read(gpu, buf, logits.shape)
+    want = softcap * np.tanh(logits[:3].astype(np.float64) / softcap)
+    assert_close(got[:3], want, 1e-5 * softcap, 1e-5, "soft-capped logits")
+    assert np.array_equal(got[3], logits[3]), "rows past step.n_tokens must stay untouched"
+    with pytest.raises(InvalidArgument, match="must be positive"):
+        layers.logit_softcap(kernels, device, buf, step, n=n, softcap=0.0)

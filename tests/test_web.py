@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import VARIANTS, write_lora, write_model  # noqa: E402
+from golden import NMSE_QUANT, TIE_SIGMAS, nmse  # noqa: E402
+from golden import load as load_golden  # noqa: E402
+from synth import VARIANTS, sha256_file, write_lora, write_model  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -74,9 +76,11 @@ def synth(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
-    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types
+    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types;
+    # gemma2: soft-capped attention scores and logits, alternating local and global layers
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
+                         "gemma2_q4_k_m": VARIANTS["gemma2_q4_k_m"],
                          "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
@@ -446,6 +450,7 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 # --- the page end to end ---------------------------------------------------------------
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
                                               ("qwen2_q8_0", "The quick brown fox", True),
+                                              ("gemma2_q4_k_m", "Hello world, and the rest of it", False),
                                               ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
@@ -468,6 +473,37 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == 1 + len(greedy_batches(len(again["tokens"]) - 1, GREEDY_BATCH))
     assert calls["postMessage"] <= len(again["tokens"])
+
+
+def test_gemma2_in_the_page_matches_llama_cpp(page, models):
+    """gemma2 in the page against llama.cpp's golden data itself (not only the native host): each
+    golden sequence's logits within the quantized models' nMSE, on an f32 KV cache as llama.cpp's,
+    and its greedy tokens (parting only after llama.cpp's own near-tie, test_gpu_model's rule)."""
+    path, url = models["gemma2_q4_k_m"]
+    gold = load_golden("synth_gemma2_q4_k_m")
+    assert sha256_file(path) == gold["sha256"], "synth.py no longer writes the golden's file"
+    page.select_option("#cache-type", "f32")
+    try:
+        assert page.evaluate("(url) => window.cera.load(url)", url)["cacheTypeK"] == "f32"
+    finally:
+        page.select_option("#cache-type", "f16")
+    for seq in gold["sequences"]:
+        got = python_in_worker(page, f"""
+import json
+from cera_web.app import _sessions
+engine = _sessions[0].engine
+logits = await engine.logits({seq["tokens"]})
+reply = await engine.generate({seq["tokens"]}, {len(seq["greedy"])}, stop_at_eos=False)
+json.dumps({{"logits": logits[{seq["logits_positions"]}].tolist(), "greedy": reply.tokens}})
+""")
+        ours, want = np.array(got["logits"], np.float32), np.array(seq["logits"], np.float32)
+        assert nmse(ours, want) < NMSE_QUANT, f"page vs llama.cpp nMSE {nmse(ours, want):.2e}"
+        tie = TIE_SIGMAS * float(np.sqrt(np.mean((ours - want) ** 2)))
+        for i, (token, wanted) in enumerate(zip(got["greedy"], seq["greedy"])):
+            if token != wanted:
+                (_, first), (_, second) = seq["greedy_top2"][i]
+                assert first - second < tie, f"greedy token {i}: {token} != llama.cpp's {wanted}"
+                break
 
 
 def test_cache_type_menu_gives_the_native_text(page, models):

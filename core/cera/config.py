@@ -9,7 +9,8 @@ raises a ValueError that names what is wrong, never a silent default.
 Gemma 3 adds per-layer attention: most layers are local (sliding-window attention with their
 own RoPE base), every n-th is global, as llama.cpp's `load_swa_pattern` lays them out; the
 per-layer tuples `layer_window`, `layer_rope_theta` and `layer_rope_freq_scale` hold the
-result for every arch (uniform for the others).
+result for every arch (uniform for the others). Gemma 2 alternates local and global layers
+on one RoPE base and soft-caps the attention scores and the final logits (cap * tanh(x / cap)).
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from dataclasses import dataclass
 
 from cera.errors import BadFile, InvalidArgument, Unsupported
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3")
 
 # RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
 # NORM rotates interleaved pairs (2i, 2i+1); NEOX rotates split halves (i, i + n_rot/2).
 ROPE_NORM, ROPE_NEOX = "norm", "neox"
 ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
-               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX, "gemma3": ROPE_NEOX}
+               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX,
+               "gemma2": ROPE_NEOX, "gemma3": ROPE_NEOX}
 
 MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
 
@@ -35,14 +37,23 @@ ATTENTION, CONV = "attention", "conv"   # per-layer block kinds (lfm2 mixes them
 # the tanh-approximated GELU (llama.cpp's LLM_FFN_GELU; Gemma).
 FFN_SILU, FFN_GELU = "silu", "gelu_tanh"
 
-# What llama.cpp's gemma3 loader fixes by arch rather than reading from the GGUF:
-# GeGLU; the embedding scaled by sqrt(hidden); QK-norm and post-attention / post-FFN norms
-# (required tensors); local layers every layer but each n-th (`sliding_window_pattern`
-# defaults to 6: layers 5, 11, 17, ... are global); local layers' RoPE base 10000 unless
-# `rope.freq_base_swa` says otherwise (llama_hparams::rope_freq_base_train_swa).
-GEMMA = ("gemma3",)
+# What llama.cpp's gemma2 and gemma3 loaders fix by arch rather than reading from the GGUF:
+# GeGLU; the embedding scaled by sqrt(hidden); post-attention / post-FFN norms (required
+# tensors); the attention scale 1/sqrt(query_pre_attn_scalar), hidden/n_heads for the 27B
+# models (GEMMA_27B_LAYERS), head_dim for the others (attention.scale is not read).
+GEMMA = ("gemma2", "gemma3")
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
+# gemma3: QK-norm (required tensors); local layers every layer but each n-th
+# (`sliding_window_pattern` defaults to 6: layers 5, 11, 17, ... are global); local layers'
+# RoPE base 10000 unless `rope.freq_base_swa` says otherwise (llama_hparams::rope_freq_base_train_swa).
 SWA_PATTERN_DEFAULT = 6
 LOCAL_ROPE_THETA_DEFAULT = 10000.0
+# gemma2: even layers local, odd global (set_swa_pattern(2); the pattern key is not read), the
+# window 4096 unless `attention.sliding_window` says otherwise, every layer on the one RoPE base
+# and scale; attention scores and final logits soft-capped, by `attn_logit_softcapping` and
+# `final_logit_softcapping` or llama_hparams' defaults 50 and 30.
+GEMMA2_WINDOW_DEFAULT = 4096
+GEMMA2_SOFTCAPS_DEFAULT = (50.0, 30.0)
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ class ModelConfig:
     conv_kernel: int                 # shortconv.l_cache (lfm2), else 0
     tied_embeddings: bool            # no output.weight: the LM head is token_embd.weight
     qkv_bias: bool                   # blk.N.attn_{q,k,v}.bias (qwen2)
-    qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2)
+    qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2, gemma3)
     rope_freq_factors: bool          # rope_freqs.weight (Llama 3)
     attention_scale: float           # attention.scale, else 1/sqrt(head_dim)
     embedding_scale: float           # granite; 1 elsewhere
@@ -74,13 +85,15 @@ class ModelConfig:
     logit_scale: float               # granite: logits are divided by it; 1 elsewhere
     final_norm: str                  # tensor name of the norm before the LM head
     lm_head: str                     # tensor name of the LM head
-    ffn_act: str                     # FFN_SILU (SwiGLU) or FFN_GELU (GeGLU, tanh GELU; gemma3)
+    ffn_act: str                     # FFN_SILU (SwiGLU) or FFN_GELU (GeGLU, tanh GELU; gemma)
     post_norms: bool                 # RMSNorm of the attention output (post_attention_norm) and
                                      # of the FFN output (post_ffw_norm) before each residual add
     sliding_window: int              # attention.sliding_window of the local layers; 0 = none
     layer_window: tuple[int, ...]    # per layer: a row at pos sees keys pos-window+1..pos; 0 = all
     layer_rope_theta: tuple[float, ...]       # per layer RoPE base (local layers: freq_base_swa)
-    layer_rope_freq_scale: tuple[float, ...]  # per layer (linear scaling applies to global layers)
+    layer_rope_freq_scale: tuple[float, ...]  # per layer (gemma3: linear scaling applies to global layers)
+    attn_softcap: float = 0.0        # gemma2: attention scores -> cap * tanh(score / cap); 0 = none
+    final_softcap: float = 0.0       # gemma2: logits -> cap * tanh(logit / cap); 0 = none
 
     # --- derived -------------------------------------------------------------------------
     @property
@@ -272,13 +285,21 @@ class ModelConfig:
         attn_scale = number("attention.scale", 0.0) or 1.0 / math.sqrt(head_dim)
         if arch in GEMMA:
             # llama.cpp (after gemma_pytorch): query_pre_attn_scalar is hidden/n_heads for the
-            # 27B model (62 layers), head_dim for every other size; attention.scale is not read
-            attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == 62 else head_dim)
-            if number("final_logit_softcapping", 0.0):
-                raise Unsupported(f"{arch}.final_logit_softcapping is set: logit soft-capping is not supported")
+            # 27B models, head_dim for every other size; attention.scale is not read
+            attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == GEMMA_27B_LAYERS[arch] else head_dim)
+        if arch == "gemma3" and number("final_logit_softcapping", 0.0):
+            raise Unsupported(f"{arch}.final_logit_softcapping is set: llama.cpp's gemma3 does not soft-cap logits")
+        softcaps = (0.0, 0.0)
+        if arch == "gemma2":
+            softcaps = tuple(number(name, default) for name, default in
+                             zip(("attn_logit_softcapping", "final_logit_softcapping"), GEMMA2_SOFTCAPS_DEFAULT))
+            if min(softcaps) <= 0:
+                raise BadFile(f"{arch}.attn_logit_softcapping / final_logit_softcapping are {softcaps}: "
+                              f"a soft-cap must be positive")
         rope_theta = number("rope.freq_base", 10000.0)
         window, local = _sliding_window(key, integer, arch, n_layers)
-        local_theta = number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT)
+        local_theta, local_scale = ((rope_theta, freq_scale) if arch == "gemma2" else
+                                    (number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT), 1.0))
 
         cfg = cls(
             arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=n_kv,
@@ -288,7 +309,7 @@ class ModelConfig:
             vocab_size=vocab_size, embedding_rows=embd.shape[0],
             context_length=integer("context_length", required=True, least=1),
             block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
-            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch in GEMMA,
+            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch == "gemma3",
             rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
             embedding_scale=math.sqrt(hidden) if arch in GEMMA else number("embedding_scale", 1.0) or 1.0,
             residual_scale=number("residual_scale", 1.0) or 1.0,
@@ -297,7 +318,8 @@ class ModelConfig:
             ffn_act=FFN_GELU if arch in GEMMA else FFN_SILU, post_norms=arch in GEMMA,
             sliding_window=window, layer_window=tuple(window if loc else 0 for loc in local),
             layer_rope_theta=tuple(local_theta if loc else rope_theta for loc in local),
-            layer_rope_freq_scale=tuple(1.0 if loc else freq_scale for loc in local))
+            layer_rope_freq_scale=tuple(local_scale if loc else freq_scale for loc in local),
+            attn_softcap=softcaps[0], final_softcap=softcaps[1])
         for name, shape in cfg.all_tensors().items():
             if need(name).shape != shape:
                 raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
@@ -305,9 +327,13 @@ class ModelConfig:
 
 
 def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
-    """(window, local per layer) as llama.cpp's gemma3 loader reads them: only with a positive
+    """(window, local per layer) as llama.cpp's gemma loaders read them. gemma2: even layers
+    local, attention.sliding_window (default 4096) their window. gemma3: only with a positive
     attention.sliding_window; attention.sliding_window_pattern is a bool per layer, or n:
     layer i is local unless i % n == n - 1 (n = 0: every layer local)."""
+    if arch == "gemma2":
+        window = integer("attention.sliding_window", GEMMA2_WINDOW_DEFAULT, least=1)
+        return window, tuple(i % 2 == 0 for i in range(n_layers))
     window = integer("attention.sliding_window", 0) if arch in GEMMA else 0
     if window <= 0:
         return 0, (False,) * n_layers

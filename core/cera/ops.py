@@ -62,12 +62,14 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0,
+              softcap: float = 0.0) -> np.ndarray:
     """Causal grouped-query attention of T query rows against a KV cache.
 
     q (T, n_heads, hd) for tokens at positions pos (T,); k, v (S, n_kv_heads, hd) caches
     holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p, or with a
     sliding `window` only keys p-window+1..p (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask).
+    A `softcap` (gemma2) caps the scaled scores before the mask: softcap * tanh(score / softcap).
     Head h reads kv head h // (n_heads // n_kv_heads). -> (T, n_heads, hd)."""
     T, n_heads, hd = q.shape
     S, n_kv_heads, _ = k.shape
@@ -82,9 +84,16 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, wi
         heads = slice(kh * group, (kh + 1) * group)                   # the query heads reading kv head kh
         qh = q[:, heads, :].transpose(1, 0, 2)                        # (group, T, hd)
         scores = (qh @ k[:, kh, :].T) * np.float32(scale)             # (group, T, S)
+        if softcap:
+            scores = soft_cap(scores, softcap)
         att = softmax(np.where(hidden, -np.inf, scores))              # (group, T, S)
         out[:, heads, :] = (att @ v[:, kh, :]).transpose(1, 0, 2)     # (T, group, hd)
     return out
+
+
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    """Gemma 2's soft-capping: cap * tanh(x / cap), smooth, odd, bounded by cap."""
+    return (np.float32(cap) * np.tanh(x.astype(np.float32) * np.float32(1.0 / cap))).astype(np.float32)
 
 
 def silu(x: np.ndarray) -> np.ndarray:

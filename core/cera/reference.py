@@ -9,8 +9,9 @@ hd the head size.
 
 One code path covers every supported arch; the differences are read from ModelConfig:
 Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 / Gemma3 per-head QK-norm, NORM / NEOX
-RoPE with Llama-3 frequency factors, tied or untied LM head, LFM2's conv blocks, and Gemma3's
-post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window and RoPE base.
+RoPE with Llama-3 frequency factors, tied or untied LM head, LFM2's conv blocks, Gemma's
+post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window (and Gemma3's
+per-layer RoPE base), and Gemma2's soft-capped attention scores and logits.
 Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
 LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B (A x).
 """
@@ -110,6 +111,8 @@ class Reference:
         logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
         if cfg.logit_scale != 1.0:
             logits = logits * np.float32(1.0 / cfg.logit_scale)
+        if cfg.final_softcap:
+            logits = ops.soft_cap(logits, cfg.final_softcap)          # (T, vocab) gemma2
         return logits.astype(np.float32, copy=False)
 
     def embed(self, tokens) -> np.ndarray:
@@ -164,15 +167,15 @@ class Reference:
         else:
             xb = self._attention(il, xb, pos)                            # (T, hidden)
         if cfg.post_norms:
-            xb = ops.rms_norm(xb, w("post_attention_norm.weight"), cfg.eps)   # (T, hidden) gemma3
+            xb = ops.rms_norm(xb, w("post_attention_norm.weight"), cfg.eps)   # (T, hidden) gemma
         x = x + xb * residual_scale                                      # residual (granite scales it)
 
-        # feed-forward: SwiGLU, or GeGLU (gemma3)
+        # feed-forward: SwiGLU, or GeGLU (gemma)
         xb = ops.rms_norm(x, w("ffn_norm.weight"), cfg.eps)             # (T, hidden)
         hb = self.glu(matmul(xb, "ffn_gate.weight"), matmul(xb, "ffn_up.weight"))     # (T, ff)
         xb = matmul(hb, "ffn_down.weight")                               # (T, hidden)
         if cfg.post_norms:
-            xb = ops.rms_norm(xb, w("post_ffw_norm.weight"), cfg.eps)   # (T, hidden) gemma3
+            xb = ops.rms_norm(xb, w("post_ffw_norm.weight"), cfg.eps)   # (T, hidden) gemma
         return x + xb * residual_scale
 
     def glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -206,12 +209,12 @@ class Reference:
         k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
 
         # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
-        # (a local layer only over the last layer_window of them)
+        # (a local layer only over the last layer_window of them; gemma2 soft-caps the scores)
         key_cache, value_cache = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
         key_cache[pos], value_cache[pos] = k, v
         S = int(pos[-1]) + 1
         att = ops.attention(q, key_cache[:S].astype(np.float32), value_cache[:S].astype(np.float32),
-                            pos, cfg.attention_scale, cfg.layer_window[il])   # (T, H, hd)
+                            pos, cfg.attention_scale, cfg.layer_window[il], cfg.attn_softcap)   # (T, H, hd)
 
         # output projection
         return matmul(att.reshape(T, H * hd), "attn_output.weight")     # (T, hidden)

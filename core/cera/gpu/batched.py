@@ -40,7 +40,7 @@ from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
-from cera.gpu.layers import F32_CACHE, cache_flags, window_define
+from cera.gpu.layers import F32_CACHE, cache_flags, softcap_define, window_define
 from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles, weight_flags
 from cera.gpu.numerics import value_bytes
 
@@ -501,9 +501,10 @@ def attention_tiles(limits, head_dim: int) -> AttentionTiles:
 def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                       n_kv_heads: int, scale: float | None = None, max_rows: int,
                       tiles: AttentionTiles | None = None, label: str = "prefill_attention",
-                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE) -> Dispatch:
+                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0) -> Dispatch:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens;
-    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p.
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p; with a
+    `softcap` (gemma2), the scaled scores soft-capped (softcap * tanh(score / softcap)).
 
     Bindings: q, out (rows, n_heads*head_dim); k_cache,
     v_cache (max_ctx, n_kv_heads, head_dim) in `cache_types` (cera.gpu.layers), rows of this step
@@ -519,7 +520,8 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     group = n_heads // n_kv_heads
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
                    BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
-                   **flags(VEC4=head_dim % 4 == 0), **window_define(window), **cache_flags(cache_types, head_dim))
+                   **flags(VEC4=head_dim % 4 == 0), **window_define(window), **softcap_define(softcap),
+                   **cache_flags(cache_types, head_dim))
     groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
     q_bytes = 4 * max_rows * n_heads * head_dim
     return kernels.dispatch("attention_prefill.wgsl", [q, k_cache, v_cache, out, step], groups, label,

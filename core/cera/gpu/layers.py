@@ -1,5 +1,5 @@
 """Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv, glu_act, greedy_advance).
+shortconv, glu_act, greedy_advance) and of the logits (logit_softcap).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
 binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
@@ -42,6 +42,7 @@ ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
+SOFTCAP_WORKGROUP = 256        # logits per logit_softcap workgroup (WG in logit_softcap.wgsl)
 F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f32
 
 
@@ -201,7 +202,7 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                        n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
                        split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
                        window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0),
-                       cache_types: tuple[str, str] = F32_CACHE) -> tuple[Dispatch, Partials]:
+                       cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0) -> tuple[Dispatch, Partials]:
     """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
     if head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
@@ -231,7 +232,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
                             reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
                             SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
-                            **partials.attention_defines(), **fused, **cache_flags(cache_types, head_dim)), partials
+                            **partials.attention_defines(), **fused, **softcap_define(softcap),
+                            **cache_flags(cache_types, head_dim)), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
@@ -241,7 +243,8 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
-    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
+    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale);
+    a `softcap` (gemma2) caps the scaled scores, softcap * tanh(score / softcap).
     With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
     `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
     RoPE of q and of the key, the key and value written to slot step.pos.
@@ -266,6 +269,13 @@ def window_define(window: int) -> dict:
     if window < 0:
         raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
     return {"WINDOW": window} if window else {}
+
+
+def softcap_define(softcap: float) -> dict:
+    """The SOFTCAP define of soft_cap.wgsl's users for a soft-cap (0: none)."""
+    if softcap < 0:
+        raise InvalidArgument(f"soft-cap {softcap} must be >= 0 (0: none)")
+    return {"SOFTCAP": float(softcap)} if softcap else {}
 
 
 def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
@@ -300,6 +310,17 @@ def glu_act(kernels, device, gate, up, step, *, ff: int, act: str = FFN_SILU, ma
     return kernels.dispatch("glu_act.wgsl", [gate, up, step], (-(-ff // GLU_WORKGROUP), max_tokens, 1), label,
                             reads=2 * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP,
                             **flags(GELU=gelu_flag(act, up)))
+
+
+def logit_softcap(kernels, device, logits, step, *, n: int, softcap: float, max_tokens: int = 1,
+                  label: str = "logit_softcap") -> Dispatch:
+    """logits = softcap * tanh(logits / softcap), in place, for the step's rows (of max_tokens):
+    gemma2's final logit soft-capping. logits (tokens, n)."""
+    if softcap <= 0:
+        raise InvalidArgument(f"logit soft-cap {softcap} must be positive")
+    rows = 4 * n * max_tokens
+    return kernels.dispatch("logit_softcap.wgsl", [logits, step], (-(-n // SOFTCAP_WORKGROUP), max_tokens, 1), label,
+                            reads=rows, writes=rows, N=n, WG=SOFTCAP_WORKGROUP, SOFTCAP=float(softcap))
 
 
 def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step: Binding) -> Dispatch:

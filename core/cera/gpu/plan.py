@@ -200,7 +200,7 @@ class Builder:
         return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
 
     def residual(self, m: Matrix, y: Binding | layers.Partials, post_norm: str) -> list[Step]:
-        """x += residual_scale * m y; with post-norms (gemma3), m y goes to xb and
+        """x += residual_scale * m y; with post-norms (gemma), m y goes to xb and
         x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
         cfg, a = self.cfg, self.act
         if not cfg.post_norms:
@@ -220,9 +220,14 @@ class Builder:
                                        act=self.cfg.ffn_act, max_tokens=self.rows, label=f"{gate.name} glu")]
 
     def head(self, out: Binding, x: Binding) -> list[Step]:
-        """out = W_head rms_norm(x) / logit_scale for the builder's rows."""
+        """out = W_head rms_norm(x) / logit_scale for the builder's rows, then soft-capped in
+        place where the model caps its logits (gemma2)."""
         cfg = self.cfg
-        return self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
+        steps = self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
+        if cfg.final_softcap:
+            steps.append(layers.logit_softcap(self.kernels, self.device, out, self.state.step, n=cfg.vocab_size,
+                                              softcap=cfg.final_softcap, max_tokens=self.rows))
+        return steps
 
     def norm(self, x: Binding, norm: str) -> Dispatch:
         """act.xb = rms_norm(x) * weight `norm`, for the builder's rows."""
@@ -277,7 +282,7 @@ class DecodeBuilder(Builder):
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
-                     cache_types=self.numerics.cache_types, label=f"blk.{i}.attention")
+                     softcap=cfg.attn_softcap, cache_types=self.numerics.cache_types, label=f"blk.{i}.attention")
         caches = self.state.key_cache[i], self.state.value_cache[i], self.state.step
         steps, q_in = [], self.act.q_rot
         if q.buffer is k.buffer is v.buffer:
@@ -359,7 +364,7 @@ class PrefillBuilder(Builder):
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows, window=cfg.layer_window[i],
-                                          cache_types=self.numerics.cache_types,
+                                          softcap=cfg.attn_softcap, cache_types=self.numerics.cache_types,
                                           label=f"blk.{i}.prefill_attention")], self.act.att
 
 
