@@ -161,8 +161,8 @@ async def load_loras(engine: Engine, loras, progress=None) -> None:
 
 def open_device(backend: str):
     """The native GPU device, or None for the numpy reference. "auto" takes the GPU unless its
-    adapter emulates one on the CPU (lavapipe, SwiftShader): there the numpy reference decodes
-    about 4x and prefills about 200x faster (docs/PERFORMANCE.md), so it runs, saying so."""
+    adapter emulates one on the CPU (lavapipe, SwiftShader): there the numpy reference is much
+    faster (docs/PERFORMANCE.md, decisions), so it runs, saying so."""
     if backend not in BACKENDS:
         raise InvalidArgument(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if backend == "reference":
