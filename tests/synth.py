@@ -577,6 +577,9 @@ LORA_VARIANTS: dict[str, dict] = {
                                  targets=("blk.*.attn_output.weight", "blk.*.ffn_down.weight")),
     "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
         "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
+    # phi3's fused matrices: q|k|v in both layers, gate|up in layer 0 (its GLU runs apart)
+    "phi3_f32_qkv_up": dict(base="phi3_f32", scale=1.0, rank=8, alpha=16.0,
+                            targets=("blk.*.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.attn_output.weight")),
 }
 
 

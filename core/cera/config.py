@@ -375,6 +375,27 @@ def unfused(metadata: dict, tensors: dict) -> tuple[dict, dict[str, tuple[str, .
     return out, fused
 
 
+def unfused_adapter(tensors: dict, fused: dict[str, tuple[str, ...]], model_tensors: dict) -> dict:
+    """A LoRA adapter's tensors with each pair on a fused matrix of the model (`unfused`'s record)
+    read as a pair per part: lora_a (rank, in) the same for every part, lora_b's rows split as the
+    fused matrix's are (W x + s B (A x) taken a row range at a time). Pairs whose lora_b does not
+    have the fused matrix's rows stay, and cera.lora names them."""
+    out = dict(tensors)
+    for name, parts in fused.items():
+        a, b = tensors.get(f"{name}.lora_a"), tensors.get(f"{name}.lora_b")
+        rows = [model_tensors[p].shape[0] for p in parts]
+        if a is None or b is None or len(b.ne) != 2 or b.ne[1] != sum(rows):
+            continue
+        del out[f"{name}.lora_a"], out[f"{name}.lora_b"]
+        row_bytes, offset = b.nbytes // b.ne[1], b.offset
+        for part, n in zip(parts, rows):
+            out[f"{part}.lora_a"] = replace(a, name=f"{part}.lora_a")
+            out[f"{part}.lora_b"] = replace(b, name=f"{part}.lora_b", ne=(b.ne[0], n), offset=offset,
+                                            nbytes=n * row_bytes)
+            offset += n * row_bytes
+    return out
+
+
 def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
     """(window, local per layer) as llama.cpp's gemma3 loader reads them: only with a positive
     attention.sliding_window; attention.sliding_window_pattern is a bool per layer, or n:
