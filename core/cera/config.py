@@ -242,6 +242,12 @@ class ModelConfig:
         for i in range(n_layers):
             has_attn = f"blk.{i}.attn_q.weight" in tensors
             has_conv = f"blk.{i}.shortconv.in_proj.weight" in tensors
+            if not has_attn and f"blk.{i}.attn_qkv.weight" in tensors:   # left fused: `unfused` could not split it
+                raise BadFile(f"tensor blk.{i}.attn_qkv.weight has shape {tensors[f'blk.{i}.attn_qkv.weight'].shape}: "
+                              "its rows are not q, k, v of the header's head counts and head size")
+            if arch in FUSED_ARCHS and f"blk.{i}.ffn_gate.weight" not in tensors and f"blk.{i}.ffn_up.weight" in tensors:
+                raise BadFile(f"tensor blk.{i}.ffn_up.weight has shape {tensors[f'blk.{i}.ffn_up.weight'].shape}: "
+                              f"{arch} fuses gate and up, 2 * feed_forward_length rows")
             if has_conv and arch != "lfm2":
                 raise BadFile(f"layer {i} has short-conv tensors, which {arch} does not use")
             if has_attn == has_conv:
