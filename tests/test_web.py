@@ -74,10 +74,12 @@ def synth(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
-    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types
+    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types;
+    # phi3: fused q|k|v and gate|up, LongRoPE's factors and attention factor
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
-                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
+                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"],
+                         "phi3_q4_k_m": VARIANTS["phi3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
@@ -446,7 +448,8 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 # --- the page end to end ---------------------------------------------------------------
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
                                               ("qwen2_q8_0", "The quick brown fox", True),
-                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
+                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False),
+                                              ("phi3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)
