@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import VARIANTS, write_lora, write_model  # noqa: E402
+from golden import EXACT_TYPES, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse  # noqa: E402
+from golden import load as load_golden  # noqa: E402
+from synth import VARIANTS, sha256_file, write_lora, write_model  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -79,7 +81,7 @@ def synth(tmp_path_factory):
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
                          "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"],
-                         "phi3_q4_k_m": VARIANTS["phi3_q4_k_m"]}.items():
+                         "phi3_f32": VARIANTS["phi3_f32"], "phi3_q4_k_m": VARIANTS["phi3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
@@ -471,6 +473,42 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == 1 + len(greedy_batches(len(again["tokens"]) - 1, GREEDY_BATCH))
     assert calls["postMessage"] <= len(again["tokens"])
+
+
+@pytest.mark.parametrize("name", ["phi3_f32", "phi3_q4_k_m"])
+def test_synthetic_model_in_the_page_matches_llama_cpp(page, models, name):
+    """A synthetic model in the page against llama.cpp's golden data itself (not only the native
+    host), on an f32 KV cache as llama.cpp's: each golden sequence's logits within test_gpu_model's
+    nMSE for the weights' type, and its greedy tokens (parting only after llama.cpp's own near-tie).
+    phi3_f32 runs LongRoPE's long factors, phi3_q4_k_m its short ones (the page's context is the
+    model's 256, llama.cpp's n_ctx for the goldens)."""
+    path, url = models[name]
+    gold = load_golden(f"synth_{name}")
+    assert sha256_file(path) == gold["sha256"], "synth.py no longer writes the golden's file"
+    bound = NMSE_EXACT if gold["write_model"]["wtype"] in EXACT_TYPES else NMSE_QUANT
+    page.select_option("#cache-type", "f32")
+    try:
+        assert page.evaluate("(url) => window.cera.load(url)", url)["cacheTypeK"] == "f32"
+    finally:
+        page.select_option("#cache-type", "f16")
+    for seq in gold["sequences"]:
+        got = python_in_worker(page, f"""
+import json
+from cera_web.app import _sessions
+engine = _sessions[0].engine
+logits = await engine.logits({seq["tokens"]})
+reply = await engine.generate({seq["tokens"]}, {len(seq["greedy"])}, stop_at_eos=False)
+json.dumps({{"ctx": engine.ctx, "logits": logits[{seq["logits_positions"]}].tolist(), "greedy": reply.tokens}})
+""")
+        assert got["ctx"] == gold["config"]["context"]
+        ours, want = np.array(got["logits"], np.float32), np.array(seq["logits"], np.float32)
+        assert nmse(ours, want) < bound, f"page vs llama.cpp nMSE {nmse(ours, want):.2e}"
+        tie = TIE_SIGMAS * float(np.sqrt(np.mean((ours - want) ** 2)))
+        for i, (token, wanted) in enumerate(zip(got["greedy"], seq["greedy"])):
+            if token != wanted:
+                (_, first), (_, second) = seq["greedy_top2"][i]
+                assert first - second < tie, f"greedy token {i}: {token} != llama.cpp's {wanted}"
+                break
 
 
 def test_cache_type_menu_gives_the_native_text(page, models):
