@@ -27,8 +27,14 @@ swa_pattern-th layer is global; gemma2: the odd layers), attn_softcap and final_
 (gemma2's attn_logit_softcapping and final_logit_softcapping), tensor_types ({glob: type
 name} applied after wtype, e.g. {"token_embd.weight": "q8_0"}).
 
-gemma2 / gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already
-added Gemma's +1), near 1 like every other arch's.
+phi3 writes q, k, v as one attn_qkv.weight and gate, up as one ffn_up.weight (2*ff rows, gate
+first), as llama.cpp's converter does, with LongRoPE's rope_factors_long / _short.weight;
+overrides rope_original_context (rope.scaling.original_context_length: llama.cpp uses the long
+factors where its padded n_ctx exceeds it), rope_attn_factor (rope.scaling.attn_factor) and
+n_rot (rope.dimension_count, 0: head_dim; Phi-4-mini rotates 3/4 of each head).
+
+gemma2 / gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already added
+Gemma's +1), near 1 like every other arch's.
 """
 from __future__ import annotations
 
@@ -46,7 +52,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
-ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3", "phi3")
 GEMMA = ("gemma2", "gemma3")   # post-norms, GeGLU, embeddings times sqrt(hidden)
 SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
                       "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
@@ -92,6 +98,9 @@ class SynthConfig:
     swa_pattern: int = 0          # gemma3: every swa_pattern-th layer is global (0 = not written)
     attn_softcap: float = 0.0     # gemma2: attn_logit_softcapping (0 = not written)
     final_softcap: float = 0.0    # gemma2: final_logit_softcapping (0 = not written)
+    rope_original_context: int = 0    # phi3: rope.scaling.original_context_length (0 = not written)
+    rope_attn_factor: float = 0.0     # phi3: rope.scaling.attn_factor (0 = not written)
+    n_rot: int = 0                    # rope.dimension_count (0: head_dim)
     tensor_types: dict = field(default_factory=dict)
 
     @property
@@ -120,6 +129,10 @@ ARCH_DEFAULTS = {
                    attn_softcap=1.5, final_softcap=5.0),
     "gemma3": dict(n_layers=4, ff=128, n_kv_heads=1, head_dim=32, qk_norm=True, rms_eps=1e-6,
                    rope_base=1000000.0, sliding_window=6, swa_pattern=2),
+    # Phi-3.5-mini's shape in small: untied, fused q|k|v and gate|up, LongRoPE factors that differ
+    # from 1 (the long ones chosen: llama.cpp's padded n_ctx of 256 exceeds the original 128) and
+    # its attention factor; a sliding window of 6 that llama.cpp reads and switches off
+    "phi3": dict(ff=160, tied=False, rope_original_context=128, rope_attn_factor=1.19, sliding_window=6),
 }
 SUPER_BLOCK_DEFAULTS = dict(hidden=256, head_dim=64, ff=512)
 OUT_GAIN = 4.0  # std of projections back into the residual, times 1/sqrt(fan_in)
@@ -288,6 +301,9 @@ def _tensors(cfg: SynthConfig):
     yield "token_embd.weight", _normal(cfg, "token_embd.weight", (VOCAB_SIZE, h), embd_std), None, True
     if cfg.rope_freqs:
         yield "rope_freqs.weight", _llama3_rope_factors(cfg), None, False
+    if cfg.arch == "phi3":
+        for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+            yield name, _longrope_factors(cfg, name), None, False
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         kind = cfg.layer_types[i] if cfg.layer_types else "attn"
@@ -301,10 +317,15 @@ def _tensors(cfg: SynthConfig):
             yield p + "shortconv.out_proj.weight", _normal(cfg, p + "shortconv.out_proj.weight",
                                                            (h, h), OUT_GAIN * h ** -0.5), i, True
         else:
-            for proj, rows in (("attn_q", cfg.q_dim), ("attn_k", cfg.kv_dim), ("attn_v", cfg.kv_dim)):
-                yield p + proj + ".weight", _normal(cfg, p + proj + ".weight", (rows, h), h ** -0.5), i, True
+            qkv = [(p + proj + ".weight", _normal(cfg, p + proj + ".weight", (rows, h), h ** -0.5))
+                   for proj, rows in (("attn_q", cfg.q_dim), ("attn_k", cfg.kv_dim), ("attn_v", cfg.kv_dim))]
+            if cfg.arch == "phi3":
+                yield p + "attn_qkv.weight", np.concatenate([w for _, w in qkv]), i, True
+            for (name, w), rows in zip(qkv if cfg.arch != "phi3" else (), (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)):
+                yield name, w, i, True
                 if cfg.qkv_bias:
-                    yield p + proj + ".bias", _normal(cfg, p + proj + ".bias", rows, 0.2), i, False
+                    bias = name.replace(".weight", ".bias")
+                    yield bias, _normal(cfg, bias, rows, 0.2), i, False
             if cfg.qk_norm:
                 yield p + "attn_q_norm.weight", _near_one(cfg, p + "attn_q_norm.weight", cfg.head_dim), i, False
                 yield p + "attn_k_norm.weight", _near_one(cfg, p + "attn_k_norm.weight", cfg.head_dim), i, False
@@ -313,8 +334,13 @@ def _tensors(cfg: SynthConfig):
             if cfg.arch in GEMMA:
                 yield p + "post_attention_norm.weight", _near_one(cfg, p + "post_attention_norm.weight", h), i, False
         yield p + "ffn_norm.weight", _near_one(cfg, p + "ffn_norm.weight", h), i, False
-        yield p + "ffn_gate.weight", _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5), i, True
-        yield p + "ffn_up.weight", _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5), i, True
+        gate = _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5)
+        up = _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5)
+        if cfg.arch == "phi3":   # one matrix, gate rows first
+            yield p + "ffn_up.weight", np.concatenate([gate, up]), i, True
+        else:
+            yield p + "ffn_gate.weight", gate, i, True
+            yield p + "ffn_up.weight", up, i, True
         yield p + "ffn_down.weight", _normal(cfg, p + "ffn_down.weight", (h, ff), OUT_GAIN * ff ** -0.5), i, True
         if cfg.arch in GEMMA:
             yield p + "post_ffw_norm.weight", _near_one(cfg, p + "post_ffw_norm.weight", h), i, False
@@ -352,9 +378,20 @@ def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
     return np.array(out, np.float32)
 
 
+def _longrope_factors(cfg: SynthConfig, name: str) -> np.ndarray:
+    """LongRoPE's per-pair frequency divisors (n_rot/2,), rising from 1 towards the low
+    frequencies as Phi-3's do: the long ones to 8, the short ones to 1.5, with some noise."""
+    n = (cfg.n_rot or cfg.head_dim) // 2
+    top = 8.0 if "long" in name else 1.5
+    ramp = 1.0 + (top - 1.0) * (np.arange(n) / max(n - 1, 1)) ** 2
+    return (ramp * (1.0 + 0.05 * _rng(cfg, name).standard_normal(n))).astype(np.float32)
+
+
 def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     a = cfg.arch
-    w.add_name(f"cera-synth-{a}-{cfg.wtype}")
+    # llama.cpp marks the special tokens of a model whose general.name contains "phi3" (it then
+    # needs "</s>" in the vocabulary): the synthetic vocabulary has none, so the name avoids it
+    w.add_name(f"cera-synth-{a.replace('phi3', 'phi_3')}-{cfg.wtype}")
     w.add_file_type(FILE_TYPES[cfg.wtype])
     if cfg.wtype not in ("f32", "f16", "bf16"):
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -370,7 +407,11 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     if cfg.head_dim != cfg.hidden // cfg.n_heads:
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
-    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.n_rot or cfg.head_dim)
+    if cfg.rope_original_context:
+        w.add_rope_scaling_orig_ctx_len(cfg.rope_original_context)
+    if cfg.rope_attn_factor:
+        w.add_rope_scaling_attn_factors(cfg.rope_attn_factor)
     w.add_rope_freq_base(cfg.rope_base)
     w.add_layer_norm_rms_eps(cfg.rms_eps)
     if cfg.write_vocab_size:
@@ -472,6 +513,12 @@ VARIANTS: dict[str, dict] = {
                           tensor_types={"token_embd.weight": "q8_0", "*.attn_v.weight": "q8_0",
                                         "*.attn_[qk].weight": "q5_0", "*.ffn_gate.weight": "q5_0",
                                         "*.ffn_up.weight": "q5_0"}),
+    "phi3_f32": dict(arch="phi3"),
+    # the short factors (original context 256: llama.cpp's padded n_ctx does not exceed it), a
+    # quantized fused q|k|v and gate|up
+    "phi3_q4_k_m": dict(arch="phi3", wtype="q4_k_m", rope_original_context=256),
+    # Phi-4-mini's partial rotation: the attention factor scales the rotated 3/4 of each head only
+    "phi3_q8_0_partial": dict(arch="phi3", wtype="q8_0", head_dim=32, n_heads=2, n_kv_heads=1, n_rot=24),
 }
 
 
@@ -550,6 +597,9 @@ LORA_VARIANTS: dict[str, dict] = {
         "blk.0.attn_[qo]*.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_down.weight")),
     "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
         "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
+    # phi3's fused matrices: q|k|v in both layers, gate|up in layer 0 (its GLU runs apart)
+    "phi3_f32_qkv_up": dict(base="phi3_f32", scale=1.0, rank=8, alpha=16.0,
+                            targets=("blk.*.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.attn_output.weight")),
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from cera.config import ATTENTION, CONV, FFN_GELU, FFN_SILU, MAX_HEAD_DIM, ROPE_NEOX, ROPE_NORM, ModelConfig
 from cera.errors import Unsupported
+from cera import weights
 from cera.gguf_file import GGUFFile
 
 HIDDEN, FF, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 96, 4, 2, 3, 50
@@ -314,3 +315,63 @@ def test_unsupported_rope_scaling(tmp_path):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     with pytest.raises(ValueError, match="rope scaling 'yarn' \\(factor 4.0\\) is not supported"):
         ModelConfig.from_gguf(GGUFFile.open(tmp_path / "yarn.gguf"))
+
+
+def phi3_model(meta: dict | None = None, qkv_rows: int | None = None, up_rows: int = 2 * FF):
+    """(metadata, tensors) of a small phi3: q, k, v fused into attn_qkv and gate, up into ffn_up as
+    llama.cpp's converter writes them, with distinct values (so a misplaced view shows), and
+    LongRoPE's long and short factors."""
+    md, t = tiny_model("phi3", meta={"attention.sliding_window": 8, "rope.scaling.original_context_length": 256,
+                                     "rope.scaling.attn_factor": 1.19, **(meta or {})})
+    t["output.weight"] = np.zeros((VOCAB, HIDDEN), np.float32)
+    rng = np.random.default_rng(0)
+    for i in range(LAYERS):
+        b = f"blk.{i}."
+        qkv = np.concatenate([t.pop(b + f"attn_{p}.weight") for p in "qkv"])
+        t[b + "attn_qkv.weight"] = rng.standard_normal((qkv_rows or qkv.shape[0], HIDDEN)).astype(np.float32)
+        del t[b + "ffn_gate.weight"]
+        t[b + "ffn_up.weight"] = rng.standard_normal((up_rows, HIDDEN)).astype(np.float32)
+    t["rope_factors_long.weight"] = np.full(8, 4.0, np.float32)
+    t["rope_factors_short.weight"] = np.full(8, 1.5, np.float32)
+    return md, t
+
+
+def test_phi3(tmp_path):
+    """llama.cpp's phi3: NEOX RoPE, an untied head; attn_qkv read as q, k, v (rows q_dim, kv_dim,
+    kv_dim: build_qkv's views) and ffn_up's 2*ff rows as gate then up (ggml_swiglu's halves), views
+    of the file's bytes; the sliding window switched off (load_arch_hparams); LongRoPE's long
+    factors where llama.cpp's n_ctx, padded to a multiple of 256, exceeds the original context."""
+    md, t = phi3_model()
+    g = write(tmp_path / "phi3.gguf", "phi3", md, t)
+    cfg = ModelConfig.from_gguf(g)
+    assert cfg.rope_neox and not cfg.tied_embeddings and cfg.q_dim == HIDDEN and cfg.kv_dim(0) == KV_HEADS * 16
+    assert cfg.layer_window == (0,) * LAYERS and cfg.ffn_act == FFN_SILU and not cfg.qkv_bias
+    assert math.isclose(cfg.rope_attn_factor, 1.19, rel_tol=1e-6) and cfg.rope_original_context == 256
+    assert "blk.0.attn_qkv.weight" not in g.tensors and g.fused["blk.1.attn_qkv.weight"] == tuple(
+        f"blk.1.attn_{p}.weight" for p in "qkv")
+    qkv, up = t["blk.1.attn_qkv.weight"], t["blk.1.ffn_up.weight"]
+    q, kv = HIDDEN, KV_HEADS * 16
+    parts = {"attn_q": qkv[:q], "attn_k": qkv[q:q + kv], "attn_v": qkv[q + kv:], "ffn_gate": up[:FF], "ffn_up": up[FF:]}
+    for name, want in parts.items():
+        assert np.array_equal(weights.tensor(g, f"blk.1.{name}.weight"), want), name
+    assert [cfg.rope_factors(n) for n in (64, 256, 257, 4096)] == [
+        "rope_factors_short.weight", "rope_factors_short.weight", "rope_factors_long.weight", "rope_factors_long.weight"]
+    padded = ModelConfig.from_gguf(write(tmp_path / "p.gguf", "phi3", *phi3_model({
+        "rope.scaling.original_context_length": 300})))
+    assert padded.rope_factors(290) == "rope_factors_long.weight"   # llama.cpp pads 290 to 512 > 300
+
+
+def test_phi3_without_attn_factor_or_original_context(tmp_path):
+    """rope.scaling.attn_factor defaults to 1, the original context to context_length (llama.cpp's
+    n_ctx_orig_yarn = n_ctx_train)."""
+    md, t = phi3_model({"rope.scaling.attn_factor": None, "rope.scaling.original_context_length": None})
+    cfg = ModelConfig.from_gguf(write(tmp_path / "phi3.gguf", "phi3", md, t))
+    assert cfg.rope_attn_factor == 1.0 and cfg.rope_original_context == 128
+    assert cfg.rope_factors(128) == "rope_factors_long.weight"   # padded to 256 > 128
+
+
+def test_phi3_refusals(tmp_path):
+    with pytest.raises(ValueError, match=r"tensor blk.0.attn_qkv.weight has shape \(100, 64\): its rows are not q, k, v"):
+        ModelConfig.from_gguf(write(tmp_path / "a.gguf", "phi3", *phi3_model(qkv_rows=100)))
+    with pytest.raises(ValueError, match=r"tensor blk.0.ffn_up.weight has shape \(96, 64\): phi3 fuses gate and up"):
+        ModelConfig.from_gguf(write(tmp_path / "b.gguf", "phi3", *phi3_model(up_rows=FF)))

@@ -44,24 +44,27 @@ def test_rms_norm(gpu, n, rows_per_token, accumulate):
 
 # --- rope_kv ----------------------------------------------------------------------------------
 
-ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale
-    (64, 9, 3, False, None, False, False, 1.0),    # SmolLM2
-    (64, 4, 2, False, None, True, False, 1.0),     # Llama-3 rope_freqs
-    (128, 12, 2, True, None, False, False, 1.0),   # Qwen2.5
-    (80, 6, 6, True, None, False, True, 1.0),      # Qwen3 / LFM2 QK-norm
-    (16, 4, 2, False, None, True, True, 1.0),
-    (256, 4, 2, True, 192, False, True, 1.0),      # partial rotation
-    (80, 9, 3, False, 48, True, False, 1.0),
-    (256, 4, 1, True, None, False, True, 0.125),   # linear scaling (Gemma-3 4B+ global layers)
+ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale, attn_factor
+    (64, 9, 3, False, None, False, False, 1.0, 1.0),    # SmolLM2
+    (64, 4, 2, False, None, True, False, 1.0, 1.0),     # Llama-3 rope_freqs
+    (128, 12, 2, True, None, False, False, 1.0, 1.0),   # Qwen2.5
+    (80, 6, 6, True, None, False, True, 1.0, 1.0),      # Qwen3 / LFM2 QK-norm
+    (16, 4, 2, False, None, True, True, 1.0, 1.0),
+    (256, 4, 2, True, 192, False, True, 1.0, 1.0),      # partial rotation
+    (80, 9, 3, False, 48, True, False, 1.0, 1.0),
+    (256, 4, 1, True, None, False, True, 0.125, 1.0),   # linear scaling (Gemma-3 4B+ global layers)
+    (96, 4, 4, True, None, True, False, 1.0, 1.19),     # Phi-3.5-mini LongRoPE factors and attention factor
+    (128, 6, 2, True, 96, True, False, 1.0, 1.19),      # Phi-4-mini: the factor scales the rotated dims only
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,stacked,cache",
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,stacked,cache",
                          [(*case, False, F32_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[0], True, F32_CACHE), (*ROPE_CASES[2], True, F32_CACHE)] +
                          [(*case, False, F16_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[2], False, cache) for cache in MIXED_CACHES])
-def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, stacked, cache):
+def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor, stacked,
+                 cache):
     """stacked: q, k, v are ranges of one buffer of rows q | k | v (a stacked prefill matmul's
     output, in_stride apart). cache: (K's, V's) cache type; an f16 value equals numpy's cast bit for
     bit (v holds rounding edges), an f16 key numpy's rounded within an ulp."""
@@ -84,7 +87,8 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
+                       attn_factor=attn_factor)
     dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
                               n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride,
                               cache_types=cache)
@@ -96,8 +100,8 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
         q_ref, k_ref = q[:n_tokens], k[:n_tokens]
         if qk_norm:
             q_ref, k_ref = ops.rms_norm(q_ref, qn, eps), ops.rms_norm(k_ref, kn, eps)
-        q_ref = ops.rope(q_ref, positions * freq_scale, theta, neox, n_rot, ff)
-        k_ref = ops.rope(k_ref, positions * freq_scale, theta, neox, n_rot, ff)
+        q_ref = ops.rope(q_ref, positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
+        k_ref = ops.rope(k_ref, positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
         q_got = read(gpu, qo, q.shape)
         assert_close(q_got[:n_tokens], q_ref, 1e-4, 1e-4, f"q pos {pos}")
         assert_close(q_got[n_tokens:], np.zeros_like(q[n_tokens:]), 0, 0, f"q rows past n_tokens pos {pos}")
@@ -180,10 +184,11 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,cache",
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,cache",
                          [(*case, F32_CACHE) for case in ROPE_CASES] + [(*case, F16_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES])
-def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, cache):
+def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor,
+                             cache):
     """Decode attention with RoPE fused (layers.attention's rope): one row's raw q | k | v in one
     buffer; the key and value of slot pos land in the cache, and the output equals rope + attention
     by numpy, at positions around the split edges (the slot's split reads what it just wrote).
@@ -195,7 +200,8 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
+                       attn_factor=attn_factor)
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     k_cache, v_cache = (as_cached(randn(max_ctx, n_kv_heads, head_dim), t) for t in cache)
     qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload_cache(gpu, k_cache, cache[0]), upload_cache(gpu, v_cache, cache[1])
@@ -210,8 +216,8 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
         submit(gpu, dispatches)
         positions = np.array([pos])
         q_ref, k_ref = (ops.rms_norm(q, qn, eps), ops.rms_norm(k, kn, eps)) if qk_norm else (q, k)
-        q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff)
-        k_ref = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff)[0]
+        q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
+        k_ref = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff, attn_factor)[0]
         got_k, got_v = (read_cache(gpu, b, k_cache.shape, t) for b, t in zip((kc, vc), cache))
         assert_close(got_k[pos], as_cached(k_ref, cache[0]), *cache_tolerance(cache[0]), f"k_cache pos {pos}")
         assert_close(got_v[pos], as_cached(v, cache[1]), 0, 0, f"v_cache pos {pos}")

@@ -17,7 +17,7 @@ from synth import write_variant
 
 CHUNKS = (7, 128, 512)
 VARIANTS = ("llama_f32", "llama_q4_1_tied", "qwen2_q4_k_m", "qwen3_q4_0", "granite_q5_1", "lfm2_q4_k", "lfm2_f32",
-            "gemma2_f32", "gemma2_q4_k_m", "gemma3_f32", "gemma3_q4_k_m")
+            "gemma2_f32", "gemma2_q4_k_m", "gemma3_f32", "gemma3_q4_k_m", "phi3_q4_k_m")
 # (variant, chunk, K's and V's cache type): f32, the precision claim; f16, cera's default
 CASES = [(name, chunk, "f32") for name in VARIANTS for chunk in CHUNKS] + \
         [("gemma2_f32", 5, "f32"), ("gemma3_f32", 5, "f32")] + \

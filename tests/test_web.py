@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from golden import NMSE_QUANT, TIE_SIGMAS, nmse  # noqa: E402
+from golden import EXACT_TYPES, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse  # noqa: E402
 from golden import load as load_golden  # noqa: E402
 from synth import VARIANTS, sha256_file, write_lora, write_model  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
@@ -78,10 +78,12 @@ def synth(tmp_path_factory):
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
     # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types;
     # gemma2: soft-capped attention scores and logits, alternating local and global layers
+    # phi3: fused q|k|v and gate|up, LongRoPE's factors and attention factor
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
                          "gemma2_q4_k_m": VARIANTS["gemma2_q4_k_m"],
-                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
+                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"],
+                         "phi3_f32": VARIANTS["phi3_f32"], "phi3_q4_k_m": VARIANTS["phi3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["not_gguf"] = folder / "notes.gguf"
     made["not_gguf"].write_bytes(b"this is not a model\n" * 100)
@@ -451,7 +453,8 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
                                               ("qwen2_q8_0", "The quick brown fox", True),
                                               ("gemma2_q4_k_m", "Hello world, and the rest of it", False),
-                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
+                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False),
+                                              ("phi3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)
@@ -475,13 +478,17 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert calls["postMessage"] <= len(again["tokens"])
 
 
-def test_gemma2_in_the_page_matches_llama_cpp(page, models):
-    """gemma2 in the page against llama.cpp's golden data itself (not only the native host): each
-    golden sequence's logits within the quantized models' nMSE, on an f32 KV cache as llama.cpp's,
-    and its greedy tokens (parting only after llama.cpp's own near-tie, test_gpu_model's rule)."""
-    path, url = models["gemma2_q4_k_m"]
-    gold = load_golden("synth_gemma2_q4_k_m")
+@pytest.mark.parametrize("name", ["gemma2_q4_k_m", "phi3_f32", "phi3_q4_k_m"])
+def test_synthetic_model_in_the_page_matches_llama_cpp(page, models, name):
+    """A synthetic model in the page against llama.cpp's golden data itself (not only the native
+    host), on an f32 KV cache as llama.cpp's: each golden sequence's logits within test_gpu_model's
+    nMSE for the weights' type, and its greedy tokens (parting only after llama.cpp's own near-tie).
+    gemma2 caps its scores and logits; phi3_f32 runs LongRoPE's long factors, phi3_q4_k_m its short
+    ones (the page's context is the model's 256, llama.cpp's n_ctx for the goldens)."""
+    path, url = models[name]
+    gold = load_golden(f"synth_{name}")
     assert sha256_file(path) == gold["sha256"], "synth.py no longer writes the golden's file"
+    bound = NMSE_EXACT if gold["write_model"]["wtype"] in EXACT_TYPES else NMSE_QUANT
     page.select_option("#cache-type", "f32")
     try:
         assert page.evaluate("(url) => window.cera.load(url)", url)["cacheTypeK"] == "f32"
@@ -490,14 +497,15 @@ def test_gemma2_in_the_page_matches_llama_cpp(page, models):
     for seq in gold["sequences"]:
         got = python_in_worker(page, f"""
 import json
-from cera_web.app import _sessions
-engine = _sessions[0].engine
+from cera_web.session import sessions
+engine = sessions[0].engine
 logits = await engine.logits({seq["tokens"]})
 reply = await engine.generate({seq["tokens"]}, {len(seq["greedy"])}, stop_at_eos=False)
-json.dumps({{"logits": logits[{seq["logits_positions"]}].tolist(), "greedy": reply.tokens}})
+json.dumps({{"ctx": engine.ctx, "logits": logits[{seq["logits_positions"]}].tolist(), "greedy": reply.tokens}})
 """)
+        assert got["ctx"] == gold["config"]["context"]
         ours, want = np.array(got["logits"], np.float32), np.array(seq["logits"], np.float32)
-        assert nmse(ours, want) < NMSE_QUANT, f"page vs llama.cpp nMSE {nmse(ours, want):.2e}"
+        assert nmse(ours, want) < bound, f"page vs llama.cpp nMSE {nmse(ours, want):.2e}"
         tie = TIE_SIGMAS * float(np.sqrt(np.mean((ours - want) ** 2)))
         for i, (token, wanted) in enumerate(zip(got["greedy"], seq["greedy"])):
             if token != wanted:

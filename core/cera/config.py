@@ -11,23 +11,30 @@ own RoPE base), every n-th is global, as llama.cpp's `load_swa_pattern` lays the
 per-layer tuples `layer_window`, `layer_rope_theta` and `layer_rope_freq_scale` hold the
 result for every arch (uniform for the others). Gemma 2 alternates local and global layers
 on one RoPE base and soft-caps the attention scores and the final logits (cap * tanh(x / cap)).
+
+Phi-3 (`phi3`) stores q, k, v as one matrix (attn_qkv) and the FFN's gate and up as one
+(ffn_up, 2*ff rows, gate first); `unfused` presents them as the separate tensors every other
+arch has, row ranges of the same bytes, so the file's q | k | v still loads as one stacked
+matrix. Its LongRoPE divides each pair's frequency by rope_factors_long or rope_factors_short,
+long where the context exceeds rope.scaling.original_context_length (`ModelConfig.rope_factors`),
+and scales the rotated pairs by rope.scaling.attn_factor.
 """
 from __future__ import annotations
 
 import math
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cera.errors import BadFile, InvalidArgument, Unsupported
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3", "phi3")
 
 # RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
 # NORM rotates interleaved pairs (2i, 2i+1); NEOX rotates split halves (i, i + n_rot/2).
 ROPE_NORM, ROPE_NEOX = "norm", "neox"
 ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
                "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX,
-               "gemma2": ROPE_NEOX, "gemma3": ROPE_NEOX}
+               "gemma2": ROPE_NEOX, "gemma3": ROPE_NEOX, "phi3": ROPE_NEOX}
 
 MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
 
@@ -55,6 +62,16 @@ LOCAL_ROPE_THETA_DEFAULT = 10000.0
 GEMMA2_WINDOW_DEFAULT = 4096
 GEMMA2_SOFTCAPS_DEFAULT = (50.0, 30.0)
 
+# Phi-3: the archs whose GGUF fuses q, k, v into attn_qkv and gate, up into ffn_up (`unfused`).
+# Its attention.sliding_window is read by llama.cpp and then switched off (llama_model_phi3::
+# load_arch_hparams: "Phi SWA is currently disabled"), so every phi3 layer attends to all
+# positions here too. LongRoPE's long factors apply where the context, rounded up to a multiple of
+# LLAMA_CTX_PAD as llama.cpp pads n_ctx, exceeds rope.scaling.original_context_length
+# (llama_model::get_rope_factors); Llama 3's rope_freqs.weight, where present, wins over both.
+FUSED_ARCHS = ("phi3",)
+LLAMA_CTX_PAD = 256
+ROPE_FACTORS, ROPE_LONG, ROPE_SHORT = "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -79,6 +96,9 @@ class ModelConfig:
     qkv_bias: bool                   # blk.N.attn_{q,k,v}.bias (qwen2)
     qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2, gemma3)
     rope_freq_factors: bool          # rope_freqs.weight (Llama 3)
+    rope_long_short: tuple[bool, bool]   # rope_factors_long / _short.weight present (Phi-3 LongRoPE)
+    rope_original_context: int       # rope.scaling.original_context_length (LongRoPE's switch)
+    rope_attn_factor: float          # rope.scaling.attn_factor: the rotated pairs are scaled by it
     attention_scale: float           # attention.scale, else 1/sqrt(head_dim)
     embedding_scale: float           # granite; 1 elsewhere
     residual_scale: float            # granite; 1 elsewhere
@@ -120,6 +140,16 @@ class ModelConfig:
     def conv_layers(self) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.block_kinds) if k == CONV)
 
+    def rope_factors(self, ctx: int) -> str | None:
+        """The frequency factors' tensor for a context of ctx positions: Llama 3's, else
+        LongRoPE's long ones if the padded context exceeds the original one, else its short ones."""
+        if self.rope_freq_factors:
+            return ROPE_FACTORS
+        long = -(-ctx // LLAMA_CTX_PAD) * LLAMA_CTX_PAD > self.rope_original_context
+        if self.rope_long_short[0 if long else 1]:
+            return ROPE_LONG if long else ROPE_SHORT
+        return None
+
     def context(self, requested: int | None = None) -> int:
         """The context to allocate: the requested one capped at the model's context_length."""
         if requested is None:
@@ -160,8 +190,8 @@ class ModelConfig:
     def all_tensors(self) -> dict[str, tuple[int, ...]]:
         """Every tensor the model needs -> its numpy shape (the LM head's rows are checked apart)."""
         t = {"token_embd.weight": (self.embedding_rows, self.hidden), self.final_norm: (self.hidden,)}
-        if self.rope_freq_factors:
-            t["rope_freqs.weight"] = (self.n_rot // 2,)
+        present = (self.rope_freq_factors, *self.rope_long_short)
+        t.update({name: (self.n_rot // 2,) for name, here in zip((ROPE_FACTORS, ROPE_LONG, ROPE_SHORT), present) if here})
         for i in range(self.n_layers):
             t.update(self.layer_tensors(i))
         return t
@@ -224,6 +254,12 @@ class ModelConfig:
         for i in range(n_layers):
             has_attn = f"blk.{i}.attn_q.weight" in tensors
             has_conv = f"blk.{i}.shortconv.in_proj.weight" in tensors
+            if not has_attn and f"blk.{i}.attn_qkv.weight" in tensors:   # left fused: `unfused` could not split it
+                raise BadFile(f"tensor blk.{i}.attn_qkv.weight has shape {tensors[f'blk.{i}.attn_qkv.weight'].shape}: "
+                              "its rows are not q, k, v of the header's head counts and head size")
+            if arch in FUSED_ARCHS and f"blk.{i}.ffn_gate.weight" not in tensors and f"blk.{i}.ffn_up.weight" in tensors:
+                raise BadFile(f"tensor blk.{i}.ffn_up.weight has shape {tensors[f'blk.{i}.ffn_up.weight'].shape}: "
+                              f"{arch} fuses gate and up, 2 * feed_forward_length rows")
             if has_conv and arch != "lfm2":
                 raise BadFile(f"layer {i} has short-conv tensors, which {arch} does not use")
             if has_attn == has_conv:
@@ -297,6 +333,7 @@ class ModelConfig:
                 raise BadFile(f"{arch}.attn_logit_softcapping / final_logit_softcapping are {softcaps}: "
                               f"a soft-cap must be positive")
         rope_theta = number("rope.freq_base", 10000.0)
+        context_length = integer("context_length", required=True, least=1)
         window, local = _sliding_window(key, integer, arch, n_layers)
         local_theta, local_scale = ((rope_theta, freq_scale) if arch == "gemma2" else
                                     (number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT), 1.0))
@@ -307,10 +344,12 @@ class ModelConfig:
             rope_layout=ROPE_LAYOUT[arch], rope_freq_scale=freq_scale,
             eps=number("attention.layer_norm_rms_epsilon", required=True),
             vocab_size=vocab_size, embedding_rows=embd.shape[0],
-            context_length=integer("context_length", required=True, least=1),
+            context_length=context_length,
             block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
             qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch == "gemma3",
-            rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
+            rope_freq_factors=ROPE_FACTORS in tensors, rope_long_short=(ROPE_LONG in tensors, ROPE_SHORT in tensors),
+            rope_original_context=integer("rope.scaling.original_context_length", context_length, least=1),
+            rope_attn_factor=number("rope.scaling.attn_factor", 1.0), attention_scale=attn_scale,
             embedding_scale=math.sqrt(hidden) if arch in GEMMA else number("embedding_scale", 1.0) or 1.0,
             residual_scale=number("residual_scale", 1.0) or 1.0,
             logit_scale=number("logit_scale", 1.0) or 1.0,
@@ -324,6 +363,64 @@ class ModelConfig:
             if need(name).shape != shape:
                 raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
         return cfg
+
+
+def unfused(metadata: dict, tensors: dict) -> tuple[dict, dict[str, tuple[str, ...]]]:
+    """For a FUSED_ARCHS model, its tensors with each blk.N.attn_qkv.weight read as attn_q, attn_k,
+    attn_v.weight (rows q_dim, kv_dim, kv_dim, as llama.cpp's build_qkv views them) and each
+    ffn_up.weight of 2*ff rows as ffn_gate.weight then ffn_up.weight (the halves ggml_swiglu
+    takes: silu of the first times the second): row ranges of the same bytes, no copy. Also
+    the fused names -> their parts' names (cera.lora splits an adapter's pairs by them). Where
+    the header does not say how to split (a missing or odd key, rows that do not add up), the
+    tensors stay as they are and ModelConfig.from_gguf names what is missing."""
+    arch = metadata.get("general.architecture")
+    if arch not in FUSED_ARCHS:
+        return tensors, {}
+    get = lambda name: metadata.get(f"{arch}.{name}")
+    hidden, n_heads, ff = get("embedding_length"), get("attention.head_count"), get("feed_forward_length")
+    n_kv, head_dim = get("attention.head_count_kv") or n_heads, get("attention.key_length")
+    if not all(type(v) is int and v > 0 for v in (hidden, n_heads, ff, n_kv)):
+        return tensors, {}
+    head_dim = head_dim if type(head_dim) is int and head_dim > 0 else hidden // n_heads
+    out, fused = dict(tensors), {}
+    for name, info in tensors.items():
+        if name.endswith(".attn_qkv.weight"):
+            parts = dict(q=n_heads * head_dim, k=n_kv * head_dim, v=n_kv * head_dim)
+            parts = {name.replace("attn_qkv", f"attn_{p}"): rows for p, rows in parts.items()}
+        elif name.endswith(".ffn_up.weight") and name.replace("ffn_up", "ffn_gate") not in tensors:
+            parts = {name.replace("ffn_up", "ffn_gate"): ff, name: ff}
+        else:
+            continue
+        if len(info.ne) != 2 or info.ne[1] != sum(parts.values()) or any(p in tensors for p in parts if p != name):
+            continue
+        row_bytes, offset = info.nbytes // info.ne[1], info.offset
+        del out[name]
+        for part, rows in parts.items():
+            out[part] = replace(info, name=part, ne=(info.ne[0], rows), offset=offset, nbytes=rows * row_bytes)
+            offset += rows * row_bytes
+        fused[name] = tuple(parts)
+    return out, fused
+
+
+def unfused_adapter(tensors: dict, fused: dict[str, tuple[str, ...]], model_tensors: dict) -> dict:
+    """A LoRA adapter's tensors with each pair on a fused matrix of the model (`unfused`'s record)
+    read as a pair per part: lora_a (rank, in) the same for every part, lora_b's rows split as the
+    fused matrix's are (W x + s B (A x) taken a row range at a time). Pairs whose lora_b does not
+    have the fused matrix's rows stay, and cera.lora names them."""
+    out = dict(tensors)
+    for name, parts in fused.items():
+        a, b = tensors.get(f"{name}.lora_a"), tensors.get(f"{name}.lora_b")
+        rows = [model_tensors[p].shape[0] for p in parts]
+        if a is None or b is None or len(b.ne) != 2 or b.ne[1] != sum(rows):
+            continue
+        del out[f"{name}.lora_a"], out[f"{name}.lora_b"]
+        row_bytes, offset = b.nbytes // b.ne[1], b.offset
+        for part, n in zip(parts, rows):
+            out[f"{part}.lora_a"] = replace(a, name=f"{part}.lora_a")
+            out[f"{part}.lora_b"] = replace(b, name=f"{part}.lora_b", ne=(b.ne[0], n), offset=offset,
+                                            nbytes=n * row_bytes)
+            offset += n * row_bytes
+    return out
 
 
 def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:

@@ -32,18 +32,20 @@ def rope_angles(pos: np.ndarray, theta: float, n_rot: int, freq_factors: np.ndar
 
 
 def rope(x: np.ndarray, pos, theta: float, neox: bool, n_rot: int | None = None,
-         freq_factors: np.ndarray | None = None) -> np.ndarray:
+         freq_factors: np.ndarray | None = None, attn_factor: float = 1.0) -> np.ndarray:
     """Rotary position embedding (ggml_rope_ext with freq_scale 1, no YaRN).
 
     x (T, n_heads, head_dim), pos (T,) ints -> (T, n_heads, head_dim).
     NORM layout (llama, granite) rotates interleaved pairs (2i, 2i+1); NEOX layout (qwen2,
-    qwen3, lfm2) rotates (i, i + n_rot/2). Only the first n_rot dims rotate; the rest pass."""
+    qwen3, lfm2) rotates (i, i + n_rot/2). Only the first n_rot dims rotate; the rest pass.
+    The rotated pairs are scaled by attn_factor (ggml's mscale: cos and sin times it; Phi-3's
+    rope.scaling.attn_factor)."""
     T, n_heads, head_dim = x.shape
     n_rot = head_dim if n_rot is None else n_rot
     assert n_rot % 2 == 0 and n_rot <= head_dim, (n_rot, head_dim)
     angle = rope_angles(np.asarray(pos).reshape(T), theta, n_rot, freq_factors)   # (T, n_rot/2)
-    cos = np.cos(angle).astype(np.float32)[:, None, :]   # (T, 1, n_rot/2)
-    sin = np.sin(angle).astype(np.float32)[:, None, :]
+    cos = (np.cos(angle) * attn_factor).astype(np.float32)[:, None, :]   # (T, 1, n_rot/2)
+    sin = (np.sin(angle) * attn_factor).astype(np.float32)[:, None, :]
     out = x.astype(np.float32).copy()
     if neox:
         x0, x1 = x[..., : n_rot // 2], x[..., n_rot // 2: n_rot]   # (T, n_heads, n_rot/2) each

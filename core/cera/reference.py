@@ -9,9 +9,9 @@ hd the head size.
 
 One code path covers every supported arch; the differences are read from ModelConfig:
 Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 / Gemma3 per-head QK-norm, NORM / NEOX
-RoPE with Llama-3 frequency factors, tied or untied LM head, LFM2's conv blocks, Gemma's
-post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window (and Gemma3's
-per-layer RoPE base), and Gemma2's soft-capped attention scores and logits.
+RoPE with Llama-3 or LongRoPE (Phi-3) frequency factors, tied or untied LM head, LFM2's conv
+blocks, Gemma's post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window (and
+Gemma3's per-layer RoPE base), and Gemma2's soft-capped attention scores and logits.
 Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
 LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B (A x).
 """
@@ -41,7 +41,8 @@ class Reference:
         self.cfg = cfg = ModelConfig.from_gguf(gguf_file)
         self.ctx = cfg.context(ctx)
         self._weights: dict[str, np.ndarray] = {}   # tensor name -> float32, dequantized once
-        self.freq_factors = self.w("rope_freqs.weight") if cfg.rope_freq_factors else None   # (n_rot/2,)
+        factors = cfg.rope_factors(self.ctx)   # Llama 3's, or LongRoPE's long or short ones for this context
+        self.freq_factors = self.w(factors) if factors else None   # (n_rot/2,)
         self.k_dtype, self.v_dtype = kv_dtype if isinstance(kv_dtype, tuple) else (kv_dtype, kv_dtype)
         self._allocate_caches()
 
@@ -87,7 +88,8 @@ class Reference:
 
     def shift(self, keep: int, discard: int) -> None:
         """Context shift: drop cached positions keep..keep+discard-1, moving the later ones down
-        by `discard`, keys re-rotated by -discard positions (RoPE composes: R(p - d) = R(-d) R(p)).
+        by `discard`, keys re-rotated by -discard positions (RoPE composes: R(p - d) = R(-d) R(p);
+        the attn_factor scaling stays as the keys were written with it).
         The conv state carries no position and stays."""
         cfg, n = self.cfg, self.n_past - keep - discard
         if keep < 0 or discard < 1 or n < 0:
@@ -205,8 +207,8 @@ class Reference:
         # RoPE on q and k, with this layer's base (linear scaling stretches positions by 1/freq_scale)
         theta, freq_scale = cfg.layer_rope_theta[il], cfg.layer_rope_freq_scale[il]
         rope_pos = pos * freq_scale if freq_scale != 1.0 else pos
-        q = ops.rope(q, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
-        k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+        q = ops.rope(q, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors, cfg.rope_attn_factor)
+        k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors, cfg.rope_attn_factor)
 
         # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
         # (a local layer only over the last layer_window of them; gemma2 soft-caps the scores)

@@ -69,6 +69,7 @@ class Rope:
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (None: head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
     freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
+    attn_factor: the rotated pairs times it (rope.scaling.attn_factor; Phi-3's LongRoPE).
     qk_norm (2 * head_dim,): the per-head RMSNorm weights of q then of k, applied first (qwen3,
     lfm2, gemma3), with eps: one binding, so rope.wgsl stays within WebGPU's 8 storage buffers."""
     theta: float
@@ -78,6 +79,7 @@ class Rope:
     freq_factors: object = None
     qk_norm: object = None
     eps: float | None = None
+    attn_factor: float = 1.0
 
     def defines(self, head_dim: int) -> dict:
         n_rot = head_dim if self.n_rot is None else self.n_rot
@@ -86,6 +88,7 @@ class Rope:
         if self.qk_norm is not None and self.eps is None:
             raise InvalidArgument("QK-norm needs eps")
         defines = dict(N_ROT=n_rot, THETA=float(self.theta), **_freq_scale(self.freq_scale),
+                       **({"ATTN_FACTOR": float(self.attn_factor)} if self.attn_factor != 1.0 else {}),
                        **flags(NEOX=self.neox, FREQ_FACTORS=self.freq_factors is not None,
                                QK_NORM=self.qk_norm is not None))
         if self.qk_norm is not None:

@@ -158,13 +158,16 @@ class Builder:
         return steps + attend + self.residual(self.weights.matrix(b + "attn_output.weight"), att,
                                               b + "post_attention_norm.weight")
 
-    def rope(self, i: int, qk_norm: bool = True) -> layers.Rope:
-        """Layer i's RoPE, with the QK-norm before it where the model has one (unless not qk_norm)."""
+    def rope(self, i: int, shift: bool = False) -> layers.Rope:
+        """Layer i's RoPE, with the QK-norm before it where the model has one and the rotated
+        pairs scaled by rope_attn_factor; for a context shift (re-rotating cached keys), neither."""
         cfg, b, w = self.cfg, f"blk.{i}.", self.weights
         norms = dict(qk_norm=w.vectors(b + "attn_q_norm.weight", b + "attn_k_norm.weight"),
-                     eps=cfg.eps) if cfg.qk_norm and qk_norm else {}
+                     eps=cfg.eps) if cfg.qk_norm and not shift else {}
+        factors = cfg.rope_factors(self.ctx)
         return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
-                           w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None, **norms)
+                           w.vector(factors) if factors else None, **norms,
+                           attn_factor=1.0 if shift else cfg.rope_attn_factor)
 
     def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding, in_stride: int | None = None) -> Dispatch:
         """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions
@@ -440,7 +443,7 @@ def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding,
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
-                                     rope=decode.rope(i, qk_norm=False), max_rows=n, cache_types=types,
+                                     rope=decode.rope(i, shift=True), max_rows=n, cache_types=types,
                                      label=f"blk.{i}.kv_shift"))
         steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * k_row, n * k_row),
                   Copy(v_out.buffer, 0, v_cache.buffer, keep * v_row, n * v_row)]
