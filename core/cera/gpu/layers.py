@@ -28,16 +28,11 @@ from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
 ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
-# Most keys one invocation walks in attention.wgsl's value pass. Measured on an H200 (decode at
-# KV 513): 16 (Qwen2.5-1.5B's 2 heads a workgroup) is slower than 8 (1 head: step GPU time 1.857
-# -> 1.816 ms, and 1.472 -> 1.496 with the score pass's lanes); since those lanes, SmolLM2 too is
-# faster with 1 head (4 keys) than with 3 (13): 0.767-0.770 -> 0.745-0.749 ms.
+# Most keys one invocation walks in attention.wgsl's value pass: more (two heads a workgroup)
+# was slower on an H200 (docs/PERFORMANCE.md, decisions).
 ATTENTION_SERIAL_KEYS = 8
 # Invocations that score one key in attention.wgsl (each a stripe of its vec4 columns, so that a
-# key's bytes are loaded side by side). Measured on an H200 (decode at KV 513): one a key (the
-# loads of neighbouring invocations a cache slot apart) took Qwen2.5-1.5B's attention from 152 to
-# 257 us a token (step GPU time 1.473 vs 1.659 ms) and SmolLM2's 0.765 vs 0.803 ms; 2, 8 and 16
-# were no better than 4 on either (docs/PERFORMANCE.md).
+# key's bytes are loaded side by side, not a cache slot apart; docs/PERFORMANCE.md, decisions).
 ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)

@@ -37,10 +37,9 @@ from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
 
 # A prefill chunk's submission is flushed (cera.device.Flush) after these layers, so the GPU
-# starts on the first layers while the host still encodes the rest: a 512-token chunk of
-# Qwen2.5-1.5B with int8 numerics was 353 dispatches, which the page's host took ~1.8 ms to encode
-# and hand to the GPU, about one layer's GPU time (flushed: 12,397 -> 12,995 tok/s in the page,
-# docs/PERFORMANCE.md). Doubling gaps keep the GPU fed with few submissions.
+# starts on the first layers while the host still encodes the rest (encoding a chunk takes the
+# page's host about one layer's GPU time; docs/PERFORMANCE.md, decisions). Doubling gaps keep the
+# GPU fed with few submissions.
 FLUSH_LAYERS = frozenset({0, 1, 3, 7, 15})
 
 
@@ -388,8 +387,8 @@ def chain_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0,
     tokens[0] (the previous step's choice) and runs the layers and head; then `choose` picks the
     next token into tokens[0], appends it to `chain.tokens` at the step's chain index and moves
     the Step on by one position: greedy's argmax and greedy_advance by default, a sampler's
-    dispatches (cera.gpu.sample.choose) otherwise, all in one compute pass (a copy into the Step
-    and one out of tokens cost ~0.1 ms a step on an H200: docs/PERFORMANCE.md). Each conv state
+    dispatches (cera.gpu.sample.choose) otherwise, all in one compute pass (copies into the Step
+    and out of tokens between passes cost more: docs/PERFORMANCE.md, decisions). Each conv state
     is copied to its record `half` * chain.batch + j (so a stop mid-batch can rewind it; batches
     alternate halves, so the one submitted ahead never overwrites the records of the one being
     read)."""
