@@ -4,7 +4,7 @@ Tint (Chromium's WGSL compiler) wraps every loop it cannot prove finite in a 64-
 counter, tested on each trip (robustness: a page must not hang the GPU). Only a loop of the form
 `for (var i = INIT; i < BOUND; i++)` with a constant BOUND escapes it, which is why cera's kernels
 count rounds instead of striding (shaders/matvec.wgsl). A guard costs a load, a compare and a
-branch per trip: the inner loops of the decode kernels paid 10-20% for it on an H200.
+branch per trip, which the page's decode kernels paid for (docs/PERFORMANCE.md, decisions).
 
 This loads a GGUF in the page (dist/web or --site) with Dawn's `dump_shaders` toggle, generates a
 few tokens greedily and sampled, then again greedily with the opt-in 8-bit activations (their

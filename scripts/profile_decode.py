@@ -4,9 +4,9 @@ pass, each kernel family's marginal cost, each dispatch alone, and a dispatch's 
 prints the same GPU report (`scripts/h200/browser_bench.py --profile`).
 
 The matvecs' rate is given against `--copy-gbps`, the device's copy bandwidth (bytes read plus
-written; DESIGN.md records 2,500 for the H200 through wgpu-py). Timing a buffer copy here, by
-wall time around one submission, read 750 GB/s there: below what the LM head's matvec alone
-reaches (1.1 TB/s), so it is not a ceiling and the figure is taken as an input.
+written; the default is the H200's through wgpu-py, docs/PERFORMANCE.md's method). Timing a
+buffer copy here, by wall time around one submission, read below what the LM head's matvec alone
+reaches, so it is not a ceiling and the figure is taken as an input.
 
 With `--prefill N`, a submission of an N-token prompt instead: its wall time, and each dispatch
 timed in a pass of its own, summed per family, with the matmuls' arithmetic rate.
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=50, help="timed steps per wall-time figure")
     ap.add_argument("--ctx", type=int, default=2048, help="context the plan is built for (as `python -m cera bench`)")
     ap.add_argument("--copy-gbps", type=float, default=2500.0,
-                    help="the device's copy bandwidth in GB/s, read plus written (default: DESIGN.md's H200 figure)")
+                    help="the device's copy bandwidth in GB/s, read plus written (default: the H200's, docs/PERFORMANCE.md)")
     ap.add_argument("--prefill", type=int, metavar="N",
                     help="profile the submission of an N-token prompt instead of a decode step")
     add_numerics_args(ap)

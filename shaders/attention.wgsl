@@ -6,7 +6,7 @@
 // or with WINDOW (a local layer) to slots first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
 // already written the step's slots, or with ROPE this dispatch does). Head h reads kv head h / GROUP. Split s covers keys
 // J = [s*SPLIT, (s+1)*SPLIT) ∩ [first_key(p), p] and writes, for each query head h,
-//   score_j = SCALE * q[t, h, :] . k_cache[j, kh, :]
+//   score_j = SCALE * q[t, h, :] . k_cache[j, kh, :]   (with SOFTCAP: soft_cap of it, soft_cap.wgsl)
 //   m = max_J score_j,   l = sum_J exp(score_j - m),   o = sum_J exp(score_j - m) v_cache[j, kh, :]
 //
 // Dispatch (N_HEADS / HPW, N_SPLITS, max rows): a workgroup takes HPW query heads of one kv head
@@ -28,7 +28,7 @@
 // Loops count up by one to a constant (matvec.wgsl says why).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
-// HPW, SCORE_LANES, optional WINDOW; flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
+// HPW, SCORE_LANES, optional WINDOW, optional SOFTCAP (gemma2); flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
 // flags K_F16, V_F16: that cache holds f16 halves (half.wgsl), else f32.
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
 // to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
@@ -57,6 +57,9 @@ alias Elem = f32;
 #endif
 #ifdef K_F16
 #include "half.wgsl"
+#endif
+#ifdef SOFTCAP
+#include "soft_cap.wgsl"
 #endif
 #ifdef V_F16
 #include "half.wgsl"
@@ -272,6 +275,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var l = 0u; l < LANES; l++) {
                 s += score_part[i * LANES + l];
             }
+#ifdef SOFTCAP
+            s = soft_cap(s);
+#endif
         }
         sc[i] = s;
         red[i] = s;

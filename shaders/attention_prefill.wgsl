@@ -6,6 +6,7 @@
 // or with WINDOW (a local layer) to slots f = first_key(p) = p - WINDOW + 1 .. p (rope.wgsl has
 // already written the step's slots). Head h reads kv head h / GROUP.
 //   out[t, h, :] = softmax(SCALE * k_cache[f..p, kh, :] @ q[t, h, :]) @ v_cache[f..p, kh, :]
+// (with SOFTCAP, the scaled scores soft-capped before the softmax: soft_cap.wgsl).
 //
 // The GROUP query heads of one kv head read the same keys, so a workgroup's BQ query rows are
 // (token, head) pairs r = t * GROUP + g of one kv head kh: dispatch (N_KV_HEADS,
@@ -20,7 +21,7 @@
 //
 // Flag BIDIRECTIONAL (an encoder's attention): every row sees every key of the step, slots
 // 0 .. step.pos + step.n_tokens - 1, instead of those up to its own position.
-// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, TPQ (invocations per query
+// Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, BQ, BKV, optional WINDOW, optional SOFTCAP, TPQ (invocations per query
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4); flags K_F16, V_F16: that
@@ -74,6 +75,9 @@ var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
 #include "attention_load.wgsl"
 #include "attention_window.wgsl"
+#ifdef SOFTCAP
+#include "soft_cap.wgsl"
+#endif
 
 // The last key the row at position p sees: p (causal), or the step's last (BIDIRECTIONAL).
 fn last_key_of(p: u32) -> u32 {
@@ -190,7 +194,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             let p = step.pos + (r0 + qr) / GROUP;
             let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
+#ifdef SOFTCAP
+            sc[i] = select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
+#else
             sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
+#endif
         }
         workgroupBarrier();
 

@@ -8,8 +8,8 @@
 // registers. The next slice's loads (weights: quant.wgsl's unit_words; x) are issued into
 // registers before the current slice's multiplications and stored after them (`fetch`,
 // `stage`): their latency hides behind the FMAs instead of stalling the workgroup at each
-// slice (measured on an H200: staging without that overlap was a third of a Qwen2.5-1.5B
-// prefill). Both tiles are stored k-major, so for each k the inner loop reads RT/4 vec4 of
+// slice (staging without that overlap was a third of a 1.5B model's prefill: docs/PERFORMANCE.md).
+// Both tiles are stored k-major, so for each k the inner loop reads RT/4 vec4 of
 // tokens and RM/4 vec4 of rows (adjacent invocations, adjacent vec4: no bank conflicts) for
 // RT*RM FMAs. The accumulators are mat4x4 values (column c: 4 rows of one token) named one
 // by one, never a dynamically indexed array (which NVIDIA puts in local memory), so RM and

@@ -9,8 +9,8 @@
 // stages the slice's quants of its rows and x's integers of its tokens in workgroup memory,
 // both k-major in words of 4 consecutive elements, so for each 4 elements of K an invocation
 // reads a vec4 of 4 rows' words and a vec4 of 4 tokens' words: 16 dot4I8Packed (64 products)
-// for two loads, where the f32 tile's 16 FMAs take the same two. On an H200 that inner loop
-// runs at ~110 TOPS against the f32 one's ~32 TFLOP/s (docs/PERFORMANCE.md). Integer sums: per
+// for two loads, where the f32 tile's 16 FMAs take the same two: that inner loop runs several
+// times the f32 one's rate (docs/PERFORMANCE.md). Integer sums: per
 // scale (32 elements of Q4_K, 16 of Q6_K: SUB_SCALES) the 4x4 dots, times the rows' scales, into
 // the slice's sums (an i32 per output; the gate's and up's dots share each load of x);
 // per slice the rows' mins times x's sub-block sums; then into the f32 accumulators, times d,

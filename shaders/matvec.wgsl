@@ -36,7 +36,7 @@
 // Every loop counts up by one to a constant (strides are multiplied out in the body, shorter
 // trips break out): Chromium's shader compiler (Tint, as of Chromium 156) proves such loops
 // finite and leaves them alone, and guards every other loop with a 64-bit iteration counter,
-// which cost the page's matvecs 10-20% of their time on an H200 (docs/PERFORMANCE.md).
+// which cost the page's decode kernels a measurable share of their time (docs/PERFORMANCE.md).
 #include "quant.wgsl"
 #include "reduce.wgsl"
 #ifdef X_INT

@@ -5,8 +5,7 @@
 // Bindings: x (rows, K) f32 as vec4, xi (rows, X_STRIDE) u32 out, step.
 // Dispatch: (ceil(K / 1024), rows, 1), 256 invocations: four blocks of a row a workgroup, 64
 // invocations a block, four elements an invocation (x_int_block.wgsl; four times fewer
-// workgroups than one block each: on an H200 a dispatch of 17,920 workgroups that do nothing
-// took 16 us). Rows at or past step.n_tokens exit at once.
+// workgroups than one block each: even empty workgroups cost time, docs/PERFORMANCE.md). Rows at or past step.n_tokens exit at once.
 #include "common.wgsl"
 #include "x_int.wgsl"
 #include "x_int_record.wgsl"

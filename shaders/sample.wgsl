@@ -46,7 +46,7 @@ const LOG_WG = countTrailingZeros(WG);
 // Chromium's compiler guards every other loop with an iteration counter (matvec.wgsl).
 // A pass over the vocabulary is a loop of rounds, each loading LOADS keys at once (keys_of): one
 // workgroup walks all of it, so the latency of its loads, not bandwidth, sets a pass's time, and
-// independent loads in flight hide it (one at a time, SmolLM2's top-k 40 took 0.1 ms on an H200).
+// independent loads in flight hide it (docs/PERFORMANCE.md, decisions).
 const LOADS = 8u;
 const ROUNDS = (N + LOADS * WG - 1u) / (LOADS * WG);   // elements (r LOADS + j) WG + lid, j < LOADS
 

@@ -62,7 +62,8 @@ HANG_SECONDS = 10
 RERUNS = 5
 DATA = Path(__file__).parent / "data" / "tokenizer"
 SMOLLM2 = catalogue.cache_dir() / catalogue.CATALOGUE[catalogue.DEFAULT_MODEL].filename
-SYNTH = ("llama_f32", "qwen2_q8_0", "lfm2_q8_0", "gemma3_f32", "granite_f32", "llama_q4_1_tied")
+SYNTH = ("llama_f32", "qwen2_q8_0", "lfm2_q8_0", "gemma2_f32", "gemma3_f32", "granite_f32", "llama_q4_1_tied",
+         "phi3_f32")
 VOCABS = ("ggml-vocab-llama-spm", "ggml-vocab-phi-3", "ggml-vocab-deepseek-coder")
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there! ¿Qué tal? 你好"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Count to three."}]

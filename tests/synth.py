@@ -15,18 +15,25 @@ ffn_down of even layers, as llama-quantize mixes it). gguf-py cannot quantize K-
 i-quants: those tensors are random *valid* blocks (random scales and quants, fp16
 super-block scales picked for the wanted spread). Types of 256-element blocks need rows
 that are multiples of 256, so such a `wtype` switches the defaults to hidden 256,
-head_dim 64 (qwen3, gemma3: key_length 128), ff 512.
+head_dim 64 (qwen3, gemma2, gemma3: key_length 128), ff 512.
 
 Overrides (keyword arguments, all optional): n_layers, hidden, n_heads, n_kv_heads,
 head_dim, ff, context, rms_eps, rope_base, tied (no output.weight), rope_freqs
 (Llama-3 frequency factors), qkv_bias, write_vocab_size, embedding_scale,
 residual_scale, attention_scale, logit_scale (granite), layer_types
 ("conv"/"attn" per layer) and l_cache (lfm2), sliding_window and swa_pattern
-(gemma3: local layers attend to the last sliding_window positions; every swa_pattern-th
-layer is global), tensor_types ({glob: type name} applied after wtype, e.g.
-{"token_embd.weight": "q8_0"}).
+(gemma2, gemma3: local layers attend to the last sliding_window positions; gemma3: every
+swa_pattern-th layer is global; gemma2: the odd layers), attn_softcap and final_softcap
+(gemma2's attn_logit_softcapping and final_logit_softcapping), tensor_types ({glob: type
+name} applied after wtype, e.g. {"token_embd.weight": "q8_0"}).
 
-gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already added
+phi3 writes q, k, v as one attn_qkv.weight and gate, up as one ffn_up.weight (2*ff rows, gate
+first), as llama.cpp's converter does, with LongRoPE's rope_factors_long / _short.weight;
+overrides rope_original_context (rope.scaling.original_context_length: llama.cpp uses the long
+factors where its padded n_ctx exceeds it), rope_attn_factor (rope.scaling.attn_factor) and
+n_rot (rope.dimension_count, 0: head_dim; Phi-4-mini rotates 3/4 of each head).
+
+gemma2 / gemma3 norms are written as the GGUF stores them (llama.cpp's converter has already added
 Gemma's +1), near 1 like every other arch's.
 """
 from __future__ import annotations
@@ -45,8 +52,9 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from cera.catalogue import sha256_file  # noqa: F401  (re-exported for the tests)
 
-ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3", "phi3")
 ARCHS += ("nomic-bert", "bert")   # encoders (ENCODER_VARIANTS): a WordPiece vocabulary, no LM head
+GEMMA = ("gemma2", "gemma3")   # post-norms, GeGLU, embeddings times sqrt(hidden)
 SUPER_BLOCK_WTYPES = {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "iq2_xxs", "iq2_xs", "iq2_s",
                       "iq3_xxs", "iq3_s", "iq4_xs"}   # 256-element blocks
 FILE_TYPES = {  # wtype -> general.file_type (llama_ftype)
@@ -87,8 +95,13 @@ class SynthConfig:
     logit_scale: float = 0.0
     layer_types: tuple = ()       # lfm2: "conv" / "attn" per layer
     l_cache: int = 3              # lfm2 conv kernel width (state keeps l_cache-1 rows)
-    sliding_window: int = 0       # gemma3: the local layers' window (0 = not written)
+    sliding_window: int = 0       # gemma2, gemma3: the local layers' window (0 = not written)
     swa_pattern: int = 0          # gemma3: every swa_pattern-th layer is global (0 = not written)
+    attn_softcap: float = 0.0     # gemma2: attn_logit_softcapping (0 = not written)
+    final_softcap: float = 0.0    # gemma2: final_logit_softcapping (0 = not written)
+    rope_original_context: int = 0    # phi3: rope.scaling.original_context_length (0 = not written)
+    rope_attn_factor: float = 0.0     # phi3: rope.scaling.attn_factor (0 = not written)
+    n_rot: int = 0                    # rope.dimension_count (0: head_dim)
     tensor_types: dict = field(default_factory=dict)
 
     @property
@@ -110,8 +123,17 @@ ARCH_DEFAULTS = {
                  rope_base=1000000.0, qk_norm=True),
     # layers 0 and 2 local with a window of 6 (shorter than the golden sequences), 1 and 3
     # global; one KV head and head_dim != hidden/n_heads, as in Gemma-3-270M
+    # layers 0 and 2 local with a window of 6, 1 and 3 global, on one RoPE base (not 10000, so
+    # that a local layer on gemma3's local base would show); soft-caps far below Gemma 2's 50 and
+    # 30, as the synthetic scores (~N(0, 1)) and logits (~N(0, 3)) are far smaller: both bite
+    "gemma2": dict(n_layers=4, ff=128, head_dim=32, rms_eps=1e-6, rope_base=1000000.0, sliding_window=6,
+                   attn_softcap=1.5, final_softcap=5.0),
     "gemma3": dict(n_layers=4, ff=128, n_kv_heads=1, head_dim=32, qk_norm=True, rms_eps=1e-6,
                    rope_base=1000000.0, sliding_window=6, swa_pattern=2),
+    # Phi-3.5-mini's shape in small: untied, fused q|k|v and gate|up, LongRoPE factors that differ
+    # from 1 (the long ones chosen: llama.cpp's padded n_ctx of 256 exceeds the original 128) and
+    # its attention factor; a sliding window of 6 that llama.cpp reads and switches off
+    "phi3": dict(ff=160, tied=False, rope_original_context=128, rope_attn_factor=1.19, sliding_window=6),
 }
 # encoders: every head its own KV head, LayerNorm eps as the real ones; nomic-bert: fused QKV,
 # SwiGLU, NEOX RoPE, no biases, mean pooling; bert: learned positions, biases, GELU, CLS pooling
@@ -137,7 +159,7 @@ def config_for(arch: str, *, wtype: str = "f32", seed: int = 0, **overrides) -> 
     params = dict(ARCH_DEFAULTS[arch])
     if wtype in SUPER_BLOCK_WTYPES:
         params.update(SUPER_BLOCK_DEFAULTS)
-        if arch in ("qwen3", "gemma3"):
+        if arch in ("qwen3", "gemma2", "gemma3"):
             params["head_dim"] = 128
     params.update(overrides)
     if "layer_types" in params:
@@ -283,13 +305,16 @@ def _tensors(cfg: SynthConfig):
     # logits ~ N(0, 3): head rows of std 3/sqrt(h) against a unit-rms normed state. Projections
     # back into the residual (attn_output, ffn_down, out_proj) are 2x "unit" so that the layers,
     # not the token's own embedding, dominate the residual stream (else a tied head mostly
-    # predicts its input token). Granite's embedding_scale and gemma3's sqrt(hidden) multiply the
+    # predicts its input token). Granite's embedding_scale and gemma's sqrt(hidden) multiply the
     # embeddings: undo it, and give a tied head's final norm that gain back.
     scale = _embedding_scale(cfg)
     embd_std = 3 / h ** 0.5 / scale
     yield "token_embd.weight", _normal(cfg, "token_embd.weight", (VOCAB_SIZE, h), embd_std), None, True
     if cfg.rope_freqs:
         yield "rope_freqs.weight", _llama3_rope_factors(cfg), None, False
+    if cfg.arch == "phi3":
+        for name in ("rope_factors_long.weight", "rope_factors_short.weight"):
+            yield name, _longrope_factors(cfg, name), None, False
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         kind = cfg.layer_types[i] if cfg.layer_types else "attn"
@@ -303,22 +328,32 @@ def _tensors(cfg: SynthConfig):
             yield p + "shortconv.out_proj.weight", _normal(cfg, p + "shortconv.out_proj.weight",
                                                            (h, h), OUT_GAIN * h ** -0.5), i, True
         else:
-            for proj, rows in (("attn_q", cfg.q_dim), ("attn_k", cfg.kv_dim), ("attn_v", cfg.kv_dim)):
-                yield p + proj + ".weight", _normal(cfg, p + proj + ".weight", (rows, h), h ** -0.5), i, True
+            qkv = [(p + proj + ".weight", _normal(cfg, p + proj + ".weight", (rows, h), h ** -0.5))
+                   for proj, rows in (("attn_q", cfg.q_dim), ("attn_k", cfg.kv_dim), ("attn_v", cfg.kv_dim))]
+            if cfg.arch == "phi3":
+                yield p + "attn_qkv.weight", np.concatenate([w for _, w in qkv]), i, True
+            for (name, w), rows in zip(qkv if cfg.arch != "phi3" else (), (cfg.q_dim, cfg.kv_dim, cfg.kv_dim)):
+                yield name, w, i, True
                 if cfg.qkv_bias:
-                    yield p + proj + ".bias", _normal(cfg, p + proj + ".bias", rows, 0.2), i, False
+                    bias = name.replace(".weight", ".bias")
+                    yield bias, _normal(cfg, bias, rows, 0.2), i, False
             if cfg.qk_norm:
                 yield p + "attn_q_norm.weight", _near_one(cfg, p + "attn_q_norm.weight", cfg.head_dim), i, False
                 yield p + "attn_k_norm.weight", _near_one(cfg, p + "attn_k_norm.weight", cfg.head_dim), i, False
             yield p + "attn_output.weight", _normal(cfg, p + "attn_output.weight",
                                                     (h, cfg.q_dim), OUT_GAIN * cfg.q_dim ** -0.5), i, True
-            if cfg.arch == "gemma3":
+            if cfg.arch in GEMMA:
                 yield p + "post_attention_norm.weight", _near_one(cfg, p + "post_attention_norm.weight", h), i, False
         yield p + "ffn_norm.weight", _near_one(cfg, p + "ffn_norm.weight", h), i, False
-        yield p + "ffn_gate.weight", _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5), i, True
-        yield p + "ffn_up.weight", _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5), i, True
+        gate = _normal(cfg, p + "ffn_gate.weight", (ff, h), h ** -0.5)
+        up = _normal(cfg, p + "ffn_up.weight", (ff, h), h ** -0.5)
+        if cfg.arch == "phi3":   # one matrix, gate rows first
+            yield p + "ffn_up.weight", np.concatenate([gate, up]), i, True
+        else:
+            yield p + "ffn_gate.weight", gate, i, True
+            yield p + "ffn_up.weight", up, i, True
         yield p + "ffn_down.weight", _normal(cfg, p + "ffn_down.weight", (h, ff), OUT_GAIN * ff ** -0.5), i, True
-        if cfg.arch == "gemma3":
+        if cfg.arch in GEMMA:
             yield p + "post_ffw_norm.weight", _near_one(cfg, p + "post_ffw_norm.weight", h), i, False
     # llama.cpp names LFM2's final norm token_embd_norm (LLM_TENSOR_OUTPUT_NORM_LFM2), though it is
     # applied after the last layer
@@ -330,8 +365,8 @@ def _tensors(cfg: SynthConfig):
 
 
 def _embedding_scale(cfg: SynthConfig) -> float:
-    """What the model multiplies the embeddings by: granite's embedding_scale, gemma3's sqrt(hidden)."""
-    return cfg.hidden ** 0.5 if cfg.arch == "gemma3" else (cfg.embedding_scale or 1.0)
+    """What the model multiplies the embeddings by: granite's embedding_scale, gemma's sqrt(hidden)."""
+    return cfg.hidden ** 0.5 if cfg.arch in GEMMA else (cfg.embedding_scale or 1.0)
 
 
 def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
@@ -354,12 +389,23 @@ def _llama3_rope_factors(cfg: SynthConfig) -> np.ndarray:
     return np.array(out, np.float32)
 
 
+def _longrope_factors(cfg: SynthConfig, name: str) -> np.ndarray:
+    """LongRoPE's per-pair frequency divisors (n_rot/2,), rising from 1 towards the low
+    frequencies as Phi-3's do: the long ones to 8, the short ones to 1.5, with some noise."""
+    n = (cfg.n_rot or cfg.head_dim) // 2
+    top = 8.0 if "long" in name else 1.5
+    ramp = 1.0 + (top - 1.0) * (np.arange(n) / max(n - 1, 1)) ** 2
+    return (ramp * (1.0 + 0.05 * _rng(cfg, name).standard_normal(n))).astype(np.float32)
+
+
 def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     a = cfg.arch
     if a in ENCODERS:
         _write_encoder_metadata(w, cfg)
         return
-    w.add_name(f"cera-synth-{a}-{cfg.wtype}")
+    # llama.cpp marks the special tokens of a model whose general.name contains "phi3" (it then
+    # needs "</s>" in the vocabulary): the synthetic vocabulary has none, so the name avoids it
+    w.add_name(f"cera-synth-{a.replace('phi3', 'phi_3')}-{cfg.wtype}")
     w.add_file_type(FILE_TYPES[cfg.wtype])
     if cfg.wtype not in ("f32", "f16", "bf16"):
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -375,7 +421,11 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     if cfg.head_dim != cfg.hidden // cfg.n_heads:
         w.add_key_length(cfg.head_dim)
         w.add_value_length(cfg.head_dim)
-    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.n_rot or cfg.head_dim)
+    if cfg.rope_original_context:
+        w.add_rope_scaling_orig_ctx_len(cfg.rope_original_context)
+    if cfg.rope_attn_factor:
+        w.add_rope_scaling_attn_factors(cfg.rope_attn_factor)
     w.add_rope_freq_base(cfg.rope_base)
     w.add_layer_norm_rms_eps(cfg.rms_eps)
     if cfg.write_vocab_size:
@@ -391,6 +441,10 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
         w.add_sliding_window(cfg.sliding_window)
     if cfg.swa_pattern:
         w.add_sliding_window_pattern(cfg.swa_pattern)
+    if cfg.attn_softcap:
+        w.add_attn_logit_softcapping(cfg.attn_softcap)
+    if cfg.final_softcap:
+        w.add_final_logit_softcapping(cfg.final_softcap)
     tokens, types, merges = tokenizer_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -464,12 +518,21 @@ VARIANTS: dict[str, dict] = {
     "lfm2_f32": dict(arch="lfm2"),
     "lfm2_q8_0": dict(arch="lfm2", wtype="q8_0"),
     "lfm2_q4_k": dict(arch="lfm2", wtype="q4_k"),
+    "gemma2_f32": dict(arch="gemma2"),
+    # llama-quantize's Q4_K_M of a tied model: Q6_K embedding (the head), Q4_K / Q6_K the rest
+    "gemma2_q4_k_m": dict(arch="gemma2", wtype="q4_k_m", tensor_types={"token_embd.weight": "q6_k"}),
     "gemma3_f32": dict(arch="gemma3"),
     # Gemma-3-270M Q4_K_M's mix: Q8_0 embedding and attn_v, Q5_0 q/k/gate/up, Q4_K / Q6_K the rest
     "gemma3_q4_k_m": dict(arch="gemma3", wtype="q4_k_m",
                           tensor_types={"token_embd.weight": "q8_0", "*.attn_v.weight": "q8_0",
                                         "*.attn_[qk].weight": "q5_0", "*.ffn_gate.weight": "q5_0",
                                         "*.ffn_up.weight": "q5_0"}),
+    "phi3_f32": dict(arch="phi3"),
+    # the short factors (original context 256: llama.cpp's padded n_ctx does not exceed it), a
+    # quantized fused q|k|v and gate|up
+    "phi3_q4_k_m": dict(arch="phi3", wtype="q4_k_m", rope_original_context=256),
+    # Phi-4-mini's partial rotation: the attention factor scales the rotated 3/4 of each head only
+    "phi3_q8_0_partial": dict(arch="phi3", wtype="q8_0", head_dim=32, n_heads=2, n_kv_heads=1, n_rot=24),
 }
 
 
@@ -542,8 +605,15 @@ LORA_VARIANTS: dict[str, dict] = {
     "qwen2_f32_qkv": dict(base="qwen2_f32", scale=1.0, rank=12, alpha=6.0, targets=("blk.*.attn_[qkv].weight",)),
     "granite_f32_out_down": dict(base="granite_f32", scale=2.0, rank=12, alpha=12.0,
                                  targets=("blk.*.attn_output.weight", "blk.*.ffn_down.weight")),
+    # gemma2: a local layer's attention (q soft-capped scores), a global layer's GLU apart (gate) and
+    # its post-normed down projection
+    "gemma2_f32_attn_ffn": dict(base="gemma2_f32", scale=1.0, rank=8, alpha=16.0, targets=(
+        "blk.0.attn_[qo]*.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_down.weight")),
     "lfm2_q8_0_conv": dict(base="lfm2_q8_0", scale=1.0, rank=12, alpha=16.0, targets=(
         "blk.*.shortconv.*_proj.weight", "blk.1.attn_q.weight", "blk.1.attn_output.weight", "blk.3.ffn_gate.weight")),
+    # phi3's fused matrices: q|k|v in both layers, gate|up in layer 0 (its GLU runs apart)
+    "phi3_f32_qkv_up": dict(base="phi3_f32", scale=1.0, rank=8, alpha=16.0,
+                            targets=("blk.*.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.attn_output.weight")),
 }
 
 

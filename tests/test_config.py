@@ -9,6 +9,7 @@ import pytest
 
 from cera.config import ATTENTION, CONV, FFN_GELU, FFN_SILU, MAX_HEAD_DIM, ROPE_NEOX, ROPE_NORM, ModelConfig
 from cera.errors import Unsupported
+from cera import weights
 from cera.gguf_file import GGUFFile
 
 HIDDEN, FF, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 96, 4, 2, 3, 50
@@ -16,12 +17,12 @@ HIDDEN, FF, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 96, 4, 2, 3, 50
 
 def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV_HEADS,
                meta: dict | None = None, drop=(), extra: dict | None = None, vocab_key=True,
-               embd_rows=VOCAB, head_shape=None, conv_layers=(1,)):
+               embd_rows=VOCAB, head_shape=None, conv_layers=(1,), n_layers=LAYERS):
     """(metadata, tensors) of a small model of `arch`; weights are zeros (only shapes matter here).
 
     meta overrides/extends the `{arch}.` keys (None deletes one); drop removes tensors."""
     hd = head_dim or HIDDEN // n_heads
-    md = {"block_count": LAYERS, "context_length": 128, "embedding_length": HIDDEN,
+    md = {"block_count": n_layers, "context_length": 128, "embedding_length": HIDDEN,
           "feed_forward_length": FF, "attention.head_count": n_heads,
           "attention.head_count_kv": n_kv, "rope.freq_base": 10000.0,
           "attention.layer_norm_rms_epsilon": 1e-5}
@@ -35,7 +36,7 @@ def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV
     is_conv = (lambda i: arch == "lfm2" and i in conv_layers)
     if arch == "lfm2":
         md["shortconv.l_cache"] = 3
-        md["attention.head_count_kv"] = [0 if is_conv(i) else n_kv for i in range(LAYERS)]
+        md["attention.head_count_kv"] = [0 if is_conv(i) else n_kv for i in range(n_layers)]
     md.update(meta or {})
     md = {k: v for k, v in md.items() if v is not None}
 
@@ -44,7 +45,7 @@ def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV
          ("token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight"): z(HIDDEN)}
     if arch in ("qwen2", "granite"):
         t["output.weight"] = z(*(head_shape or (VOCAB, HIDDEN)))
-    for i in range(LAYERS):
+    for i in range(n_layers):
         b = f"blk.{i}."
         t.update({b + "attn_norm.weight": z(HIDDEN), b + "ffn_norm.weight": z(HIDDEN),
                   b + "ffn_gate.weight": z(FF, HIDDEN), b + "ffn_up.weight": z(FF, HIDDEN),
@@ -61,7 +62,7 @@ def tiny_model(arch: str, *, head_dim: int | None = None, n_heads=HEADS, n_kv=KV
                       b + "attn_v.bias": z(n_kv * hd)})
         if arch in ("qwen3", "lfm2", "gemma3"):
             t.update({b + "attn_q_norm.weight": z(hd), b + "attn_k_norm.weight": z(hd)})
-        if arch == "gemma3":
+        if arch in ("gemma2", "gemma3"):
             t.update({b + "post_attention_norm.weight": z(HIDDEN), b + "post_ffw_norm.weight": z(HIDDEN)})
     t.update(extra or {})
     for name in drop:
@@ -189,6 +190,50 @@ def test_gemma3_refusals(tmp_path):
         load(tmp_path, "gemma3", meta={**GEMMA3, "final_logit_softcapping": 30.0})
 
 
+GEMMA2 = {"attention.sliding_window": 8, "attn_logit_softcapping": 20.0, "final_logit_softcapping": 15.0}
+
+
+def test_gemma2(tmp_path):
+    """Fixed by arch as llama.cpp's gemma2 loader does: GeGLU, post-norms, no QK-norm, NEOX RoPE,
+    embeddings times sqrt(hidden), attention scale 1/sqrt(key_length) (attention.scale not read);
+    even layers local, odd global (the pattern key is not read), every layer on the one RoPE base
+    and linear scaling; the soft-caps as the file says."""
+    cfg = load(tmp_path, "gemma2", head_dim=32, meta={**GEMMA2, "attention.scale": 0.5, "rope.freq_base_swa": 5000.0,
+                                                       "attention.sliding_window_pattern": 3,
+                                                       "rope.scaling.type": "linear", "rope.scaling.factor": 4.0})
+    assert cfg.ffn_act == FFN_GELU and cfg.post_norms and not cfg.qk_norm and cfg.rope_neox and cfg.tied_embeddings
+    assert cfg.embedding_scale == math.sqrt(HIDDEN) and cfg.attention_scale == 1 / math.sqrt(32)
+    assert cfg.sliding_window == 8 and cfg.layer_window == (8, 0, 8) and cfg.local_layers == (0, 2)
+    assert cfg.layer_rope_theta == (10000.0,) * 3 and cfg.layer_rope_freq_scale == (0.25,) * 3
+    assert (cfg.attn_softcap, cfg.final_softcap) == (20.0, 15.0)
+    assert "blk.2.post_ffw_norm.weight" in cfg.all_tensors() and "blk.0.attn_q_norm.weight" not in cfg.all_tensors()
+
+
+def test_gemma2_defaults(tmp_path):
+    """Without the keys, llama.cpp's gemma2 defaults: window 4096 (llama-model.cpp), soft-caps 50
+    and 30 (llama_hparams); no arch but gemma2 soft-caps."""
+    cfg = load(tmp_path, "gemma2")
+    assert cfg.layer_window == (4096, 0, 4096) and (cfg.attn_softcap, cfg.final_softcap) == (50.0, 30.0)
+    assert load(tmp_path, "gemma3", meta=GEMMA3).attn_softcap == 0.0 == load(tmp_path, "llama").final_softcap
+
+
+@pytest.mark.parametrize("arch,n_layers", [("gemma2", 46), ("gemma3", 62)])
+def test_gemma_27b_scales_queries_by_hidden_per_head(tmp_path, arch, n_layers):
+    """gemma_pytorch's query_pre_attn_scalar, as llama.cpp reads it: hidden/n_heads for the 27B
+    models (by their layer count), not key_length."""
+    cfg = load(tmp_path, arch, head_dim=32, n_layers=n_layers, meta=GEMMA2 if arch == "gemma2" else GEMMA3)
+    assert cfg.attention_scale == 1 / math.sqrt(HIDDEN // HEADS)
+
+
+def test_gemma2_refusals(tmp_path):
+    with pytest.raises(ValueError, match="tensor blk.1.post_ffw_norm.weight missing"):
+        load(tmp_path, "gemma2", meta=GEMMA2, drop=["blk.1.post_ffw_norm.weight"])
+    with pytest.raises(ValueError, match="a soft-cap must be positive"):
+        load(tmp_path, "gemma2", meta={**GEMMA2, "final_logit_softcapping": 0.0})
+    with pytest.raises(ValueError, match="attention.sliding_window is 0: must be at least 1"):
+        load(tmp_path, "gemma2", meta={**GEMMA2, "attention.sliding_window": 0})
+
+
 def test_vocab_falls_back_to_embedding_rows(tmp_path):
     assert load(tmp_path, "llama", vocab_key=False, embd_rows=70).vocab_size == 70
 
@@ -210,7 +255,7 @@ def test_token_ids_checked(tmp_path):
 def test_unknown_arch(tmp_path):
     md, t = tiny_model("llama")
     g = write(tmp_path / "gpt2.gguf", "gpt2", md, t)
-    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2': cera runs llama, qwen2, qwen3, granite, lfm2, gemma3"):
+    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2': cera runs llama, qwen2, qwen3, granite, lfm2, gemma2, gemma3"):
         ModelConfig.from_gguf(g)
 
 
@@ -270,3 +315,63 @@ def test_unsupported_rope_scaling(tmp_path):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     with pytest.raises(ValueError, match="rope scaling 'yarn' \\(factor 4.0\\) is not supported"):
         ModelConfig.from_gguf(GGUFFile.open(tmp_path / "yarn.gguf"))
+
+
+def phi3_model(meta: dict | None = None, qkv_rows: int | None = None, up_rows: int = 2 * FF):
+    """(metadata, tensors) of a small phi3: q, k, v fused into attn_qkv and gate, up into ffn_up as
+    llama.cpp's converter writes them, with distinct values (so a misplaced view shows), and
+    LongRoPE's long and short factors."""
+    md, t = tiny_model("phi3", meta={"attention.sliding_window": 8, "rope.scaling.original_context_length": 256,
+                                     "rope.scaling.attn_factor": 1.19, **(meta or {})})
+    t["output.weight"] = np.zeros((VOCAB, HIDDEN), np.float32)
+    rng = np.random.default_rng(0)
+    for i in range(LAYERS):
+        b = f"blk.{i}."
+        qkv = np.concatenate([t.pop(b + f"attn_{p}.weight") for p in "qkv"])
+        t[b + "attn_qkv.weight"] = rng.standard_normal((qkv_rows or qkv.shape[0], HIDDEN)).astype(np.float32)
+        del t[b + "ffn_gate.weight"]
+        t[b + "ffn_up.weight"] = rng.standard_normal((up_rows, HIDDEN)).astype(np.float32)
+    t["rope_factors_long.weight"] = np.full(8, 4.0, np.float32)
+    t["rope_factors_short.weight"] = np.full(8, 1.5, np.float32)
+    return md, t
+
+
+def test_phi3(tmp_path):
+    """llama.cpp's phi3: NEOX RoPE, an untied head; attn_qkv read as q, k, v (rows q_dim, kv_dim,
+    kv_dim: build_qkv's views) and ffn_up's 2*ff rows as gate then up (ggml_swiglu's halves), views
+    of the file's bytes; the sliding window switched off (load_arch_hparams); LongRoPE's long
+    factors where llama.cpp's n_ctx, padded to a multiple of 256, exceeds the original context."""
+    md, t = phi3_model()
+    g = write(tmp_path / "phi3.gguf", "phi3", md, t)
+    cfg = ModelConfig.from_gguf(g)
+    assert cfg.rope_neox and not cfg.tied_embeddings and cfg.q_dim == HIDDEN and cfg.kv_dim(0) == KV_HEADS * 16
+    assert cfg.layer_window == (0,) * LAYERS and cfg.ffn_act == FFN_SILU and not cfg.qkv_bias
+    assert math.isclose(cfg.rope_attn_factor, 1.19, rel_tol=1e-6) and cfg.rope_original_context == 256
+    assert "blk.0.attn_qkv.weight" not in g.tensors and g.fused["blk.1.attn_qkv.weight"] == tuple(
+        f"blk.1.attn_{p}.weight" for p in "qkv")
+    qkv, up = t["blk.1.attn_qkv.weight"], t["blk.1.ffn_up.weight"]
+    q, kv = HIDDEN, KV_HEADS * 16
+    parts = {"attn_q": qkv[:q], "attn_k": qkv[q:q + kv], "attn_v": qkv[q + kv:], "ffn_gate": up[:FF], "ffn_up": up[FF:]}
+    for name, want in parts.items():
+        assert np.array_equal(weights.tensor(g, f"blk.1.{name}.weight"), want), name
+    assert [cfg.rope_factors(n) for n in (64, 256, 257, 4096)] == [
+        "rope_factors_short.weight", "rope_factors_short.weight", "rope_factors_long.weight", "rope_factors_long.weight"]
+    padded = ModelConfig.from_gguf(write(tmp_path / "p.gguf", "phi3", *phi3_model({
+        "rope.scaling.original_context_length": 300})))
+    assert padded.rope_factors(290) == "rope_factors_long.weight"   # llama.cpp pads 290 to 512 > 300
+
+
+def test_phi3_without_attn_factor_or_original_context(tmp_path):
+    """rope.scaling.attn_factor defaults to 1, the original context to context_length (llama.cpp's
+    n_ctx_orig_yarn = n_ctx_train)."""
+    md, t = phi3_model({"rope.scaling.attn_factor": None, "rope.scaling.original_context_length": None})
+    cfg = ModelConfig.from_gguf(write(tmp_path / "phi3.gguf", "phi3", md, t))
+    assert cfg.rope_attn_factor == 1.0 and cfg.rope_original_context == 128
+    assert cfg.rope_factors(128) == "rope_factors_long.weight"   # padded to 256 > 128
+
+
+def test_phi3_refusals(tmp_path):
+    with pytest.raises(ValueError, match=r"tensor blk.0.attn_qkv.weight has shape \(100, 64\): its rows are not q, k, v"):
+        ModelConfig.from_gguf(write(tmp_path / "a.gguf", "phi3", *phi3_model(qkv_rows=100)))
+    with pytest.raises(ValueError, match=r"tensor blk.0.ffn_up.weight has shape \(96, 64\): phi3 fuses gate and up"):
+        ModelConfig.from_gguf(write(tmp_path / "b.gguf", "phi3", *phi3_model(up_rows=FF)))

@@ -15,8 +15,9 @@ from gpu_util import CACHES, F16_CACHE, F32_CACHE, as_cached, assert_close, cach
 from synth import write_model, write_variant
 
 # NORM and NEOX RoPE, Llama-3 frequency factors, QK-norm, a hybrid with conv state, per-layer
-# RoPE bases and sliding windows (gemma3)
-VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32", "gemma3_f32")
+# RoPE bases and sliding windows (gemma3), soft-caps (gemma2), LongRoPE factors and attention factor (phi3)
+VARIANTS = ("llama_f32", "qwen2_f32", "llama_f32_ropefreqs", "qwen3_f32", "lfm2_f32", "gemma2_f32", "gemma3_f32",
+            "phi3_f32")
 CTX = 48
 
 
@@ -56,7 +57,8 @@ def test_shift_moves_the_cache_and_rerotates_its_keys(engines, name, cache):
     before = {i: caches(i) for i in cfg.attention_layers}
     conv = {i: read(engine, b, (cfg.conv_kernel - 1, cfg.hidden)) for i, b in state.conv_state.items()}
     asyncio.run(engine.backend.shift(keep, discard, CTX))
-    freq = weights.tensor(engine.gguf, "rope_freqs.weight") if cfg.rope_freq_factors else None
+    factors = cfg.rope_factors(CTX)
+    freq = weights.tensor(engine.gguf, factors) if factors else None
     moved = CTX - keep - discard
     for i, (k, v) in before.items():
         k_after, v_after = caches(i)
@@ -72,7 +74,7 @@ def test_shift_moves_the_cache_and_rerotates_its_keys(engines, name, cache):
 
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "phi3"])
 def test_one_layer_shift_equals_a_fresh_prefill_of_what_it_keeps(tmp_path, device, arch, backend, cache):
     """With one layer, keys and values depend on their own token and position only, so the
     shifted cache must give exactly the logits of a fresh prefill of the retained tokens at their
@@ -96,7 +98,7 @@ def test_one_layer_shift_equals_a_fresh_prefill_of_what_it_keeps(tmp_path, devic
 
 
 @pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32", "gemma3_f32", "lfm2_f32"])
+@pytest.mark.parametrize("name", ["llama_f32", "qwen2_f32", "gemma2_f32", "gemma3_f32", "lfm2_f32", "phi3_f32"])
 def test_long_generation_shifts_and_matches_the_reference(engines, name, cache):
     """300 tokens in a 48-token context: several shifts, the GPU's greedy tokens equal the
     reference's with the same cache type, and the reason is max_tokens. Greedy runs in batches

@@ -119,16 +119,18 @@ def test_random_corruption_never_escapes_as_another_error(model):
     assert outcomes["ValueError"] > 0
 
 
-def test_a_split_model_opens_from_its_first_part_as_the_whole(tmp_path):
+@pytest.mark.parametrize("arch", ["qwen2", "phi3"])
+def test_a_split_model_opens_from_its_first_part_as_the_whole(tmp_path, arch):
     """A model split in two as llama.cpp's gguf-split does (gguf's writer, split_max_tensors):
-    its first part's path gives the whole model's metadata, tensor bytes and logits."""
-    whole = GGUFFile.open(write_model(tmp_path / "whole.gguf", "qwen2", wtype="q8_0"))
-    first = write_model(tmp_path / "split.gguf", "qwen2", wtype="q8_0", split_max_tensors=len(whole.tensors) // 2 + 1)
+    its first part's path gives the whole model's metadata, tensor bytes and logits (phi3: its
+    fused matrices read as their parts once the parts are joined, as in one file)."""
+    whole = GGUFFile.open(write_model(tmp_path / "whole.gguf", arch, wtype="q8_0"))
+    first = write_model(tmp_path / "split.gguf", arch, wtype="q8_0", split_max_tensors=len(whole.tensors) // 2 + 1)
     parts = sorted(tmp_path.glob("split-*.gguf"))
     assert [p.name for p in parts] == ["split-00001-of-00002.gguf", "split-00002-of-00002.gguf"] and first == parts[0]
     split = GGUFFile.open(first)
     assert split.source.size == sum(p.stat().st_size for p in parts)
-    assert split.tensors.keys() == whole.tensors.keys()
+    assert split.tensors.keys() == whole.tensors.keys() and split.fused == whole.fused
     for name in whole.tensors:
         assert split.read(name) == whole.read(name), name
     assert {k: v for k, v in split.metadata.items() if not k.startswith("split.")} == whole.metadata

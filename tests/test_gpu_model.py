@@ -65,7 +65,7 @@ def test_greedy_matches_llama_cpp(engines, name):
 
 
 @pytest.mark.parametrize("bits", [24, 8])
-@pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma3_q4_k_m"])
+@pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma2_q4_k_m", "gemma3_q4_k_m", "phi3_q4_k_m"])
 def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name, bits):
     """x's bits in decode (24 by default, 8 with Numerics(int8=True)): the Q4_K and Q6_K
     matvecs whose x is staged (a fused norm, attention's merge) take x in integers, the others
@@ -154,7 +154,7 @@ def check_greedy(gpu, golden, name):
                 break
 
 
-@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k", "gemma3_f32"])
+@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k", "gemma2_f32", "gemma3_f32", "phi3_f32"])
 def test_batched_greedy_equals_a_step_per_submission_and_the_reference(device, synth_gguf, name):
     """Greedy decode chains GREEDY_BATCH steps per submission (the remainder in powers of two);
     its tokens are those of one forward step per submission (keep_logits) and the reference's,

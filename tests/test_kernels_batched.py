@@ -520,11 +520,11 @@ ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2
 
 
 def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0,
-                     cache=F32_CACHE, bidirectional=False):
+                     cache=F32_CACHE, softcap=0.0, bidirectional=False):
     """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
     cache (of (K's, V's) cache type `cache`) is already filled; compare each with
     cera.ops.attention over the values as cached. With a sliding window, the slots before the
-    chunk's first row's window hold NaN: they must never be read."""
+    chunk's first row's window hold NaN: they must never be read. softcap: gemma2's."""
     rng = np.random.default_rng(seed)
     max_ctx = sum(n for n, _ in chunks) + 3
     k_cache = as_cached(rng.standard_normal((max_ctx, n_kv_heads, head_dim)), cache[0])
@@ -544,11 +544,12 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
                 write_cache(gpu, buf, np.concatenate([np.full_like(values[:lo], np.nan), values[lo:]]), t)
         d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
                                       n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
-                                      tiles=tiles, window=window, cache_types=cache, bidirectional=bidirectional)
+                                      tiles=tiles, window=window, cache_types=cache, softcap=softcap,
+                                      bidirectional=bidirectional)
         got = run(gpu, [d], out, (max_rows, n_heads, head_dim))
         want = ops.attention(q[:n_tokens], k_cache[: pos + n_tokens], v_cache[: pos + n_tokens],
                              np.arange(pos, pos + n_tokens), 1 / math.sqrt(head_dim) if scale is None else scale,
-                             window, causal=not bidirectional)
+                             window, softcap, causal=not bidirectional)
         assert_close(got[:n_tokens], want, 2e-5, 1e-4, f"chunk of {n_tokens} at pos {pos}")
         assert (got[n_tokens:] == 5.0).all(), "rows past step.n_tokens must stay untouched"
         pos += n_tokens
@@ -577,6 +578,18 @@ def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, ca
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
                      tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
+
+
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window,softcap", [
+    (256, 8, 4, 0, 2.0),     # Gemma-2-2B's heads (its cap, 50, never bites these scores: std ~2)
+    (64, 9, 3, 5, 1.0),      # a window shorter than a key tile
+    (18, 4, 2, 33, 1.5),     # the scalar path
+])
+@pytest.mark.parametrize("cache", CACHES)
+def test_prefill_attention_softcap(gpu, head_dim, n_heads, n_kv_heads, window, softcap, cache):
+    """gemma2's soft-capped scores, softcap * tanh(score / softcap) before the softmax."""
+    attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0625)], max_rows=37,
+                     window=window, cache=cache, softcap=softcap)
 
 
 @pytest.mark.parametrize("cache", CACHES)

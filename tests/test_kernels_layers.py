@@ -81,24 +81,27 @@ def test_glu_act(gpu, act, gated):
 
 # --- rope_kv ----------------------------------------------------------------------------------
 
-ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale
-    (64, 9, 3, False, None, False, False, 1.0),    # SmolLM2
-    (64, 4, 2, False, None, True, False, 1.0),     # Llama-3 rope_freqs
-    (128, 12, 2, True, None, False, False, 1.0),   # Qwen2.5
-    (80, 6, 6, True, None, False, True, 1.0),      # Qwen3 / LFM2 QK-norm
-    (16, 4, 2, False, None, True, True, 1.0),
-    (256, 4, 2, True, 192, False, True, 1.0),      # partial rotation
-    (80, 9, 3, False, 48, True, False, 1.0),
-    (256, 4, 1, True, None, False, True, 0.125),   # linear scaling (Gemma-3 4B+ global layers)
+ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_norm, freq_scale, attn_factor
+    (64, 9, 3, False, None, False, False, 1.0, 1.0),    # SmolLM2
+    (64, 4, 2, False, None, True, False, 1.0, 1.0),     # Llama-3 rope_freqs
+    (128, 12, 2, True, None, False, False, 1.0, 1.0),   # Qwen2.5
+    (80, 6, 6, True, None, False, True, 1.0, 1.0),      # Qwen3 / LFM2 QK-norm
+    (16, 4, 2, False, None, True, True, 1.0, 1.0),
+    (256, 4, 2, True, 192, False, True, 1.0, 1.0),      # partial rotation
+    (80, 9, 3, False, 48, True, False, 1.0, 1.0),
+    (256, 4, 1, True, None, False, True, 0.125, 1.0),   # linear scaling (Gemma-3 4B+ global layers)
+    (96, 4, 4, True, None, True, False, 1.0, 1.19),     # Phi-3.5-mini LongRoPE factors and attention factor
+    (128, 6, 2, True, 96, True, False, 1.0, 1.19),      # Phi-4-mini: the factor scales the rotated dims only
 ]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,stacked,cache",
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,stacked,cache",
                          [(*case, False, F32_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[0], True, F32_CACHE), (*ROPE_CASES[2], True, F32_CACHE)] +
                          [(*case, False, F16_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[2], False, cache) for cache in MIXED_CACHES])
-def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, stacked, cache):
+def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor, stacked,
+                 cache):
     """stacked: q, k, v are ranges of one buffer of rows q | k | v (a stacked prefill matmul's
     output, in_stride apart). cache: (K's, V's) cache type; an f16 value equals numpy's cast bit for
     bit (v holds rounding edges), an f16 key numpy's rounded within an ulp."""
@@ -121,7 +124,8 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
+                       attn_factor=attn_factor)
     dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
                               n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride,
                               cache_types=cache)
@@ -133,8 +137,8 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
         q_ref, k_ref = q[:n_tokens], k[:n_tokens]
         if qk_norm:
             q_ref, k_ref = ops.rms_norm(q_ref, qn, eps), ops.rms_norm(k_ref, kn, eps)
-        q_ref = ops.rope(q_ref, positions * freq_scale, theta, neox, n_rot, ff)
-        k_ref = ops.rope(k_ref, positions * freq_scale, theta, neox, n_rot, ff)
+        q_ref = ops.rope(q_ref, positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
+        k_ref = ops.rope(k_ref, positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
         q_got = read(gpu, qo, q.shape)
         assert_close(q_got[:n_tokens], q_ref, 1e-4, 1e-4, f"q pos {pos}")
         assert_close(q_got[n_tokens:], np.zeros_like(q[n_tokens:]), 0, 0, f"q rows past n_tokens pos {pos}")
@@ -164,17 +168,23 @@ ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_
     (64, 9, 3, None, layers.ATTENTION_SPLIT, 70),     # windows across a split edge ...
     (18, 6, 2, None, 16, 5),      # ... inside one split
 ]
+# (shape index, soft-cap): gemma2's soft-capped scores, with caps that bite on these scores (std ~2)
+SOFTCAP_CASES = [
+    ((256, 8, 4, 0.0625, layers.ATTENTION_SPLIT, 0), 2.0),   # Gemma-2-2B's heads (its cap: 50)
+    ((18, 6, 2, None, 16, 5), 1.0),                          # the scalar path, a window in one split
+]
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache",
-                         [(*shape, F32_CACHE) for shape in ATTENTION_SHAPES] +
-                         [(*shape, F16_CACHE) for shape in ATTENTION_SHAPES] +
-                         [(*ATTENTION_SHAPES[i], cache) for i in (0, 4) for cache in MIXED_CACHES])
-def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache):
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache,softcap",
+                         [(*shape, F32_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
+                         [(*shape, F16_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
+                         [(*ATTENTION_SHAPES[i], cache, 0.0) for i in (0, 4) for cache in MIXED_CACHES] +
+                         [(*shape, cache, cap) for shape, cap in SOFTCAP_CASES for cache in (F32_CACHE, F16_CACHE)])
+def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
     cache slots past the live length (and, with a sliding window, before the first row's window)
     and unwritten scratch records hold NaN and must not count. cache: (K's, V's) cache type, the
-    oracle reading the same rounded values."""
+    oracle reading the same rounded values; softcap: gemma2's soft-capped scores."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
@@ -189,7 +199,7 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch, window=window, cache_types=cache)
+                                  split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
@@ -205,15 +215,17 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
         device.write(step, pack_step(pos, n_tokens))
         submit(gpu, dispatches)
         got = read(gpu, out, q.shape)
-        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window)
+        ref = ops.attention(q[:n_tokens], k_cache[:n_keys], v_cache[:n_keys], np.arange(pos, n_keys), scale, window,
+                            softcap)
         assert_close(got[:n_tokens], ref, 1e-4, 1e-4, f"attention pos {pos} n_tokens {n_tokens}")
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,cache",
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,cache",
                          [(*case, F32_CACHE) for case in ROPE_CASES] + [(*case, F16_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES])
-def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, cache):
+def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor,
+                             cache):
     """Decode attention with RoPE fused (layers.attention's rope): one row's raw q | k | v in one
     buffer; the key and value of slot pos land in the cache, and the output equals rope + attention
     by numpy, at positions around the split edges (the slot's split reads what it just wrote).
@@ -225,7 +237,8 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
     rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
-                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None)
+                       upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
+                       attn_factor=attn_factor)
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     k_cache, v_cache = (as_cached(randn(max_ctx, n_kv_heads, head_dim), t) for t in cache)
     qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload_cache(gpu, k_cache, cache[0]), upload_cache(gpu, v_cache, cache[1])
@@ -240,8 +253,8 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
         submit(gpu, dispatches)
         positions = np.array([pos])
         q_ref, k_ref = (ops.rms_norm(q, qn, eps), ops.rms_norm(k, kn, eps)) if qk_norm else (q, k)
-        q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff)
-        k_ref = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff)[0]
+        q_ref = ops.rope(q_ref[None], positions * freq_scale, theta, neox, n_rot, ff, attn_factor)
+        k_ref = ops.rope(k_ref[None], positions * freq_scale, theta, neox, n_rot, ff, attn_factor)[0]
         got_k, got_v = (read_cache(gpu, b, k_cache.shape, t) for b, t in zip((kc, vc), cache))
         assert_close(got_k[pos], as_cached(k_ref, cache[0]), *cache_tolerance(cache[0]), f"k_cache pos {pos}")
         assert_close(got_v[pos], as_cached(v, cache[1]), 0, 0, f"v_cache pos {pos}")
@@ -371,3 +384,25 @@ def test_shortconv_over_steps(gpu, hidden, kernel):
         assert_close(read(gpu, out, (max_tokens, hidden))[:n_tokens], y, 1e-4, 1e-4, f"shortconv y at pos {pos}")
         assert_close(read(gpu, state_b, state.shape), state, 1e-6, 1e-6, f"shortconv state at pos {pos}")
         pos += n_tokens
+
+
+# --- logit soft-cap -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,softcap", [(1000, 30.0), (333, 5.0)])
+def test_logit_softcap(gpu, n, softcap):
+    """gemma2's final soft-cap in place, softcap * tanh(x / softcap) against numpy's tanh in float64,
+    for the step's rows only; saturating to +-softcap for huge and infinite logits (no NaN)."""
+    device, kernels, max_tokens = gpu.device, gpu.kernels, 4
+    logits = randn(max_tokens, n, scale=3 * softcap)
+    logits[0, :4] = [1e30, -1e30, np.inf, -np.inf]
+    logits[1, :3] = [0.0, 1e-6, -1e-3]
+    buf, step = upload(gpu, logits), device.buffer(STEP_BYTES, "step", uniform=True)
+    dispatch = layers.logit_softcap(kernels, device, buf, step, n=n, softcap=softcap, max_tokens=max_tokens)
+    device.write(step, pack_step(0, 3))
+    submit(gpu, dispatch)
+    got = read(gpu, buf, logits.shape)
+    want = softcap * np.tanh(logits[:3].astype(np.float64) / softcap)
+    assert_close(got[:3], want, 1e-5 * softcap, 1e-5, "soft-capped logits")
+    assert np.array_equal(got[3], logits[3]), "rows past step.n_tokens must stay untouched"
+    with pytest.raises(InvalidArgument, match="must be positive"):
+        layers.logit_softcap(kernels, device, buf, step, n=n, softcap=0.0)

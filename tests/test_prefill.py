@@ -17,10 +17,11 @@ from synth import write_variant
 
 CHUNKS = (7, 128, 512)
 VARIANTS = ("llama_f32", "llama_q4_1_tied", "qwen2_q4_k_m", "qwen3_q4_0", "granite_q5_1", "lfm2_q4_k", "lfm2_f32",
-            "gemma3_f32", "gemma3_q4_k_m")
+            "gemma2_f32", "gemma2_q4_k_m", "gemma3_f32", "gemma3_q4_k_m", "phi3_q4_k_m")
 # (variant, chunk, K's and V's cache type): f32, the precision claim; f16, cera's default
 CASES = [(name, chunk, "f32") for name in VARIANTS for chunk in CHUNKS] + \
-        [("gemma3_f32", 5, "f32")] + [(name, 128, "f16") for name in VARIANTS]   # 5 < window < 7
+        [("gemma2_f32", 5, "f32"), ("gemma3_f32", 5, "f32")] + \
+        [(name, 128, "f16") for name in VARIANTS]   # 5 < window < 7
 LOGIT_TOLERANCE = {"f32": 1e-4, "f16": F16_CACHE_TOLERANCE}
 PROMPT = np.random.default_rng(1).integers(0, 300, 150).tolist()   # ids below every synth vocab (309)
 NEW_TOKENS = 12

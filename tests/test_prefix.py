@@ -21,7 +21,7 @@ A, B = RNG.integers(0, 200, 30).tolist(), RNG.integers(0, 200, 9).tolist()
 
 @pytest.fixture(scope="module")
 def models(synth_gguf):
-    return {name: synth_gguf(name) for name in ("llama_q4_0", "qwen2_f32", "lfm2_q4_k")}
+    return {name: synth_gguf(name) for name in ("llama_q4_0", "qwen2_f32", "lfm2_q4_k", "gemma2_q4_k_m", "phi3_f32")}
 
 
 def engine(g, device, backend, cache=None, numerics=Numerics()):
@@ -46,7 +46,7 @@ def assert_same_logits(warm, cold, kv=("f32", "f32")):
 
 @pytest.mark.parametrize("kv", CACHES)
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
-@pytest.mark.parametrize("name", ["llama_q4_0", "qwen2_f32", "lfm2_q4_k"])
+@pytest.mark.parametrize("name", ["llama_q4_0", "qwen2_f32", "lfm2_q4_k", "gemma2_q4_k_m", "phi3_f32"])
 def test_a_prompt_that_extends_the_conversation_prefills_only_its_tail(models, device, name, backend, kv):
     e = engine(models[name], device, backend, numerics=cache_numerics(kv))
     first = generate(e, A)

@@ -17,6 +17,7 @@ them float32:
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from gguf import GGMLQuantizationType as Q
 
 import synth
 from cera import catalogue, ops, weights
-from cera.config import FFN_GELU
+from cera.config import FFN_GELU, LOCAL_ROPE_THETA_DEFAULT
 from cera.gguf_file import GGUFFile
 from cera.engine import Engine, ReferenceBackend
 from cera.reference import Reference
@@ -156,7 +157,7 @@ def synth_model(name: str, directory: Path) -> tuple[dict, GGUFFile]:
     return g, GGUFFile.open(path)
 
 
-GELU_ARCHS = ("gemma3",)
+GELU_ARCHS = ("gemma2", "gemma3")
 
 
 def exact(g: dict) -> bool:
@@ -223,9 +224,31 @@ def test_synth_greedy(name, synth_dir):
                 f"diverged at step {agree} where llama.cpp's margin is {margin} and ours {ours[-1] - ours[-2]}"
 
 
+@pytest.mark.parametrize("change", ["no attention soft-cap", "no final soft-cap", "no sliding window",
+                                    "local layers on gemma3's local RoPE base"])
+def test_gemma2_golden_sees_each_of_its_features(change, synth_dir):
+    """The gemma2 goldens pin each of what sets gemma2 apart: without it the ggml-numerics
+    reference, within ~1e-12 of llama.cpp (test_synth_logits_ggml_numerics), lands far off."""
+    g, gguf_file = synth_model("gemma2_f32", synth_dir)
+    model = GgmlCpuReference(gguf_file, 256)
+    cfg = model.cfg
+    model.cfg = replace(cfg, **{
+        "no attention soft-cap": dict(attn_softcap=0.0),
+        "no final soft-cap": dict(final_softcap=0.0),
+        "no sliding window": dict(layer_window=(0,) * cfg.n_layers),
+        "local layers on gemma3's local RoPE base": dict(layer_rope_theta=tuple(
+            LOCAL_ROPE_THETA_DEFAULT if w else t for w, t in zip(cfg.layer_window, cfg.layer_rope_theta))),
+    }[change])
+    seq = g["sequences"][2]                                               # 40 tokens, past the window
+    logits = model.forward(seq["tokens"], 0)[seq["logits_positions"]]
+    nmse, _ = agreement(logits, np.array(seq["logits"]))
+    print(f"{change}: nMSE median {np.median(nmse):.2e}")
+    assert np.median(nmse) > 1e-4
+
+
 # ---- the forward pass's own contract ------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["lfm2_f32", "qwen3_f32", "granite_f32", "gemma3_f32"])
+@pytest.mark.parametrize("name", ["lfm2_f32", "qwen3_f32", "granite_f32", "gemma2_f32", "gemma3_f32"])
 def test_chunked_and_incremental_match_one_batch(name, synth_dir):
     """KV cache and conv state carry across calls: chunks and single tokens give the batch's logits."""
     _, gguf_file = synth_model(name, synth_dir)

@@ -371,7 +371,7 @@ def test_real_smollm2_samples_as_the_reference(smollm2_engines, settings):
     assert run(gpu) == run(ref)
 
 
-@pytest.mark.parametrize("variant", ["qwen2_q4_k_m", "qwen3_q4_0", "granite_q5_1", "lfm2_q4_k", "gemma3_q4_k_m"])
+@pytest.mark.parametrize("variant", ["qwen2_q4_k_m", "qwen3_q4_0", "granite_q5_1", "lfm2_q4_k", "gemma2_q4_k_m", "gemma3_q4_k_m"])
 def test_every_arch_samples_as_the_reference(synth_gguf, device, variant):
     g = synth_gguf(variant)
     gpu, ref = (asyncio.run(Engine.load(g, d, ctx=64)) for d in (device, None))

@@ -2,6 +2,7 @@
 concurrent streams that do not mix, a client that leaves stops its generation, OpenAI-shaped
 errors, Ctrl-C. Most tests run the app in-process on a small synthetic model; the CLI and
 SmolLM2 (for a real chat template) run as subprocesses."""
+import asyncio
 import json
 import logging
 import re
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from contextlib import contextmanager
 
+import numpy as np
 import openai
 import pytest
 import uvicorn
@@ -194,8 +196,8 @@ def test_a_client_that_disconnects_stops_its_generation(runner, caplog):
         assert int(re.search(r"(\d+) generated", line)[1]) < LONG // 4, line
 
 
-def post_raw(url, body: bytes, headers=None):
-    req = urllib.request.Request(url + "/chat/completions", body, {"Content-Type": "application/json", **(headers or {})})
+def post_raw(url, body: bytes, path="/chat/completions"):
+    req = urllib.request.Request(url + path, body, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, json.load(resp)
@@ -338,3 +340,70 @@ def test_a_conversation_reuses_its_cached_prefix(runner):
 
 async def _reset(runner):
     runner.engine.reset()
+
+
+# ---- /v1/embeddings ----
+
+@pytest.fixture(scope="module")
+def reference(model_path):
+    """The same model on the numpy reference: the embeddings the server's must equal."""
+    from cera.engine import Engine
+    from cera.gguf_file import GGUFFile
+    return asyncio.run(Engine.load(GGUFFile.open(model_path), None, ctx=2048))
+
+
+def unit_mean(engine, text_or_ids):
+    row = asyncio.run(engine.embed(text_or_ids, "mean"))[0].astype(np.float64)
+    return row / np.linalg.norm(row)
+
+
+def test_embeddings_are_the_references_mean_at_unit_length(runner, reference):
+    """The official client (which asks for base64 and decodes it) and plain floats: each input's
+    mean-pooled hidden state scaled to length 1, equal to the numpy reference's; texts, token ids
+    and a batch of both; usage counts the tokens."""
+    texts = ["The cat sat on the mat.", "A GPU runs many threads at once.", "hello"]
+    ids = reference.embed_tokens(texts[1])
+    with serving(runner) as (url, _):
+        c = client(url)
+        out = c.embeddings.create(model=MODEL_ID, input=texts)
+        floats = c.embeddings.create(model=MODEL_ID, input=texts[:2], encoding_format="float")
+        batch = c.embeddings.create(model=MODEL_ID, input=[ids, ids[:3]])
+        one = c.embeddings.create(model=MODEL_ID, input=ids)
+    assert out.object == "list" and out.model == MODEL_ID and [d.index for d in out.data] == [0, 1, 2]
+    for d, text in zip(out.data, texts, strict=True):
+        assert d.object == "embedding" and len(d.embedding) == reference.cfg.hidden
+        np.testing.assert_allclose(d.embedding, unit_mean(reference, text), atol=2e-3)
+    assert out.usage.prompt_tokens == out.usage.total_tokens == sum(len(reference.embed_tokens(t)) for t in texts)
+    np.testing.assert_allclose(floats.data[0].embedding, out.data[0].embedding, atol=1e-6)   # float == base64
+    np.testing.assert_allclose(floats.data[1].embedding, out.data[1].embedding, atol=1e-6)
+    np.testing.assert_allclose(one.data[0].embedding, out.data[1].embedding, atol=1e-6)   # ids == their text
+    np.testing.assert_allclose(batch.data[0].embedding, out.data[1].embedding, atol=1e-6)
+    np.testing.assert_allclose(batch.data[1].embedding, unit_mean(reference, ids[:3]), atol=2e-3)
+    assert one.usage.prompt_tokens == len(ids) and batch.usage.prompt_tokens == len(ids) + 3
+
+
+def test_embeddings_leave_the_conversation_as_it_was(runner):
+    with serving(runner) as (url, _):
+        c = client(url)
+        before = complete(c, "hello world", 8).choices[0].text
+        c.embeddings.create(model=MODEL_ID, input="something else entirely")
+        assert complete(c, "hello world", 8).choices[0].text == before
+
+
+@pytest.mark.parametrize("body, param, says", [
+    (dict(input=""), "input", "empty"),
+    (dict(input=[]), "input", "non-empty array"),
+    (dict(input=["text", [1, 2]]), "input", "valid"),
+    (dict(input=["fine", ""]), "input", "input[1] is empty"),
+    (dict(input=[10 ** 9]), "input", "token"),
+    (dict(input="hi", encoding_format="int8"), "encoding_format", "float"),
+    (dict(input="hi", dimensions=8), "dimensions", "does not honour dimensions"),
+    (dict(input=None), "input", "input"),
+    (dict(input="hi", model="text-embedding-3-small"), "model", "does not exist"),
+])
+def test_bad_embedding_requests_get_openai_errors(runner, body, param, says):
+    with serving(runner) as (url, _):
+        status, answer = post_raw(url, json.dumps({"model": MODEL_ID, **body}).encode(), "/embeddings")
+    error = answer["error"]
+    assert status == (404 if param == "model" else 400) and set(error) == {"message", "type", "param", "code"}
+    assert error["param"].startswith(param) and says in error["message"], error

@@ -64,11 +64,12 @@ def test_variant_matches_golden(name, tmp_path):
         assert (p + "attn_q.bias" in f.tensors) == (a == "qwen2")
         assert (p + "attn_q_norm.weight" in f.tensors) == (a in ("qwen3", "lfm2", "gemma3"))
         assert (p + "post_attention_norm.weight" in f.tensors) == (p + "post_ffw_norm.weight" in f.tensors) \
-            == (a == "gemma3")
+            == (a in ("gemma2", "gemma3"))
         assert f.tensors[p + "ffn_down.weight"].shape == (cfg.hidden, cfg.ff)
 
-    if a in ("qwen3", "gemma3"):   # head_dim decoupled from hidden / n_heads
+    if a in ("qwen3", "gemma2", "gemma3"):   # head_dim decoupled from hidden / n_heads
         assert md[f"{a}.attention.key_length"] == cfg.head_dim != cfg.hidden // cfg.n_heads
+    if a in ("qwen3", "gemma3"):
         assert f.tensors["blk.0.attn_q_norm.weight"].shape == (cfg.head_dim,)
     if a == "granite":
         for key in ("embedding_scale", "residual_scale", "attention.scale", "logit_scale"):
@@ -81,6 +82,11 @@ def test_variant_matches_golden(name, tmp_path):
     if a == "gemma3":   # local layers with a window shorter than the golden sequences
         assert md["gemma3.attention.sliding_window"] == cfg.sliding_window < 8
         assert md["gemma3.attention.sliding_window_pattern"] == cfg.swa_pattern < cfg.n_layers
+    if a == "gemma2":   # a window shorter than the golden sequences; soft-caps that bite (not 50, 30)
+        assert md["gemma2.attention.sliding_window"] == cfg.sliding_window < 8
+        assert "gemma2.attention.sliding_window_pattern" not in md
+        assert md["gemma2.attn_logit_softcapping"] == cfg.attn_softcap < 50
+        assert md["gemma2.final_logit_softcapping"] == cfg.final_softcap < 30
     if cfg.rope_freqs:
         factors = np.frombuffer(f.read("rope_freqs.weight"), np.float32)
         assert factors.shape == (cfg.head_dim // 2,) and factors.min() == 1.0 and factors.max() == 8.0

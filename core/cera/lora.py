@@ -12,7 +12,8 @@ get_scale). The delta joins the matmul's result before anything else happens to 
 the GLU's activation, Granite's residual scale (llama-graph.cpp: build_lora_mm).
 
 cera adapts the projections of attention (q, k, v, output), of the FFN (gate, up, down) and of
-LFM2's short conv (in_proj, out_proj). The checks and their messages follow llama.cpp's
+LFM2's short conv (in_proj, out_proj); a pair on Phi-3's fused attn_qkv or gate|up ffn_up
+adapts each part with its rows of lora_b. The checks and their messages follow llama.cpp's
 (llama-adapter.cpp), each naming the tensor.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cera import weights
+from cera.config import unfused_adapter
 from cera.errors import BadFile, InvalidArgument, Unsupported
 from cera.gguf_file import GGUFFile
 
@@ -77,6 +79,9 @@ class LoraAdapter:
         if type(alpha) not in (int, float) or not math.isfinite(alpha):
             raise BadFile(f"adapter.lora.alpha is {alpha!r:.80}, not a finite number")
         alpha = float(alpha)
+        # a pair on a fused matrix (Phi-3's attn_qkv, ffn_up) becomes a pair per part, as the model's
+        # fused matrices read as their parts (cera.config.unfused)
+        gguf_file.tensors = unfused_adapter(gguf_file.tensors, model.fused, model.tensors)
         halves: dict[str, dict[str, object]] = {}
         for tensor in gguf_file.tensors.values():
             base, dot, half = tensor.name.rpartition(".")

@@ -4,15 +4,19 @@ the native server (cera.server) and the browser module (web/cera.js, through web
 Requests: OpenAI's fields, as plain values the caller has type-checked, become a Job.
 Responses: a Job's text pieces and Result become chat.completion / text_completion objects and
 their streamed chunks: ids, `created`, `choices[0].message` or `delta`, `finish_reason`, `usage`.
+Embeddings: `embeddings` answers a whole request (an engine call, not a Job).
 Pure Python: no HTTP, no pydantic, no js.
 """
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from itertools import accumulate
 
-from cera.engine import Result
+import numpy as np
+
+from cera.engine import Engine, Result
 from cera.errors import InvalidArgument
 from cera.runner import Job
 from cera.sampling import Sampler
@@ -29,6 +33,9 @@ FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", 
                   "cancelled": "stop",         # interrupted by the caller (cera.js's interrupt())
                   "no_allowed_token": "stop",  # the logit bias (or a constraint) left no token to choose
                   "tool_calls": "tool_calls"}
+ENCODINGS = ("float", "base64")   # an embedding as a list of numbers, or its little-endian f32 bytes in base64
+MAX_INPUTS = 2048                 # embeddings of one request, as OpenAI's limit
+EMBEDDING_POOLING = "mean"        # what one embedding of a text is, where the model names no pooling
 
 
 def chat_job(messages: list[dict], ctx: int, max_tokens: int | None = None,
@@ -174,3 +181,42 @@ class TextCompletion(Shape):
         return {"logprobs": {"tokens": texts, "token_logprobs": [p.logprob for p in result.logprobs],
                              "top_logprobs": [{self._piece(i)[0]: lp for i, lp in p.top} for p in result.logprobs],
                              "text_offset": offsets}}
+
+
+# ---- embeddings ----
+
+async def embeddings(engine: Engine, model: str, input, encoding_format: str = "float") -> dict:
+    """OpenAI's embeddings response (`object: "list"`) for `input`: a string, token ids, or a list
+    of either (at most MAX_INPUTS). Each is pooled to one row (EMBEDDING_POOLING) and scaled to
+    unit length, as OpenAI's and llama.cpp server's are, so a dot product is their cosine. The
+    engine's conversation stays as it was (Engine.embed)."""
+    if encoding_format not in ENCODINGS:
+        raise InvalidArgument(f"encoding_format {encoding_format!r}: choose one of {', '.join(ENCODINGS)}")
+    inputs = _embedding_inputs(input)
+    data, n_tokens = [], 0
+    for i, item in enumerate(inputs):
+        if not item:
+            raise InvalidArgument(f"input[{i}] is empty: nothing to embed")
+        ids = engine.embed_tokens(item) if isinstance(item, str) else item
+        pooling = engine.pooling if engine.pooling != "none" else EMBEDDING_POOLING   # an encoder's header's
+        row = (await engine.embed(ids, pooling))[0].astype(np.float32)
+        row /= np.linalg.norm(row) or 1.0
+        vector = base64.b64encode(row.astype("<f4").tobytes()).decode() if encoding_format == "base64" \
+            else row.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": vector})
+        n_tokens += len(ids)
+    return {"object": "list", "data": data, "model": model,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+
+
+def _embedding_inputs(input) -> list[str | list[int]]:
+    """OpenAI's `input` (a string, token ids, or a list of strings or of token-id lists) as a list."""
+    is_ids = lambda v: isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+    if isinstance(input, str) or (is_ids(input) and input):
+        return [input]
+    if isinstance(input, list) and input and (all(isinstance(v, str) for v in input) or all(map(is_ids, input))):
+        if len(input) > MAX_INPUTS:
+            raise InvalidArgument(f"input holds {len(input)} items; at most {MAX_INPUTS} a request")
+        return input
+    raise InvalidArgument("input must be a string, an array of token ids, or a non-empty array of strings or "
+                          "of token-id arrays")

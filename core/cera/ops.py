@@ -41,18 +41,20 @@ def rope_angles(pos: np.ndarray, theta: float, n_rot: int, freq_factors: np.ndar
 
 
 def rope(x: np.ndarray, pos, theta: float, neox: bool, n_rot: int | None = None,
-         freq_factors: np.ndarray | None = None) -> np.ndarray:
+         freq_factors: np.ndarray | None = None, attn_factor: float = 1.0) -> np.ndarray:
     """Rotary position embedding (ggml_rope_ext with freq_scale 1, no YaRN).
 
     x (T, n_heads, head_dim), pos (T,) ints -> (T, n_heads, head_dim).
     NORM layout (llama, granite) rotates interleaved pairs (2i, 2i+1); NEOX layout (qwen2,
-    qwen3, lfm2) rotates (i, i + n_rot/2). Only the first n_rot dims rotate; the rest pass."""
+    qwen3, lfm2) rotates (i, i + n_rot/2). Only the first n_rot dims rotate; the rest pass.
+    The rotated pairs are scaled by attn_factor (ggml's mscale: cos and sin times it; Phi-3's
+    rope.scaling.attn_factor)."""
     T, n_heads, head_dim = x.shape
     n_rot = head_dim if n_rot is None else n_rot
     assert n_rot % 2 == 0 and n_rot <= head_dim, (n_rot, head_dim)
     angle = rope_angles(np.asarray(pos).reshape(T), theta, n_rot, freq_factors)   # (T, n_rot/2)
-    cos = np.cos(angle).astype(np.float32)[:, None, :]   # (T, 1, n_rot/2)
-    sin = np.sin(angle).astype(np.float32)[:, None, :]
+    cos = (np.cos(angle) * attn_factor).astype(np.float32)[:, None, :]   # (T, 1, n_rot/2)
+    sin = (np.sin(angle) * attn_factor).astype(np.float32)[:, None, :]
     out = x.astype(np.float32).copy()
     if neox:
         x0, x1 = x[..., : n_rot // 2], x[..., n_rot // 2: n_rot]   # (T, n_heads, n_rot/2) each
@@ -72,13 +74,14 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, window: int = 0,
-              causal: bool = True) -> np.ndarray:
+              softcap: float = 0.0, causal: bool = True) -> np.ndarray:
     """Causal grouped-query attention of T query rows against a KV cache (not `causal`: every
     row sees every key, an encoder's).
 
     q (T, n_heads, hd) for tokens at positions pos (T,); k, v (S, n_kv_heads, hd) caches
     holding positions 0..S-1 (S > max(pos)). The row at position p sees keys 0..p, or with a
     sliding `window` only keys p-window+1..p (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask).
+    A `softcap` (gemma2) caps the scaled scores before the mask: softcap * tanh(score / softcap).
     Head h reads kv head h // (n_heads // n_kv_heads). -> (T, n_heads, hd)."""
     T, n_heads, hd = q.shape
     S, n_kv_heads, _ = k.shape
@@ -95,9 +98,16 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos, scale: float, wi
         heads = slice(kh * group, (kh + 1) * group)                   # the query heads reading kv head kh
         qh = q[:, heads, :].transpose(1, 0, 2)                        # (group, T, hd)
         scores = (qh @ k[:, kh, :].T) * np.float32(scale)             # (group, T, S)
+        if softcap:
+            scores = soft_cap(scores, softcap)
         att = softmax(np.where(hidden, -np.inf, scores))              # (group, T, S)
         out[:, heads, :] = (att @ v[:, kh, :]).transpose(1, 0, 2)     # (T, group, hd)
     return out
+
+
+def soft_cap(x: np.ndarray, cap: float) -> np.ndarray:
+    """Gemma 2's soft-capping: cap * tanh(x / cap), smooth, odd, bounded by cap."""
+    return (np.float32(cap) * np.tanh(x.astype(np.float32) * np.float32(1.0 / cap))).astype(np.float32)
 
 
 def silu(x: np.ndarray) -> np.ndarray:

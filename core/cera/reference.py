@@ -9,8 +9,9 @@ hd the head size.
 
 One code path covers every supported arch; the differences are read from ModelConfig:
 Granite's four scalars, Qwen2's QKV bias, Qwen3 / LFM2 / Gemma3 per-head QK-norm, NORM / NEOX
-RoPE with Llama-3 frequency factors, tied or untied LM head, LFM2's conv blocks, and Gemma3's
-post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window and RoPE base.
+RoPE with Llama-3 or LongRoPE (Phi-3) frequency factors, tied or untied LM head, LFM2's conv
+blocks, Gemma's post-norms, GeGLU, sqrt(hidden) embedding scale and per-layer sliding window (and
+Gemma3's per-layer RoPE base), and Gemma2's soft-capped attention scores and logits.
 Weights are dequantized once (float32) and cached, so prefill runs as batched matmuls.
 LoRA adapters (cera.lora) join every matmul of a matrix they adapt: W x + s * B (A x).
 """
@@ -40,7 +41,8 @@ class Reference:
         self.cfg = cfg = ModelConfig.from_gguf(gguf_file)
         self.ctx = cfg.context(ctx)
         self._weights: dict[str, np.ndarray] = {}   # tensor name -> float32, dequantized once
-        self.freq_factors = self.w("rope_freqs.weight") if cfg.rope_freq_factors else None   # (n_rot/2,)
+        factors = cfg.rope_factors(self.ctx)   # Llama 3's, or LongRoPE's long or short ones for this context
+        self.freq_factors = self.w(factors) if factors else None   # (n_rot/2,)
         self.k_dtype, self.v_dtype = kv_dtype if isinstance(kv_dtype, tuple) else (kv_dtype, kv_dtype)
         self._allocate_caches()
 
@@ -87,7 +89,8 @@ class Reference:
 
     def shift(self, keep: int, discard: int) -> None:
         """Context shift: drop cached positions keep..keep+discard-1, moving the later ones down
-        by `discard`, keys re-rotated by -discard positions (RoPE composes: R(p - d) = R(-d) R(p)).
+        by `discard`, keys re-rotated by -discard positions (RoPE composes: R(p - d) = R(-d) R(p);
+        the attn_factor scaling stays as the keys were written with it).
         The conv state carries no position and stays."""
         cfg, n = self.cfg, self.n_past - keep - discard
         if keep < 0 or discard < 1 or n < 0:
@@ -113,6 +116,8 @@ class Reference:
         logits = self.matmul(x, cfg.lm_head)[:, : cfg.vocab_size]   # (T, vocab)
         if cfg.logit_scale != 1.0:
             logits = logits * np.float32(1.0 / cfg.logit_scale)
+        if cfg.final_softcap:
+            logits = ops.soft_cap(logits, cfg.final_softcap)          # (T, vocab) gemma2
         return logits.astype(np.float32, copy=False)
 
     def embed(self, tokens) -> np.ndarray:
@@ -171,15 +176,15 @@ class Reference:
         else:
             xb = self._attention(il, xb, pos)                            # (T, hidden)
         if cfg.post_norms:
-            xb = ops.rms_norm(xb, w("post_attention_norm.weight"), cfg.eps)   # (T, hidden) gemma3
+            xb = ops.rms_norm(xb, w("post_attention_norm.weight"), cfg.eps)   # (T, hidden) gemma
         x = x + xb * residual_scale                                      # residual (granite scales it)
 
-        # feed-forward: SwiGLU, or GeGLU (gemma3)
+        # feed-forward: SwiGLU, or GeGLU (gemma)
         xb = ops.rms_norm(x, w("ffn_norm.weight"), cfg.eps)             # (T, hidden)
         hb = self.glu(matmul(xb, "ffn_gate.weight"), matmul(xb, "ffn_up.weight"))     # (T, ff)
         xb = matmul(hb, "ffn_down.weight")                               # (T, hidden)
         if cfg.post_norms:
-            xb = ops.rms_norm(xb, w("post_ffw_norm.weight"), cfg.eps)   # (T, hidden) gemma3
+            xb = ops.rms_norm(xb, w("post_ffw_norm.weight"), cfg.eps)   # (T, hidden) gemma
         return x + xb * residual_scale
 
     def glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -209,16 +214,16 @@ class Reference:
         # RoPE on q and k, with this layer's base (linear scaling stretches positions by 1/freq_scale)
         theta, freq_scale = cfg.layer_rope_theta[il], cfg.layer_rope_freq_scale[il]
         rope_pos = pos * freq_scale if freq_scale != 1.0 else pos
-        q = ops.rope(q, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
-        k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors)
+        q = ops.rope(q, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors, cfg.rope_attn_factor)
+        k = ops.rope(k, rope_pos, theta, cfg.rope_neox, cfg.n_rot, self.freq_factors, cfg.rope_attn_factor)
 
         # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
-        # (a local layer only over the last layer_window of them)
+        # (a local layer only over the last layer_window of them; gemma2 soft-caps the scores)
         key_cache, value_cache = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
         key_cache[pos], value_cache[pos] = k, v
         S = int(pos[-1]) + 1
         att = ops.attention(q, key_cache[:S].astype(np.float32), value_cache[:S].astype(np.float32),
-                            pos, cfg.attention_scale, cfg.layer_window[il])   # (T, H, hd)
+                            pos, cfg.attention_scale, cfg.layer_window[il], cfg.attn_softcap)   # (T, H, hd)
 
         # output projection
         return matmul(att.reshape(T, H * hd), "attn_output.weight")     # (T, hidden)

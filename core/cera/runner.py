@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cera import catalogue, hub
-from cera.engine import DEFAULT_CTX, Engine, Result
+from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, Engine, Result
 from cera.errors import InvalidArgument, ModelNotFound
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import DEFAULT_CHUNK
@@ -40,7 +40,7 @@ class Job:
     the first of `stop` (that text and what follows are left out), EOS, or `max_tokens`."""
     prompt: str | list[int] | None = None
     messages: list[dict] | None = None
-    max_tokens: int = 128
+    max_tokens: int = DEFAULT_MAX_TOKENS
     sampler: Sampler = field(default_factory=Sampler)
     stop: tuple[str, ...] = ()
     adapters: tuple[str | int, ...] | None = None   # LoRA adapters by name or index; None: every one loaded
@@ -161,8 +161,8 @@ async def load_loras(engine: Engine, loras, progress=None) -> None:
 
 def open_device(backend: str):
     """The native GPU device, or None for the numpy reference. "auto" takes the GPU unless its
-    adapter emulates one on the CPU (lavapipe, SwiftShader): there the numpy reference decodes
-    about 4x and prefills about 200x faster (docs/PERFORMANCE.md), so it runs, saying so."""
+    adapter emulates one on the CPU (lavapipe, SwiftShader): there the numpy reference is much
+    faster (docs/PERFORMANCE.md, decisions), so it runs, saying so."""
     if backend not in BACKENDS:
         raise InvalidArgument(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if backend == "reference":
@@ -232,11 +232,16 @@ class Runner:
         """Queue `job`; the Future gives its Result. on_text(piece) is called on the engine
         thread as text becomes final. should_stop() (called from the engine thread, before the
         job starts and before each token) ends it early: stop_reason "cancelled"."""
-        return asyncio.run_coroutine_threadsafe(self._run(job, on_text, should_stop), self._loop)
+        return self.queue(lambda engine: run_job(engine, job, on_text, should_stop))
 
-    async def _run(self, job: Job, on_text, should_stop) -> Result:
-        async with self._turn:   # FIFO
-            return await run_job(self.engine, job, on_text, should_stop)
+    def queue(self, work) -> Future:
+        """Queue `work(engine)`, a coroutine function, behind the jobs before it (FIFO); the
+        Future gives what it returns."""
+        return asyncio.run_coroutine_threadsafe(self._in_turn(work), self._loop)
+
+    async def _in_turn(self, work):
+        async with self._turn:
+            return await work(self.engine)
 
     def close(self) -> None:
         """Cancel the jobs (one in progress ends after its current step) and stop the thread."""

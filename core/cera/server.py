@@ -2,8 +2,9 @@
 
     GET  /v1/models, /v1/models/{id}
     POST /v1/completions, /v1/chat/completions   (server-sent events with "stream": true)
+    POST /v1/embeddings
 
-One engine serves every request (cera.runner): generations run one at a time, in arrival order;
+One engine serves every request (cera.runner): requests run one at a time, in arrival order;
 past `max_queue` waiting requests the server answers 429. A client that disconnects stops its
 generation within a token; Ctrl-C stops them all, then the server. Every error is OpenAI's
 shape, {"error": {"message", "type", "param", "code"}}, never a traceback.
@@ -29,8 +30,8 @@ from starlette.routing import Route
 
 from cera.engine import Result
 from cera.errors import CeraError, ContextFull
-from cera.openai_shapes import (COMPLETION_MAX_TOKENS, TEMPERATURE, TOP_K, TOP_P, ChatCompletion, TextCompletion,
-                                chat_job, completion_job)
+from cera.openai_shapes import (COMPLETION_MAX_TOKENS, ENCODINGS, TEMPERATURE, TOP_K, TOP_P, ChatCompletion,
+                                TextCompletion, chat_job, completion_job, embeddings)
 from cera.runner import Job, Runner
 
 log = logging.getLogger("cera.server")
@@ -88,11 +89,7 @@ class Sampling(BaseModel):
     grammar: str | None = Field(None, description="llama.cpp server's: the reply matches this GBNF (or Lark) grammar")
 
     def sampling(self) -> dict:
-        unknown = sorted(set(self.model_extra or ()) - IGNORED)
-        if unknown:
-            raise ApiError(400, f"cera does not honour {', '.join(unknown)} (it takes "
-                                f"{', '.join(sorted(type(self).model_fields))})", param=unknown[0],
-                           code="unsupported_parameter")
+        _refuse_unknown(self)
         return self.model_dump(include={"temperature", "top_p", "top_k", "frequency_penalty", "presence_penalty",
                                         "min_p", "repeat_penalty", "penalty_last_n", "seed", "logit_bias", "stop",
                                         "lora", "response_format", "json_schema", "grammar", *self._fields})
@@ -142,6 +139,21 @@ class CompletionRequest(Sampling):
     _fields = ("logprobs",)
 
 
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal[ENCODINGS] = "float"
+
+
+def _refuse_unknown(request: BaseModel) -> None:
+    unknown = sorted(set(request.model_extra or ()) - IGNORED)
+    if unknown:
+        raise ApiError(400, f"cera does not honour {', '.join(unknown)} (it takes "
+                            f"{', '.join(sorted(type(request).model_fields))})", param=unknown[0],
+                       code="unsupported_parameter")
+
+
 # ---- the server ----
 
 class Server:
@@ -158,6 +170,7 @@ class Server:
             Route("/v1/models/{model_id:path}", self.model, methods=["GET"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
         ], exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal_error})
         self.app.add_middleware(_RequireKey, server=self)
 
@@ -201,14 +214,31 @@ class Server:
                    req.max_completion_tokens, **req.sampling())
         return await self._answer(request, req, job, ChatCompletion)
 
-    async def _answer(self, request: Request, req: Sampling, job: Job, shape) -> Response:
-        self._check_model(req.model)
+    async def embeddings(self, request: Request) -> Response:
+        req = await _parse(request, EmbeddingRequest)
+        _refuse_unknown(req)
+        self._admit(req.model)
+        self.admitted += 1
+        try:
+            future = self.runner.queue(lambda engine: embeddings(engine, self.model_id, req.input, req.encoding_format))
+            return JSONResponse(await asyncio.wrap_future(future))
+        except Exception as err:   # noqa: BLE001 - the engine's refusals in OpenAI's shape
+            raise _engine_error(err, "input") from None
+        finally:
+            self.admitted -= 1
+
+    def _admit(self, model: str | None) -> None:
+        """Refuse a request for another model, while shutting down, or past the queue's length."""
+        self._check_model(model)
         if self.closing.is_set():
             raise ApiError(503, "the server is shutting down", "server_error", code="server_shutting_down")
-        if self.admitted > self.max_queue:   # one generating, max_queue waiting
+        if self.admitted > self.max_queue:   # one running, max_queue waiting
             raise ApiError(429, f"{self.admitted} requests are ahead of this one (the server queues at most "
-                                f"{self.max_queue} behind the one generating); retry later",
+                                f"{self.max_queue} behind the one running); retry later",
                            "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"})
+
+    async def _answer(self, request: Request, req: Sampling, job: Job, shape) -> Response:
+        self._admit(req.model)
         call = _Call(self, request, job, shape(self.model_id, self.runner.engine.tokenizer))
         first = await call.next()   # before answering: a request the engine refuses gets its status
         if first[0] == "gone":

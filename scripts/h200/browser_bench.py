@@ -31,8 +31,8 @@ import aiohttp
 BENCH = """
 import json, numpy as np
 from cera.sampling import Sampler
-from cera_web.app import _sessions
-e = _sessions[-1].engine
+from cera_web.session import sessions
+e = sessions[-1].engine
 ids = np.random.default_rng(0).integers(0, e.cfg.vocab_size, 512).tolist()
 settings = json.loads(%r)
 runs = []
@@ -50,8 +50,8 @@ json.dumps({"prefill_tokens_per_s": max(r.prefill_tokens_per_s for r in runs),
 
 PROFILE = """
 from cera.gpu import profile
-from cera_web.app import _sessions
-model = _sessions[-1].engine.backend
+from cera_web.session import sessions
+model = sessions[-1].engine.backend
 lines = await profile.decode_report(model, 512, 2500.0, 12)
 model.reset()
 lines += await profile.prefill_report(model, list(range(1, 513)), 12)

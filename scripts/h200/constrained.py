@@ -35,9 +35,9 @@ result = json.dumps(out)
 
 # in the page's worker: XGrammar started over the loaded model's vocabulary, as a request would
 PAGE = """
-from cera_web.app import _sessions
+from cera_web.session import sessions
 from cera_web.grammar import XGrammar
-session = _sessions[-1]
+session = sessions[-1]
 engine = session.engine
 engine.grammars = await XGrammar.load(session.grammar_host, engine.tokenizer, engine.cfg.vocab_size)
 replies = %d

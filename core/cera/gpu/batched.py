@@ -40,7 +40,7 @@ from cera.config import FFN_SILU, MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
-from cera.gpu.layers import F32_CACHE, cache_flags, window_define
+from cera.gpu.layers import F32_CACHE, cache_flags, softcap_define, window_define
 from cera.gpu.matmul import MATVEC_TYPES, gelu_flag, row_bytes, row_tiles, weight_flags
 from cera.gpu.numerics import value_bytes
 
@@ -81,12 +81,11 @@ class MatmulTiles:
 
 
 # Preferred first; bk is a multiple of 16 (a quant unit), and the 16 KiB entries are the fallback
-# every WebGPU device grants. Measured on an H200 (docs/PERFORMANCE.md, 2026-12-02): 4x4 outputs
-# per invocation in 64-row tiles beat the 8x8 and 4x8 blocks of 128-token tiles (fewer registers:
-# more workgroups resident to cover each slice's staging; Qwen2.5-1.5B's GLU 19.8 -> 26.4
-# TFLOP/s), and for the superblock types (K- and i-quants: 256-element blocks) 32-token tiles
-# beat 64 (its down projections 15.0-15.7 -> 17.5-19.4 TFLOP/s), where for Q4_1 they did not
-# (SmolLM2's 576-row matmuls 47 -> 55 us). The kernel also takes 8-wide blocks (tiles=).
+# every WebGPU device grants. 4x4 outputs per invocation in 64-row tiles beat the 8x8 and 4x8
+# blocks of 128-token tiles (fewer registers: more workgroups resident to cover each slice's
+# staging), and for the superblock types (K- and i-quants: 256-element blocks) 32-token tiles
+# beat 64, where for Q4_1 they did not (docs/PERFORMANCE.md, decisions). The kernel also takes
+# 8-wide blocks (tiles=).
 _MATMUL_TILES = [
     MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
     MatmulTiles(tile_m=64, tile_t=64, bk=16, rm=4, rt=4),     # 8 KiB
@@ -196,10 +195,9 @@ def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_
 
 # K parts (matmul_io.wgsl SPLIT) for a matmul with few workgroups and a long K: as many as keep
 # every part at least SPLIT_MIN_K long and the workgroups at most SPLIT_WORKGROUPS, at most
-# SPLIT_MAX. Measured on an H200 (docs/h200-2026-12-03f/abf4.txt): Qwen2.5-1.5B's 1536-row
-# downs (K 8960: 384 workgroups of f32 tiles, 192 of integer ones) in 4 parts, the f32 tiles
-# 776 / 706 -> 735 / 649 us, the integer ones 468 / 365 -> 347 / 270 us, each split_sum ~9 us;
-# 2 parts gave less, and the 1536-long K of the output projection gained 6 us in 4 (not taken).
+# SPLIT_MAX. More workgroups hide each slice's staging: Qwen2.5-1.5B's 1536-row downs (K 8960)
+# are faster in 4 parts than in 1 or 2, and a K of 1536 gains too little to split
+# (docs/PERFORMANCE.md, decisions).
 SPLIT_MAX = 4
 SPLIT_MIN_K = 2048
 SPLIT_WORKGROUPS = 1536
@@ -302,12 +300,10 @@ class IntTiles:
         return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk)
 
 
-# Preferred first, as _MATMUL_TILES. Measured on an H200 (Qwen2.5-1.5B, docs/PERFORMANCE.md,
-# 2026-12-03): the GLU in 128-element slices (47 TFLOP/s; 64: 41), the others in 64 (the Q6_K
-# down 28 -> 31 TFLOP/s; the Q4_K ones the same); 32-token tiles slower (the GLU 35), 128-row
-# ones too (the Q6_K down 18.5); a 256-row v projection in 32-row tiles of 128-element slices
-# (64 workgroups) 51 -> 44 us. The GLU's 64x64x128 is 31.75 KiB: within Chromium's 32 KiB only
-# because d | dmin are staged as f16 pairs.
+# Preferred first, as _MATMUL_TILES: the GLU runs fastest in 128-element slices, the others in
+# 64; 32-token and 128-row tiles are slower; a 256-row v projection prefers 32-row tiles of
+# 128-element slices (docs/PERFORMANCE.md, decisions). The GLU's 64x64x128 is 31.75 KiB: within
+# Chromium's 32 KiB only because d | dmin are staged as f16 pairs.
 _INT_TILES = [IntTiles(64, 64, 64), IntTiles(32, 64, 128), IntTiles(64, 32, 64), IntTiles(64, 32, 32)]
 _INT_GLU_TILES = [IntTiles(64, 64, 128), IntTiles(64, 64, 64), IntTiles(64, 32, 32)]
 
@@ -479,10 +475,9 @@ class AttentionTiles:
         return 16 * block_q * d4 + 2 * 16 * block_kv * (d4 + 1) + 4 * block_q * block_kv
 
 
-# (block_q, block_kv), preferred first. Measured on an H200 (docs/PERFORMANCE.md, 2026-12-02):
-# 16 query rows a workgroup beat 32 and 64 (more workgroups: SmolLM2's 512-token chunk makes 72
-# of 64 rows), 8 and 8 x 8; 32 keys a tile beat 16 for head_dim 64 (58 vs 64 us a layer), and
-# for 128 do not fit 32 KiB.
+# (block_q, block_kv), preferred first. 16 query rows a workgroup beat 32 and 64 (more
+# workgroups), 8 and 8 x 8; 32 keys a tile beat 16 for head_dim 64, and for 128 do not fit
+# 32 KiB (docs/PERFORMANCE.md, decisions).
 _ATTENTION_BLOCKS = [(16, 32), (16, 16), (16, 8), (8, 8), (8, 4), (4, 4)]
 
 
@@ -501,10 +496,11 @@ def attention_tiles(limits, head_dim: int) -> AttentionTiles:
 def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
                       n_kv_heads: int, scale: float | None = None, max_rows: int,
                       tiles: AttentionTiles | None = None, label: str = "prefill_attention",
-                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE,
+                      window: int = 0, cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0,
                       bidirectional: bool = False) -> Dispatch:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t < step.n_tokens;
-    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p;
+    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p; with a
+    `softcap` (gemma2), the scaled scores soft-capped (softcap * tanh(score / softcap));
     `bidirectional` (an encoder's), every row over slots 0..step.pos + step.n_tokens - 1.
 
     Bindings: q, out (rows, n_heads*head_dim); k_cache,
@@ -522,6 +518,7 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     defines = dict(HEAD_DIM=head_dim, N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, SCALE=float(scale),
                    BQ=tiles.block_q, BKV=tiles.block_kv, TPQ=tiles.threads_per_row,
                    **flags(VEC4=head_dim % 4 == 0, BIDIRECTIONAL=bidirectional), **window_define(window),
+                   **softcap_define(softcap),
                    **cache_flags(cache_types, head_dim))
     groups = (n_kv_heads, -(-max_rows * group // tiles.block_q), 1)
     q_bytes = 4 * max_rows * n_heads * head_dim

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cera.config import ModelConfig
+from cera.config import ROPE_FACTORS, ROPE_LONG, ROPE_SHORT, ModelConfig
 from cera.device import Limits, buffer_size
 from cera.errors import TooLarge
 from cera.gpu.numerics import EXACT, Numerics
@@ -85,7 +85,7 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     chunk."""
     chunk = ctx if cfg.encoder else min(chunk, ctx)   # an encoder (cera.gpu.encoder): a text a step
     align = limits.min_storage_buffer_offset_alignment if limits else DEFAULT_ALIGNMENT
-    weights, fallbacks = _weights(cfg, gguf_file.tensors, align)
+    weights, fallbacks = _weights(cfg, gguf_file.tensors, align, ctx)
     activations = {f"{name}@{rows}": 4 * math.prod(shape) for rows in sorted({chunk} if cfg.encoder else {1, chunk})
                    for name, shape in Activations.shapes(cfg, rows, numerics.int8).items()}
     sized = lambda d: {label: buffer_size(n) for label, n in d.items()}
@@ -95,12 +95,16 @@ def footprint(cfg: ModelConfig, gguf_file, ctx: int, chunk: int, limits: Limits 
     return Footprint(ctx, chunk, numerics.cache_types, weights, sized(state), sized(activations), fallbacks)
 
 
-def _weights(cfg: ModelConfig, tensors: dict, align: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
+def _weights(cfg: ModelConfig, tensors: dict, align: int, ctx: int) -> tuple[dict[str, int], tuple[Fallback, ...]]:
     """Weight buffers, label -> bytes: every tensor the model reads, with q/k/v stacked (and
-    their biases) as decode and prefill read them. (A LoRA adapter on one of them has a prefill
+    their biases) as decode and prefill read them, and the one set of RoPE frequency factors a
+    context of ctx uses (LongRoPE's long or short). (A LoRA adapter on one of them has a prefill
     chunk read the projections one by one, inside the stacked buffer where their offsets allow,
     stacked_parts, else from buffers of their own, uncounted here.)"""
     names = dict.fromkeys([*cfg.all_tensors(), *[cfg.lm_head] * (not cfg.encoder)])
+    for name in (ROPE_FACTORS, ROPE_LONG, ROPE_SHORT):
+        if name != cfg.rope_factors(ctx):
+            names.pop(name, None)
     stacked = {}
     for i in () if cfg.qkv_fused else cfg.attention_layers:
         for run in qkv_runs(cfg, tensors, i, align) or []:

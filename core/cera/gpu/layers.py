@@ -1,5 +1,5 @@
 """Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv, glu_act, greedy_advance).
+shortconv, glu_act, greedy_advance) and of the logits (logit_softcap).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
 binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
@@ -28,20 +28,16 @@ from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
 ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
-# Most keys one invocation walks in attention.wgsl's value pass. Measured on an H200 (decode at
-# KV 513): 16 (Qwen2.5-1.5B's 2 heads a workgroup) is slower than 8 (1 head: step GPU time 1.857
-# -> 1.816 ms, and 1.472 -> 1.496 with the score pass's lanes); since those lanes, SmolLM2 too is
-# faster with 1 head (4 keys) than with 3 (13): 0.767-0.770 -> 0.745-0.749 ms.
+# Most keys one invocation walks in attention.wgsl's value pass: more (two heads a workgroup)
+# was slower on an H200 (docs/PERFORMANCE.md, decisions).
 ATTENTION_SERIAL_KEYS = 8
 # Invocations that score one key in attention.wgsl (each a stripe of its vec4 columns, so that a
-# key's bytes are loaded side by side). Measured on an H200 (decode at KV 513): one a key (the
-# loads of neighbouring invocations a cache slot apart) took Qwen2.5-1.5B's attention from 152 to
-# 257 us a token (step GPU time 1.473 vs 1.659 ms) and SmolLM2's 0.765 vs 0.803 ms; 2, 8 and 16
-# were no better than 4 on either (docs/PERFORMANCE.md).
+# key's bytes are loaded side by side, not a cache slot apart; docs/PERFORMANCE.md, decisions).
 ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
+SOFTCAP_WORKGROUP = 256        # logits per logit_softcap workgroup (WG in logit_softcap.wgsl)
 F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f32
 
 
@@ -81,6 +77,7 @@ class Rope:
     neox: NEOX (split halves, qwen2/qwen3/lfm2) or NORM (interleaved pairs, llama/granite).
     n_rot: rotated dims (None: head_dim). freq_factors: Llama-3 rope_freqs.weight (n_rot/2,).
     freq_scale: linear RoPE scaling, positions times freq_scale (1 / rope.scaling.factor).
+    attn_factor: the rotated pairs times it (rope.scaling.attn_factor; Phi-3's LongRoPE).
     qk_norm (2 * head_dim,): the per-head RMSNorm weights of q then of k, applied first (qwen3,
     lfm2, gemma3), with eps: one binding, so rope.wgsl stays within WebGPU's 8 storage buffers."""
     theta: float
@@ -90,6 +87,7 @@ class Rope:
     freq_factors: object = None
     qk_norm: object = None
     eps: float | None = None
+    attn_factor: float = 1.0
 
     def defines(self, head_dim: int) -> dict:
         n_rot = head_dim if self.n_rot is None else self.n_rot
@@ -98,6 +96,7 @@ class Rope:
         if self.qk_norm is not None and self.eps is None:
             raise InvalidArgument("QK-norm needs eps")
         defines = dict(N_ROT=n_rot, THETA=float(self.theta), **_freq_scale(self.freq_scale),
+                       **({"ATTN_FACTOR": float(self.attn_factor)} if self.attn_factor != 1.0 else {}),
                        **flags(NEOX=self.neox, FREQ_FACTORS=self.freq_factors is not None,
                                QK_NORM=self.qk_norm is not None))
         if self.qk_norm is not None:
@@ -214,7 +213,7 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                        n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
                        split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
                        window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0),
-                       cache_types: tuple[str, str] = F32_CACHE) -> tuple[Dispatch, Partials]:
+                       cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0) -> tuple[Dispatch, Partials]:
     """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
     if head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
@@ -244,7 +243,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                             label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
                             reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
                             SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
-                            **partials.attention_defines(), **fused, **cache_flags(cache_types, head_dim)), partials
+                            **partials.attention_defines(), **fused, **softcap_define(softcap),
+                            **cache_flags(cache_types, head_dim)), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
@@ -254,7 +254,8 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     (splits wholly before the window are skipped by both passes).
 
     q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
-    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale).
+    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale);
+    a `softcap` (gemma2) caps the scaled scores, softcap * tanh(score / softcap).
     With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
     `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
     RoPE of q and of the key, the key and value written to slot step.pos.
@@ -279,6 +280,13 @@ def window_define(window: int) -> dict:
     if window < 0:
         raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
     return {"WINDOW": window} if window else {}
+
+
+def softcap_define(softcap: float) -> dict:
+    """The SOFTCAP define of soft_cap.wgsl's users for a soft-cap (0: none)."""
+    if softcap < 0:
+        raise InvalidArgument(f"soft-cap {softcap} must be >= 0 (0: none)")
+    return {"SOFTCAP": float(softcap)} if softcap else {}
 
 
 def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
@@ -316,6 +324,17 @@ def glu_act(kernels, device, gate, up, step, *, ff: int, act: str = FFN_SILU, ma
     return kernels.dispatch("glu_act.wgsl", [gate, *[up] * (not ungated), step], (-(-ff // GLU_WORKGROUP), max_tokens, 1),
                             label, reads=(1 + (not ungated)) * rows, writes=rows, FF=ff, WG=GLU_WORKGROUP,
                             **flags(GELU=gelu, UNGATED=ungated))
+
+
+def logit_softcap(kernels, device, logits, step, *, n: int, softcap: float, max_tokens: int = 1,
+                  label: str = "logit_softcap") -> Dispatch:
+    """logits = softcap * tanh(logits / softcap), in place, for the step's rows (of max_tokens):
+    gemma2's final logit soft-capping. logits (tokens, n)."""
+    if softcap <= 0:
+        raise InvalidArgument(f"logit soft-cap {softcap} must be positive")
+    rows = 4 * n * max_tokens
+    return kernels.dispatch("logit_softcap.wgsl", [logits, step], (-(-n // SOFTCAP_WORKGROUP), max_tokens, 1), label,
+                            reads=rows, writes=rows, N=n, WG=SOFTCAP_WORKGROUP, SOFTCAP=float(softcap))
 
 
 def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step: Binding) -> Dispatch:

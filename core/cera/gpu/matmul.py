@@ -103,11 +103,10 @@ def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: b
     decode then no longer equals prefill or the reference to f32 precision (Qwen2.5-1.5B's greedy
     tokens still agree with llama.cpp's, 16 of 16 on the golden prompts).
 
-    Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, docs/PERFORMANCE.md): 24 bits take the
-    step's GPU time from 1.79 to 1.66 ms, 8 bits to 1.54 (the GLU 425 -> 310 and 250 us a token);
-    the 256-row v projections are faster with f32 x (every workgroup converts all of x, for few
-    rows: the step 1.689 -> 1.672 ms without them), hence X_INT_MIN_ROWS; the down projections,
-    whose x (8960) is not staged, were 1.1x slower with 8 bits, so they keep f32 x."""
+    Integer dots are faster than f32 x where x is staged; the 256-row v projections are faster
+    with f32 x (every workgroup converts all of x, for few rows), hence X_INT_MIN_ROWS; the down
+    projections, whose x is not staged, are slower with integer x, so they keep f32 x
+    (docs/PERFORMANCE.md, decisions)."""
     t = T(wtype)
     if wanted is None:
         bits = 8 if int8 else 24
@@ -131,10 +130,9 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
     workgroup): about 2^19 threads in all, no more than the row has units, and at
     least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
 
-    Measured on an H200 (wgpu/Vulkan): tall matrices (an LM head) run best with few threads
-    per row and many rows per workgroup, short ones (576-1536 rows) with 64-256 per row; 2^19
-    rather than 2^18 threads gives Qwen2.5-1.5B's 8960-row GLU 32 per row, not 16 (18.1-18.4 ->
-    17.3-17.6 us per layer, decode 494 -> 501-504 tok/s; docs/PERFORMANCE.md).
+    Tall matrices (an LM head) run best with few threads per row and many rows per workgroup,
+    short ones (576-1536 rows) with 64-256 per row; 2^19 rather than 2^18 threads gives an
+    8960-row GLU 32 per row, not 16, which is faster (docs/PERFORMANCE.md, decisions).
     `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
     units = units_per_row(wtype, k)
     tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
@@ -150,13 +148,10 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
     Every workgroup converts all of x first, so fewer, fatter workgroups pay for it less often.
 
-    Measured on an H200 (Qwen2.5-1.5B Q4_K_M clone, docs/PERFORMANCE.md): with 8 bits, 16 threads
-    a row instead of 32 take the GLU from 333 to 250-253 us a token and the merging output
-    projection from 185-191 to 166-170; 8 gave the GLU nothing more (254), and the 256-row v
-    projection is slower with 16 (78-86 vs 60-68 us), hence the floor. With 24 bits the GLU
-    runs best with 8 (the step 1.672 -> 1.658 ms), the other projections with 16 (8: 1.73-1.74).
-    The LM head (151936 rows of 24 Q6_K items) runs best with 2 (88 us a token; 4: 101-108, 1:
-    142, 8: 163), the least this starts from."""
+    With 8 bits, 16 threads a row beat 32 for the GLU and the merging output projection, and a
+    256-row v projection is slower with fewer threads, hence the floor; with 24 bits the GLU runs
+    best with 8, the other projections with 16; the LM head (151936 rows of 24 Q6_K items) runs
+    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions)."""
     items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
     most = (1 << 18) * 8 // bits
     tpr = 2
@@ -211,9 +206,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default
     (in 8 bits with `int8`: cera.gpu.numerics).
 
-    Measured on an H200 (Qwen2.5-1.5B Q4_K_M shape clone, same run): Q4_K/Q5_K weights as
-    vec4<u32> with staging, decode 503 -> 516 tok/s natively; SmolLM2 unchanged (1,101-1,105);
-    the factored Q4_K dot (affine): step GPU time 1.817-1.828 -> 1.787-1.795 ms (docs/PERFORMANCE.md)."""
+    Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot (affine) each made
+    Qwen2.5-1.5B's decode faster (docs/PERFORMANCE.md, decisions)."""
     t = _type(wtype)
     if w_up is not None and bias is not None:
         raise Unsupported("matvec: GLU with a bias is not supported")

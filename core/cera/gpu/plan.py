@@ -37,10 +37,9 @@ from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
 
 # A prefill chunk's submission is flushed (cera.device.Flush) after these layers, so the GPU
-# starts on the first layers while the host still encodes the rest: a 512-token chunk of
-# Qwen2.5-1.5B with int8 numerics was 353 dispatches, which the page's host took ~1.8 ms to encode
-# and hand to the GPU, about one layer's GPU time (flushed: 12,397 -> 12,995 tok/s in the page,
-# docs/PERFORMANCE.md). Doubling gaps keep the GPU fed with few submissions.
+# starts on the first layers while the host still encodes the rest (encoding a chunk takes the
+# page's host about one layer's GPU time; docs/PERFORMANCE.md, decisions). Doubling gaps keep the
+# GPU fed with few submissions.
 FLUSH_LAYERS = frozenset({0, 1, 3, 7, 15})
 
 
@@ -158,13 +157,16 @@ class Builder:
         return steps + attend + self.residual(self.weights.matrix(b + "attn_output.weight"), att,
                                               b + "post_attention_norm.weight")
 
-    def rope(self, i: int, qk_norm: bool = True) -> layers.Rope:
-        """Layer i's RoPE, with the QK-norm before it where the model has one (unless not qk_norm)."""
+    def rope(self, i: int, shift: bool = False) -> layers.Rope:
+        """Layer i's RoPE, with the QK-norm before it where the model has one and the rotated
+        pairs scaled by rope_attn_factor; for a context shift (re-rotating cached keys), neither."""
         cfg, b, w = self.cfg, f"blk.{i}.", self.weights
         norms = dict(qk_norm=w.vectors(b + "attn_q_norm.weight", b + "attn_k_norm.weight"),
-                     eps=cfg.eps) if cfg.qk_norm and qk_norm else {}
+                     eps=cfg.eps) if cfg.qk_norm and not shift else {}
+        factors = cfg.rope_factors(self.ctx)
         return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
-                           w.vector("rope_freqs.weight") if cfg.rope_freq_factors else None, **norms)
+                           w.vector(factors) if factors else None, **norms,
+                           attn_factor=1.0 if shift else cfg.rope_attn_factor)
 
     def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding, in_stride: int | None = None) -> Dispatch:
         """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions
@@ -200,7 +202,7 @@ class Builder:
         return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
 
     def residual(self, m: Matrix, y: Binding | layers.Partials, post_norm: str) -> list[Step]:
-        """x += residual_scale * m y; with post-norms (gemma3), m y goes to xb and
+        """x += residual_scale * m y; with post-norms (gemma), m y goes to xb and
         x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
         cfg, a = self.cfg, self.act
         if not cfg.post_norms:
@@ -220,9 +222,14 @@ class Builder:
                                        act=self.cfg.ffn_act, max_tokens=self.rows, label=f"{gate.name} glu")]
 
     def head(self, out: Binding, x: Binding) -> list[Step]:
-        """out = W_head rms_norm(x) / logit_scale for the builder's rows."""
+        """out = W_head rms_norm(x) / logit_scale for the builder's rows, then soft-capped in
+        place where the model caps its logits (gemma2)."""
         cfg = self.cfg
-        return self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
+        steps = self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
+        if cfg.final_softcap:
+            steps.append(layers.logit_softcap(self.kernels, self.device, out, self.state.step, n=cfg.vocab_size,
+                                              softcap=cfg.final_softcap, max_tokens=self.rows))
+        return steps
 
     def norm(self, x: Binding, norm: str) -> Dispatch:
         """act.xb = rms_norm(x) * weight `norm`, for the builder's rows."""
@@ -277,7 +284,7 @@ class DecodeBuilder(Builder):
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
-                     cache_types=self.numerics.cache_types, label=f"blk.{i}.attention")
+                     softcap=cfg.attn_softcap, cache_types=self.numerics.cache_types, label=f"blk.{i}.attention")
         caches = self.state.key_cache[i], self.state.value_cache[i], self.state.step
         steps, q_in = [], self.act.q_rot
         if q.buffer is k.buffer is v.buffer:
@@ -359,7 +366,7 @@ class PrefillBuilder(Builder):
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows, window=cfg.layer_window[i],
-                                          cache_types=self.numerics.cache_types,
+                                          softcap=cfg.attn_softcap, cache_types=self.numerics.cache_types,
                                           label=f"blk.{i}.prefill_attention")], self.act.att
 
 
@@ -380,8 +387,8 @@ def chain_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0,
     tokens[0] (the previous step's choice) and runs the layers and head; then `choose` picks the
     next token into tokens[0], appends it to `chain.tokens` at the step's chain index and moves
     the Step on by one position: greedy's argmax and greedy_advance by default, a sampler's
-    dispatches (cera.gpu.sample.choose) otherwise, all in one compute pass (a copy into the Step
-    and one out of tokens cost ~0.1 ms a step on an H200: docs/PERFORMANCE.md). Each conv state
+    dispatches (cera.gpu.sample.choose) otherwise, all in one compute pass (copies into the Step
+    and out of tokens between passes cost more: docs/PERFORMANCE.md, decisions). Each conv state
     is copied to its record `half` * chain.batch + j (so a stop mid-batch can rewind it; batches
     alternate halves, so the one submitted ahead never overwrites the records of the one being
     read)."""
@@ -435,7 +442,7 @@ def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding,
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
-                                     rope=decode.rope(i, qk_norm=False), max_rows=n, cache_types=types,
+                                     rope=decode.rope(i, shift=True), max_rows=n, cache_types=types,
                                      label=f"blk.{i}.kv_shift"))
         steps += [Copy(k_out.buffer, 0, k_cache.buffer, keep * k_row, n * k_row),
                   Copy(v_out.buffer, 0, v_cache.buffer, keep * v_row, n * v_row)]

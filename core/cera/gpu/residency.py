@@ -25,7 +25,8 @@ from cera.errors import TooLarge
 from cera.gpu.matmul import MATVEC_TYPES
 
 F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
-VECTOR_SUFFIXES = ("norm.weight", ".bias", "shortconv.conv.weight", "rope_freqs.weight")   # the small tensors
+VECTOR_SUFFIXES = ("norm.weight", ".bias", "shortconv.conv.weight", "rope_freqs.weight", "rope_factors_long.weight",
+                   "rope_factors_short.weight")   # the small tensors
 
 
 def is_vector(name: str) -> bool:
