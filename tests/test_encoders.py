@@ -174,3 +174,14 @@ def test_cli(tmp_path):
                  rtol=F16_CACHE_TOLERANCE, what="cli")
     proc = cera("generate", "-m", model, "-p", "the cat", ok=False)
     assert "embedding model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_openai_embeddings_pool_as_the_header_says(encoders):
+    """/v1/embeddings' rows (cera.openai_shapes): an encoder's header pooling (bert: CLS), unit length."""
+    from cera.openai_shapes import embeddings
+    engine = asyncio.run(Engine.load(encoders["bert_f32"]))
+    texts = ["the cat sat on the mat", "a dog ran in the park"]
+    out = asyncio.run(embeddings(engine, "bert", texts))
+    for item, text in zip(out["data"], texts, strict=True):
+        want = embed(engine, text, "cls", normalize=True)[0]
+        np.testing.assert_allclose(item["embedding"], want, rtol=1e-5, atol=1e-6)
