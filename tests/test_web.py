@@ -888,7 +888,8 @@ def test_smollm2_greedy_text_matches_the_native_host(browser, server):
 def test_nomic_embeddings_match_llama_cpp(browser, server):
     """The real nomic-embed-text-v1.5 (274 MB, from PyPI via cera.catalogue) in the page: each
     golden sentence's mean-pooled embedding within cosine 0.999 of llama.cpp's, and each query
-    nearest its own document (tests/test_encoders.py's check, the page's numbers)."""
+    nearest its own document (tests/test_encoders.py's check, the page's numbers). SwiftShader
+    takes ~16 minutes over the 8 sentences, hence slow."""
     from cera import catalogue
     from test_encoders import COSINE, cosines
     path, golden = catalogue.fetch("nomic-embed-text-v1.5"), load_golden("nomic-embed-text_embeddings")
