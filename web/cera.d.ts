@@ -284,7 +284,7 @@ export interface EmbeddingList {
 
 /** As `python -m cera embed --json`. */
 export interface Embeddings {
-  /** A row of hidden-size numbers per token (pooling "none"), or one: their mean, or the last. */
+  /** A row of hidden-size numbers per token (pooling "none"), or one: their mean, the last, or the first ("cls"). */
   embeddings: number[][];
   /** The text's token ids (BOS as the model says; special tokens read as text). */
   tokens: number[];
@@ -325,7 +325,7 @@ export class Engine {
   unload(): Promise<void>;
   runtimeStats(): Promise<RuntimeStats>;
   /** The hidden states after the final norm of `text` (apart from the conversation the engine holds). */
-  embed(text: string, options?: { pooling?: "none" | "mean" | "last" }): Promise<Embeddings>;
+  embed(text: string, options?: { pooling?: "none" | "mean" | "last" | "cls" }): Promise<Embeddings>;
   /** Runs Python in the worker; resolves to its last expression as a string (tests, debugging). */
   python(code: string): Promise<string>;
 }

@@ -99,7 +99,7 @@ const REQUESTS = {
     encoding_format: [(v) => ["float", "base64"].includes(v), "\"float\" or \"base64\""] } },
 };
 const EMBED = { text: [(v) => isText(v) && v !== "", "a non-empty string"],
-  pooling: [isText, "\"none\" (a row per token), \"mean\" or \"last\""] };
+  pooling: [isText, "\"none\" (a row per token), \"mean\", \"last\" or \"cls\" (the first)"] };
 
 function shown(value) {
   try {
@@ -243,7 +243,8 @@ export class Engine {
   }
 
   // The hidden states after the final norm of `text`, as `python -m cera embed --json`:
-  // {embeddings: a row per token (pooling "none", the default) or one ("mean", "last"), tokens}.
+  // {embeddings: a row per token (pooling "none") or one ("mean", "last", "cls"), tokens}; by
+  // default the model's own pooling (its header's pooling_type: an encoder's, else "none").
   // They run apart from the conversation the engine holds, which stays as it was.
   async embed(text, options = {}) {
     const { pooling } = check("embed", { ...options, text }, EMBED, "text");

@@ -187,9 +187,9 @@ class TextCompletion(Shape):
 
 async def embeddings(engine: Engine, model: str, input, encoding_format: str = "float") -> dict:
     """OpenAI's embeddings response (`object: "list"`) for `input`: a string, token ids, or a list
-    of either (at most MAX_INPUTS). Each is pooled to one row (EMBEDDING_POOLING) and scaled to
-    unit length, as OpenAI's and llama.cpp server's are, so a dot product is their cosine. The
-    engine's conversation stays as it was (Engine.embed)."""
+    of either (at most MAX_INPUTS). Each is pooled to one row, as the model's header says (else
+    EMBEDDING_POOLING), and scaled to unit length, as OpenAI's and llama.cpp server's are, so a
+    dot product is their cosine. The engine's conversation stays as it was (Engine.embed)."""
     if encoding_format not in ENCODINGS:
         raise InvalidArgument(f"encoding_format {encoding_format!r}: choose one of {', '.join(ENCODINGS)}")
     inputs = _embedding_inputs(input)
@@ -198,9 +198,8 @@ async def embeddings(engine: Engine, model: str, input, encoding_format: str = "
         if not item:
             raise InvalidArgument(f"input[{i}] is empty: nothing to embed")
         ids = engine.embed_tokens(item) if isinstance(item, str) else item
-        pooling = engine.pooling if engine.pooling != "none" else EMBEDDING_POOLING   # an encoder's header's
-        row = (await engine.embed(ids, pooling))[0].astype(np.float32)
-        row /= np.linalg.norm(row) or 1.0
+        pooling = engine.pooling if engine.pooling != "none" else EMBEDDING_POOLING
+        row = (await engine.embed(ids, pooling, normalize=True))[0].astype(np.float32)
         vector = base64.b64encode(row.astype("<f4").tobytes()).decode() if encoding_format == "base64" \
             else row.tolist()
         data.append({"object": "embedding", "index": i, "embedding": vector})

@@ -283,12 +283,13 @@ class Session:
 
     async def embed(self, text, pooling=None):
         """The embeddings of `text` (cera.js checked that it is a non-empty string and that a model
-        is loaded), as `python -m cera embed --json`: {embeddings, tokens}; pooling None: "none".
+        is loaded), as `python -m cera embed --json`: {embeddings, tokens}; pooling None: the
+        model's own (its header's pooling_type, else "none").
         They run on the engine's scratch state: the conversation it holds stays as it was."""
         try:
             async with self._turn:
                 ids = self.engine.embed_tokens(text)
-                rows = await self.engine.embed(ids, "none" if pooling is None else pooling)
+                rows = await self.engine.embed(ids, pooling)
             return _js({"embeddings": rows.tolist(), "tokens": ids})
         except Exception as err:   # noqa: BLE001
             return _js({"ok": False, "error": error_dict(err)})
