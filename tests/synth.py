@@ -403,17 +403,7 @@ def _write_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     if a in ENCODERS:
         _write_encoder_metadata(w, cfg)
         return
-    # llama.cpp marks the special tokens of a model whose general.name contains "phi3" (it then
-    # needs "</s>" in the vocabulary): the synthetic vocabulary has none, so the name avoids it
-    w.add_name(f"cera-synth-{a.replace('phi3', 'phi_3')}-{cfg.wtype}")
-    w.add_file_type(FILE_TYPES[cfg.wtype])
-    if cfg.wtype not in ("f32", "f16", "bf16"):
-        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    w.add_context_length(cfg.context)
-    w.add_embedding_length(cfg.hidden)
-    w.add_block_count(cfg.n_layers)
-    w.add_feed_forward_length(cfg.ff)
-    w.add_head_count(cfg.n_heads)
+    _write_shape(w, cfg)
     if a == "lfm2":   # per-layer: 0 marks a conv layer (llama.cpp: is_recurrent(il) = n_head_kv(il) == 0)
         w.add_head_count_kv([cfg.n_kv_heads if t == "attn" else 0 for t in cfg.layer_types])
     else:
@@ -696,8 +686,11 @@ def _encoder_tensors(cfg: SynthConfig):
         yield from _layer_norm(cfg, p + "layer_output_norm", h)
 
 
-def _write_encoder_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
-    w.add_name(f"cera-synth-{cfg.arch}-{cfg.wtype}")
+def _write_shape(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
+    """Every arch's first keys: name, file type, context, widths, layers, heads."""
+    # llama.cpp marks the special tokens of a model whose general.name contains "phi3" (it then
+    # needs "</s>" in the vocabulary): the synthetic vocabulary has none, so the name avoids it
+    w.add_name(f"cera-synth-{cfg.arch.replace('phi3', 'phi_3')}-{cfg.wtype}")
     w.add_file_type(FILE_TYPES[cfg.wtype])
     if cfg.wtype not in ("f32", "f16", "bf16"):
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -706,6 +699,10 @@ def _write_encoder_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
     w.add_block_count(cfg.n_layers)
     w.add_feed_forward_length(cfg.ff)
     w.add_head_count(cfg.n_heads)
+
+
+def _write_encoder_metadata(w: gguf.GGUFWriter, cfg: SynthConfig) -> None:
+    _write_shape(w, cfg)
     w.add_layer_norm_eps(cfg.rms_eps)
     w.add_causal_attention(False)
     if cfg.arch == "nomic-bert":

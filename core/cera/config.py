@@ -343,12 +343,7 @@ class ModelConfig:
         else:
             raise Unsupported(f"rope scaling {reprlib.repr(scaling)} (factor {factor}) is not supported")
 
-        embd = need("token_embd.weight")
-        if len(embd.shape) != 2 or embd.shape[1] != hidden:
-            raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
-        vocab_size = integer("vocab_size", 0, least=0) or embd.shape[0]
-        if embd.shape[0] < vocab_size:
-            raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+        embd, vocab_size = _embeddings(need, integer, hidden)
 
         tied = "output.weight" not in tensors
         lm_head = "token_embd.weight" if tied else "output.weight"
@@ -415,6 +410,17 @@ class ModelConfig:
         return cfg
 
 
+def _embeddings(need, integer, hidden: int):
+    """token_embd.weight and the vocabulary size (its rows, unless the header names fewer)."""
+    embd = need("token_embd.weight")
+    if len(embd.shape) != 2 or embd.shape[1] != hidden:
+        raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
+    vocab_size = integer("vocab_size", 0, least=0) or embd.shape[0]
+    if embd.shape[0] < vocab_size:
+        raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+    return embd, vocab_size
+
+
 def _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidden, ff, n_heads) -> ModelConfig:
     """An encoder's config (ENCODERS), as llama.cpp's bert / nomic-bert loader reads it."""
     if hidden % n_heads:
@@ -437,12 +443,7 @@ def _encoder(cls, arch, md, tensors, key, integer, number, need, n_layers, hidde
     if key("rope.scaling.type", "none") not in ("none", None) and number("rope.scaling.factor", 1.0) not in (0.0, 1.0):
         raise Unsupported(f"{arch}: rope scaling is not supported")
 
-    embd = need("token_embd.weight")
-    if len(embd.shape) != 2 or embd.shape[1] != hidden:
-        raise BadFile(f"tensor token_embd.weight has shape {embd.shape}, expected (n_vocab, {hidden})")
-    vocab_size = integer("vocab_size", 0, least=0) or embd.shape[0]
-    if embd.shape[0] < vocab_size:
-        raise BadFile(f"token_embd.weight has {embd.shape[0]} rows, fewer than vocab_size {vocab_size}")
+    embd, vocab_size = _embeddings(need, integer, hidden)
     types = tensors.get("token_types.weight")
     n_types = types.shape[0] if types is not None and len(types.shape) == 2 else 0
     if types is not None and n_types < 1:
