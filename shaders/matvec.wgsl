@@ -24,7 +24,7 @@
 //               integers per 256-element block in workgroup memory, X_PLANES bytes an element
 //               (1: 8 bits, as llama.cpp's CPU backend quantizes its activations (Q8_K); 3: 24
 //               bits, as precise as f32 x), and the rows take quant.wgsl's integer dot products
-//               (item_dot_int, K a multiple of 256; cera.gpu.matmul.X_INT_TYPES).
+//               (item_dot_int, K a multiple of 256; cera.gpu.quant.X_INT_TYPES).
 // Bindings: w, [w_up], x, out, [bias], then [norm_w] at @binding(NORM_BINDING).
 //
 // The TPR threads of a row stride over its units (adjacent threads, adjacent bytes), then
