@@ -37,6 +37,9 @@
 // trips break out): Chromium's shader compiler (Tint, as of Chromium 156) proves such loops
 // finite and leaves them alone, and guards every other loop with a 64-bit iteration counter,
 // which cost the page's decode kernels a measurable share of their time (docs/PERFORMANCE.md).
+#ifdef SUBGROUPS
+enable subgroups;
+#endif
 #include "quant.wgsl"
 #include "reduce.wgsl"
 #ifdef X_INT

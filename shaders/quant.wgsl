@@ -186,8 +186,9 @@ fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
 // its k-quant dot products (Q8_K), or 24); xq[p * K / 16 + g] holds byte p of the q of
 // elements 16g .. 16g+15 (four to a word, low byte first) and xsum[g] their sum. A type with
 // X_INT support (cera.gpu.quant.X_INT_TYPES) defines
-//     const ITEM_UNITS                               units per work item (the item: ITEM_UNITS * 16 elements)
 //     fn item_dot_int(src, row_byte, p) -> f32     dot(W[row, item p], x as staged)
+// over its items of ITEM_UNITS units (ITEM_UNITS * 16 elements; the define comes from
+// cera.gpu.quant.X_INT_ITEM_UNITS)
 // with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call),
 // summed per plane in integers and across planes in f32.
 
@@ -500,8 +501,6 @@ fn group_elem(u: u32, g: u32) -> u32 {
 // Item p: quant quad k = p % 8 of block p / 8, 16 low nibbles (sub-block 2j, j = k / 2, x's
 // group 4j + k % 2 of the block) and their 16 high nibbles (sub-block 2j + 1, group + 2). As
 // llama.cpp's: d * sum(sc * q.x) - dmin * sum(m * sum(x)), in integers but for d and dmin.
-const ITEM_UNITS = 2u;
-
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let blk = p / 8u;
     let quad = (row_byte + blk * BLOCK_BYTES) >> 4u;
@@ -662,8 +661,6 @@ fn q6_signed(q: vec4<u32>) -> vec4<u32> {
 // fields in 3 spans (5 word loads each where blocks may be unaligned) and 3 words, where 4
 // single units take 24 loads. Each group's 16 products with x (the quants as q - 32) summed and
 // scaled in integers, then d.
-const ITEM_UNITS = 4u;
-
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let at = unit_bytes(row_byte, 4u * p);   // the first unit's fields: the item's spans start there
     let k = p % 2u;

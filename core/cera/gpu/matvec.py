@@ -181,7 +181,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
     defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_INT=bool(bits)))
     if bits:
-        defines["X_PLANES"] = bits // 8
+        defines.update(X_PLANES=bits // 8, ITEM_UNITS=X_INT_ITEM_UNITS[t])
     if merge:
         if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "

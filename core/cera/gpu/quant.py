@@ -28,7 +28,7 @@ UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
 # Types quant.wgsl also dots with x in integers per 256 elements (item_dot_int: integer products,
 # dot4I8Packed; matvec.wgsl X_INT; cera.gpu.matvec.x_int_bits)
 X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
-X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # quant.wgsl's ITEM_UNITS
+X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # units an item_dot_int takes (the ITEM_UNITS define)
 # Weight types with an integer prefill matmul (shaders/matmul_int.wgsl; quant.wgsl TILE_INT): x
 # in 8 bits per 256-element block, as llama.cpp's CPU backend quantizes the activations of its
 # k-quant dot products (Q8_K). Opt-in (cera.gpu.numerics' int8, with decode's 8-bit x): its
