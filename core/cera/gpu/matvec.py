@@ -1,4 +1,5 @@
-"""Dispatch builders for the decode matrix-vector products (shaders/matvec.wgsl).
+"""Dispatch builders for the decode matrix-vector products (shaders/matvec.wgsl; with x in integers
+matvec_int.wgsl).
 
 Weights are raw GGUF bytes bound as `array<u32>` and decoded in the shader
 (shaders/quant.wgsl, cera.gpu.quant); activations are f32. The builders hide the defines,
@@ -15,7 +16,8 @@ from cera.config import FFN_SILU
 from cera.device import PACKED_DOT, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.ops import gelu_flag, grid
-from cera.gpu.quant import (UNIT_AFFINE_TYPES, UNIT_ELEMS, X_INT_ITEM_UNITS, X_INT_TYPES, byte_range, row_bytes, row_tiles, units_per_row, weight_flags, weight_type)
+from cera.gpu.quant import (UNIT_AFFINE_TYPES, UNIT_ELEMS, X_INT_ITEM_UNITS, X_INT_TYPES, byte_range, row_bytes,
+                            row_tiles, units_per_row, weight_flags, weight_type)
 from cera.kernels import flags
 
 if TYPE_CHECKING:
@@ -203,7 +205,8 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
     reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
-    return kernels.dispatch("matvec.wgsl", bindings, (*grid(-(-m // rows), device.limits), 1), label,
+    shader = "matvec_int.wgsl" if bits else "matvec.wgsl"
+    return kernels.dispatch(shader, bindings, (*grid(-(-m // rows), device.limits), 1), label,
                             reads=reads, writes=4 * m, **defines)
 
 
@@ -223,8 +226,11 @@ def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partial
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
                        accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
     rb = row_bytes(wtype, k)
-    return [matvec(kernels, device, byte_range(out, start * 4, n * 4, limits), byte_range(w, start * rb, n * rb, limits),
-                   x, wtype=wtype, k=k, m=n, scale=scale, bias=byte_range(bias, start * 4, n * 4, limits),
-                   accumulate=accumulate, w_up=byte_range(w_up, start * rb, n * rb, limits), norm=norm, eps=eps,
-                   **knobs)
+
+    def rows(b, start, n, size):
+        return byte_range(b, start * size, n * size, limits)
+
+    return [matvec(kernels, device, rows(out, start, n, 4), rows(w, start, n, rb), x, wtype=wtype, k=k, m=n,
+                   scale=scale, bias=rows(bias, start, n, 4), accumulate=accumulate, w_up=rows(w_up, start, n, rb),
+                   norm=norm, eps=eps, **knobs)
             for start, n in tiles]

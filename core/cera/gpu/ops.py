@@ -245,8 +245,8 @@ def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, rows, limits)
     rb = row_bytes(wtype, k)
-    return [embed(kernels, device, out, byte_range(w, start * rb, n * rb, limits) if len(tiles) > 1 else w, tokens, step,
-                  wtype=wtype, k=k, max_rows=max_rows, scale=scale, row0=start, n_rows=n)
+    return [embed(kernels, device, out, byte_range(w, start * rb, n * rb, limits) if len(tiles) > 1 else w, tokens,
+                  step, wtype=wtype, k=k, max_rows=max_rows, scale=scale, row0=start, n_rows=n)
             for start, n in tiles]
 
 
