@@ -26,7 +26,7 @@ defaults in cera.gpu.matmul from.
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
     python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
 
-A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup, --units) times the
+A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup) times the
 builder's choice, then every combination, and ends each model with a table: per matrix the
 builder's configuration and the fastest one.
 """
@@ -90,13 +90,12 @@ class MatvecConfig:
     subgroups: bool | None = None
     tpr: int | None = None
     workgroup: int = matvec.WORKGROUP
-    two_units: bool = False
 
     def describe(self, device, mat: Matrix) -> str:
-        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x2"."""
+        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256"."""
         subgroups = matvec.use_subgroups(device, self.subgroups)
         tpr = self.tpr or matvec.threads_per_row(mat.wtype, mat.k, mat.m, self.workgroup)
-        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}" + (" x2" if self.two_units else "")
+        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}"
 
 
 @dataclass
@@ -170,8 +169,7 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
             dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
                                              wtype=mat.wtype, k=mat.k, m=mat.m,
                                              w_up=Binding(w_up) if mat.glu else None, subgroups=config.subgroups,
-                                             tpr=config.tpr, workgroup=config.workgroup,
-                                             two_units=config.two_units)
+                                             tpr=config.tpr, workgroup=config.workgroup)
             seconds = bench.time(dispatches)
             timings.append(Timing(mat, config.describe(dev, mat), seconds))
             report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k,
@@ -202,8 +200,7 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     return timings
 
 
-def matvec_configs(device, reductions: str, tprs: str, workgroups: str, units: str,
-                   sweep: bool) -> list[MatvecConfig]:
+def matvec_configs(device, reductions: str, tprs: str, workgroups: str, sweep: bool) -> list[MatvecConfig]:
     """The builder's choice, then every combination of the given knobs (--sweep: all of them),
     less those with more threads per row than a workgroup has."""
     def ints(text: str, everything: list[int]) -> list[int]:
@@ -213,8 +210,7 @@ def matvec_configs(device, reductions: str, tprs: str, workgroups: str, units: s
     chosen = [named[r] for r in reductions.split(",") if r] or ([True, False] if sweep and has else [None])
     tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
     wg_list = ints(workgroups, [64, 128, 256]) or [matvec.WORKGROUP]
-    two_list = [n == 2 for n in ints(units, [1, 2])] or [False]
-    combos = [MatvecConfig(r, t, g, two) for r, t, g, two in product(chosen, tpr_list, wg_list, two_list)
+    combos = [MatvecConfig(r, t, g) for r, t, g in product(chosen, tpr_list, wg_list)
               if not t or t <= g]
     return [MatvecConfig()] + [c for c in combos if c != MatvecConfig()]
 
@@ -319,10 +315,8 @@ def main(argv=None) -> None:
                     "wg (workgroup memory); default: the device's choice")
     ap.add_argument("--workgroup", default="", help="matvec invocations per workgroup, comma-separated powers of two "
                     f"<= {matvec.WORKGROUP} (default: {matvec.WORKGROUP})")
-    ap.add_argument("--units", default="", help="matvec units per thread per loop iteration, comma-separated: 1, 2 "
-                    "(default: 1)")
     ap.add_argument("--sweep", action="store_true", help="matvec: time every reduction the device has, TPR 4..256, "
-                    "workgroups 64, 128, 256 and 1 or 2 units per iteration (a list given above replaces its part), "
+                    "and workgroups 64, 128, 256 (a list given above replaces its part), "
                     "then print a table")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
@@ -339,7 +333,7 @@ def main(argv=None) -> None:
     halves = [v == "f16" for v in variants if v == "f32" or "shader-f16" in device.features]
     if "f16" in args.variants and "shader-f16" not in device.features:
         print("no shader-f16 on this adapter: the f16 variant is skipped")
-    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.units, args.sweep)
+    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.sweep)
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))

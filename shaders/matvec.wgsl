@@ -11,7 +11,6 @@
 //               block's RMSNorm fused in, so it costs no dispatch of its own. Every
 //               workgroup recomputes the (cheap) sum of squares of x.
 //   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
-//   TWO_UNITS   each thread decodes two units per loop iteration (more loads in flight)
 //   X_STAGED    each workgroup first stages x as the dot products see it (normalized with
 //               NORM, merged with MERGE, which implies it) in workgroup memory, 16 *
 //               UNITS_PER_ROW floats: no storage loads of x or norm_w in the row loop.

@@ -5,7 +5,7 @@
 // taking quant.wgsl's integer dot products over items of ITEM_UNITS units (item_dot_int, K a
 // multiple of 256; cera.gpu.quant.X_INT_TYPES).
 //
-// Defines: matvec.wgsl's (not TWO_UNITS), X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS)
+// Defines: matvec.wgsl's, X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS)
 // and the flag X_INT (quant.wgsl's integer section). Bindings, dispatch: as matvec.wgsl.
 #include "matvec_io.wgsl"
 #include "x_int.wgsl"

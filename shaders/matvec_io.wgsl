@@ -249,26 +249,12 @@ fn main(@builtin(local_invocation_index) lid: u32,
     if (r < M) {
         let row_byte = r * ROW_BYTES;
         let items = (ITEMS_PER_ROW + TPR - 1u - lane) / TPR;   // the lane's: lane, lane + TPR, ...
-#ifdef TWO_UNITS
-        for (var pair = 0u; pair < LANE_ITEMS / 2u; pair++) {   // both items' loads in flight at once
-            if (2u * pair + 1u >= items) {
-                break;
-            }
-            let u = lane + 2u * pair * TPR;
-            let first = item_sums(row_byte, u);
-            acc += first + item_sums(row_byte, u + TPR);
-        }
-        if (items % 2u == 1u) {
-            acc += item_sums(row_byte, lane + (items - 1u) * TPR);
-        }
-#else
         for (var n = 0u; n < LANE_ITEMS; n++) {
             if (n >= items) {
                 break;
             }
             acc += item_sums(row_byte, lane + n * TPR);
         }
-#endif
     }
 #ifdef SUBGROUPS
     let sums = row_sum(lid, sg_size, acc) * inv_rms;

@@ -55,7 +55,7 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matvec.WORKGROUP, two_units=False,
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matvec.WORKGROUP,
                 stage=None, x_bits=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation; x_bits: matvec's knob (None: its default); with 8, want takes x quantized to
@@ -66,7 +66,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, two_units=two_units, stage=stage, x_bits=x_bits)
+              workgroup=workgroup, stage=stage, x_bits=x_bits)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -170,17 +170,6 @@ def test_matvec_workgroup_size(gpu, workgroup, tpr, subgroups):
     got, want, mag = matvec_case(gpu, T.Q8_0, 75, 1024, rng, tpr=tpr, workgroup=workgroup, subgroups=subgroups,
                                  norm=True)
     check_matvec(got, want, mag, f"workgroup={workgroup} tpr={tpr}")
-
-
-@pytest.mark.parametrize("tpr", [4, 16, 32])
-def test_matvec_two_units(gpu, tpr, subgroups):
-    """Two units per thread per iteration: rows of 48 units (an even and an odd number per
-    thread, or fewer than two), a GLU's pair, and a float row with a ragged last unit."""
-    rng = np.random.default_rng(50 + tpr)
-    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr, subgroups=subgroups, two_units=True, glu=True)
-    check_matvec(got, want, mag * mag, f"tpr={tpr} two units glu")
-    got, want, mag = matvec_case(gpu, T.F16, 67, 1001, rng, tpr=tpr * 4, subgroups=subgroups, two_units=True)
-    check_matvec(got, want, mag, f"tpr={tpr * 4} two units f16")
 
 
 @pytest.mark.parametrize("stage", [False, True], ids=["storage", "staged"])
@@ -439,8 +428,6 @@ def test_integer_x_checked(gpu):
     assert matvec.x_int_bits(no_dot, T.Q4_K, 256, 4096, None, floats=True) == 0   # the default falls back to f32 x
     assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, 4096, None, floats=True) == 24
     assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, matvec.X_INT_MIN_ROWS - 1, None, floats=True) == 0
-    with pytest.raises(ValueError, match="two_units applies to f32 x"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=24, two_units=True)
 
 
 def test_q8_k_is_llama_cpps():

@@ -129,8 +129,7 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
            scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
            w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
            tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
-           workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-           affine: bool = True, x_bits: int | None = None, int8: bool = False) -> Dispatch:
+           workgroup: int = WORKGROUP, stage: bool | None = None, x_bits: int | None = None, int8: bool = False) -> Dispatch:
     """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
     out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
     W and W_up: raw GGUF rows of `wtype`.
@@ -142,16 +141,15 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     Tuning knobs: `tpr` overrides the threads per row (a power of two <= workgroup);
     `subgroups` picks the reduction: subgroup operations (True) or workgroup memory (False),
     None: subgroups where the device has them; `workgroup`: invocations per workgroup (a
-    power of two <= 256; workgroup / tpr rows each); `two_units`: each thread decodes two
-    units per loop iteration; `stage`: each workgroup stages x (normalized) in workgroup memory
-    first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages); `affine`:
-    a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine);
-    `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup turns x (normalized
-    or merged as it is staged) into integers of that many bits per 256-element block, and the
-    rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default
-    (in 8 bits with `int8`: cera.gpu.numerics).
+    power of two <= 256; workgroup / tpr rows each); `stage`: each workgroup stages x
+    (normalized) in workgroup memory first, None: with a norm, where it fits (`staged_x_fits`; a
+    merge always stages); a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored
+    dot (unit_affine); `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup
+    turns x (normalized or merged as it is staged) into integers of that many bits per
+    256-element block, and the rows take integer dot products; 0: f32 x; None: `x_int_bits`'
+    default (in 8 bits with `int8`: cera.gpu.numerics).
 
-    Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot (affine) each made
+    Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot each made
     Qwen2.5-1.5B's decode faster (docs/PERFORMANCE.md, decisions)."""
     t = weight_type(wtype)
     if w_up is not None and bias is not None:
@@ -160,8 +158,6 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     subgroups = use_subgroups(device, subgroups)
     merge = not isinstance(x, Binding)   # attention.Partials
     bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None, int8=int8)
-    if bits and two_units:
-        raise InvalidArgument("matvec: two_units applies to f32 x, not integer x")
     tpr = tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
@@ -169,11 +165,10 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
     rows = workgroup // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
                    **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=bias is not None, ACCUMULATE=accumulate,
-                                              GLU=w_up is not None, GELU=gelu, SUBGROUPS=subgroups,
-                                              TWO_UNITS=two_units))
+                                              GLU=w_up is not None, GELU=gelu, SUBGROUPS=subgroups))
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    sums = affine and not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
+    sums = not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     if stage is None:
         stage = (merge or norm is not None) and staged_x_fits(device, k, sums, x_bits=bits)
     if merge and not stage:
@@ -214,13 +209,13 @@ def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partial
                  scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
                  w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
                  limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
-                 workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
+                 workgroup: int = WORKGROUP, stage: bool | None = None,
                  x_bits: int | None = None, int8: bool = False) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
     bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
     limits = limits or device.limits
     tiles = row_tiles(wtype, k, m, limits)
-    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage,
+    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, stage=stage,
                  x_bits=x_bits, int8=int8)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
