@@ -423,6 +423,7 @@ json.dumps({"message": message})
 
 
 SUBGROUP_SUM = """
+enable subgroups;
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) n: u32) {
@@ -431,8 +432,9 @@ fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) n: u32)
 }"""
 
 
-def test_subgroup_kernels_get_the_wgsl_extension_enabled(page):
-    """The browser wants `enable subgroups;` (native wgpu wants it absent): the host adds it."""
+def test_subgroup_kernels_enable_the_wgsl_extension_themselves(page):
+    """A kernel of subgroup operations declares `enable subgroups;`, as the browser wants (the
+    native host drops it: naga lacks the directive), and runs in the page as it is."""
     got = python_in_worker(page, f"""
 import json
 import numpy as np
