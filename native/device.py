@@ -126,6 +126,9 @@ class NativeDevice(Device):
         pass   # queue.write_buffer copies the bytes at once: nothing is held for us
 
     def _kernel(self, name, code):
+        # The shaders enable the subgroups extension as WGSL asks; wgpu's compiler (naga) takes
+        # subgroup operations where the device has the feature, but not yet that directive.
+        code = code.replace("enable subgroups;\n", "")
         try:
             module = _shader(self._device, code, name, self.bounds_checks)
             return self._device.create_compute_pipeline(

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Micro-benchmark of the weight kernels on whatever WebGPU adapter is present.
 
-Times the decode matvec (1 row, cera.gpu.matmul) and the prefill matmul (--rows rows,
-cera.gpu.batched) for every weight matrix of a layer and the LM head, plus the prefill
+Times the decode matvec (1 row, cera.gpu.matvec) and the prefill matmul (--rows rows,
+cera.gpu.matmul) for every weight matrix of a layer and the LM head, plus the prefill
 attention, at the real shapes and weight types of:
 
   smollm2   SmolLM2-135M Q4_1: hidden 576, ff 1536, 9/3 heads of 64, vocab 49152 (Q8_0 head)
@@ -16,7 +16,7 @@ submission). Prints ms, GB/s (weights + activations read and written once) and G
 The prefill matmul runs as each of --variants (f32; f16: f16 tiles, where the adapter has
 shader-f16); with --tiles sweep, over a grid of tile shapes and K slices per variant, then a
 table per matrix (weight type and shape) of GFLOP/s, tiling by variant, to choose the
-defaults in cera.gpu.batched from.
+defaults in cera.gpu.matmul from.
 
     python scripts/bench_kernels.py                        # both models, 512-row prefill
     python scripts/bench_kernels.py --model smollm2 --rows 128 --min-time 0.5
@@ -26,7 +26,7 @@ defaults in cera.gpu.batched from.
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
     python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
 
-A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup, --units) times the
+A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup) times the
 builder's choice, then every combination, and ends each model with a table: per matrix the
 builder's configuration and the fastest one.
 """
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from quantdata import padded, random_rows  # noqa: E402
 
 from cera.device import Binding  # noqa: E402
-from cera.gpu import batched, matmul  # noqa: E402
+from cera.gpu import attention, matmul, matvec  # noqa: E402
 from cera.gpu.state import STEP_BYTES, pack_step  # noqa: E402
 from cera.kernels import Kernels  # noqa: E402
 
@@ -86,17 +86,16 @@ MODELS = {
 
 @dataclass(frozen=True)
 class MatvecConfig:
-    """The matvec builder's tuning knobs (cera.gpu.matmul.matvec); None: the builder's choice."""
+    """The matvec builder's tuning knobs (cera.gpu.matvec.matvec); None: the builder's choice."""
     subgroups: bool | None = None
     tpr: int | None = None
-    workgroup: int = matmul.WORKGROUP
-    two_units: bool = False
+    workgroup: int = matvec.WORKGROUP
 
     def describe(self, device, mat: Matrix) -> str:
-        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x2"."""
-        subgroups = matmul.use_subgroups(device, self.subgroups)
-        tpr = self.tpr or matmul.threads_per_row(mat.wtype, mat.k, mat.m, self.workgroup)
-        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}" + (" x2" if self.two_units else "")
+        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256"."""
+        subgroups = matvec.use_subgroups(device, self.subgroups)
+        tpr = self.tpr or matvec.threads_per_row(mat.wtype, mat.k, mat.m, self.workgroup)
+        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}"
 
 
 @dataclass
@@ -167,11 +166,10 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
         for config in configs:
             if any(t.config == config.describe(dev, mat) for t in timings):
                 continue   # the builder's choice again
-            dispatches = matmul.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
+            dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
                                              wtype=mat.wtype, k=mat.k, m=mat.m,
                                              w_up=Binding(w_up) if mat.glu else None, subgroups=config.subgroups,
-                                             tpr=config.tpr, workgroup=config.workgroup,
-                                             two_units=config.two_units)
+                                             tpr=config.tpr, workgroup=config.workgroup)
             seconds = bench.time(dispatches)
             timings.append(Timing(mat, config.describe(dev, mat), seconds))
             report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k,
@@ -184,12 +182,12 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
             variant = "f16" if half else "f32"
             for t in tilings(tiles, dev.limits, rows, mat, half):
                 if t is None:
-                    dispatches = batched.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                    dispatches = matmul.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
                                                       m=mat.m, max_rows=rows, w_up=w_up, half=half)
-                    t = batched.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half, mat.wtype)
+                    t = matmul.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half, mat.wtype)
                     name = "builder: " + tiles_name(t)
                 else:
-                    dispatches = [batched.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
+                    dispatches = [matmul.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
                                                  m=mat.m, max_rows=rows, w_up=w_up, tiles=t, half=half)]
                     name = tiles_name(t)
                 seconds = bench.time(dispatches)
@@ -202,8 +200,7 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     return timings
 
 
-def matvec_configs(device, reductions: str, tprs: str, workgroups: str, units: str,
-                   sweep: bool) -> list[MatvecConfig]:
+def matvec_configs(device, reductions: str, tprs: str, workgroups: str, sweep: bool) -> list[MatvecConfig]:
     """The builder's choice, then every combination of the given knobs (--sweep: all of them),
     less those with more threads per row than a workgroup has."""
     def ints(text: str, everything: list[int]) -> list[int]:
@@ -212,9 +209,8 @@ def matvec_configs(device, reductions: str, tprs: str, workgroups: str, units: s
     named = {"sg": True, "wg": False}
     chosen = [named[r] for r in reductions.split(",") if r] or ([True, False] if sweep and has else [None])
     tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
-    wg_list = ints(workgroups, [64, 128, 256]) or [matmul.WORKGROUP]
-    two_list = [n == 2 for n in ints(units, [1, 2])] or [False]
-    combos = [MatvecConfig(r, t, g, two) for r, t, g, two in product(chosen, tpr_list, wg_list, two_list)
+    wg_list = ints(workgroups, [64, 128, 256]) or [matvec.WORKGROUP]
+    combos = [MatvecConfig(r, t, g) for r, t, g in product(chosen, tpr_list, wg_list)
               if not t or t <= g]
     return [MatvecConfig()] + [c for c in combos if c != MatvecConfig()]
 
@@ -262,10 +258,10 @@ def tilings(tiles, limits, rows: int, mat: Matrix, half: bool) -> list:
     SWEEP_BK that fits this device's workgroup memory (f16 tiles: half the bytes)."""
     if tiles != "sweep":
         return [tiles]
-    pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if mat.glu
-            else batched._MATMUL_TILES + batched._SUPERBLOCK_TILES + batched._SMALL_TILES)
+    pool = (matmul._GLU_TILES + matmul._SMALL_GLU_TILES if mat.glu
+            else matmul._MATMUL_TILES + matmul._SUPERBLOCK_TILES + matmul._SMALL_TILES)
     shapes = sorted({(t.tile_m, t.tile_t, t.rm, t.rt) for t in pool} | set(SWEEP_SHAPES[mat.glu]), reverse=True)
-    grid = [batched.MatmulTiles(tile_m=tm, tile_t=tt, bk=bk, rm=rm, rt=rt) for tm, tt, rm, rt in shapes
+    grid = [matmul.MatmulTiles(tile_m=tm, tile_t=tt, bk=bk, rm=rm, rt=rt) for tm, tt, rm, rt in shapes
             for bk in SWEEP_BK]
     return [None] + [t for t in grid if t.storage(mat.glu, half) <= limits.max_compute_workgroup_storage_size
                      and t.invocations <= limits.max_compute_invocations_per_workgroup]
@@ -281,7 +277,7 @@ def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> Non
     out = bench.zeros(4 * rows * nh * hd, "out")
     step = dev.buffer(STEP_BYTES, "step", uniform=True)
     dev.write(step, pack_step(pos, rows))
-    d = batched.prefill_attention(bench.kernels, dev, out, q, k_cache, v_cache, step, head_dim=hd, n_heads=nh,
+    d = attention.prefill_attention(bench.kernels, dev, out, q, k_cache, v_cache, step, head_dim=hd, n_heads=nh,
                                   n_kv_heads=nkv, max_rows=rows)
     seconds = bench.time([d])
     keys = sum(pos + t + 1 for t in range(rows))            # (row, key) pairs attended
@@ -295,7 +291,7 @@ def parse_tiles(text: str | None):
     if text == "sweep":
         return text
     tile_m, tile_t, bk, rm, rt = (int(v) for v in text.lower().split("x"))
-    return batched.MatmulTiles(tile_m=tile_m, tile_t=tile_t, bk=bk, rm=rm, rt=rt)
+    return matmul.MatmulTiles(tile_m=tile_m, tile_t=tile_t, bk=bk, rm=rm, rt=rt)
 
 
 def main(argv=None) -> None:
@@ -318,11 +314,9 @@ def main(argv=None) -> None:
     ap.add_argument("--reduction", default="", help="matvec reductions, comma-separated: sg (subgroup operations), "
                     "wg (workgroup memory); default: the device's choice")
     ap.add_argument("--workgroup", default="", help="matvec invocations per workgroup, comma-separated powers of two "
-                    f"<= {matmul.WORKGROUP} (default: {matmul.WORKGROUP})")
-    ap.add_argument("--units", default="", help="matvec units per thread per loop iteration, comma-separated: 1, 2 "
-                    "(default: 1)")
+                    f"<= {matvec.WORKGROUP} (default: {matvec.WORKGROUP})")
     ap.add_argument("--sweep", action="store_true", help="matvec: time every reduction the device has, TPR 4..256, "
-                    "workgroups 64, 128, 256 and 1 or 2 units per iteration (a list given above replaces its part), "
+                    "and workgroups 64, 128, 256 (a list given above replaces its part), "
                     "then print a table")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
@@ -339,7 +333,7 @@ def main(argv=None) -> None:
     halves = [v == "f16" for v in variants if v == "f32" or "shader-f16" in device.features]
     if "f16" in args.variants and "shader-f16" not in device.features:
         print("no shader-f16 on this adapter: the f16 variant is skipped")
-    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.units, args.sweep)
+    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.sweep)
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))
@@ -355,7 +349,7 @@ def main(argv=None) -> None:
         if len(configs) > 1 and timings:
             sweep_table(timings)
         if "attention" in only:
-            at = batched.attention_tiles(lim, model.head_dim)
+            at = attention.attention_tiles(lim, model.head_dim)
             print(f"  attention: {at.block_q} query rows x {at.block_kv} keys per tile, "
                   f"{at.invocations} invocations")
             for pos in args.pos:

@@ -17,7 +17,7 @@
 // dmin and x's step. The next slice's loads are issued before the current slice's products and
 // stored after them, as in matmul.wgsl.
 //
-// Defines: a type flag with TILE_INT (cera.gpu.batched.INT_TILE_TYPES), K (a multiple of
+// Defines: a type flag with TILE_INT (cera.gpu.quant.INT_TILE_TYPES), K (a multiple of
 // 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
 // (x_int_record.wgsl), OUT_STRIDE, SCALE, SPLIT and MAX_ROWS as matmul.wgsl, ROW0 (out bound from
 // token row ROW0 on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS

@@ -8,7 +8,7 @@
 // of the same type (the gate and up projections of a GLU), bound as `array<WeightWords>`:
 //     fn wword(src: u32, i: u32) -> u32            // word i of weight matrix `src`
 //     fn wquad(src: u32, q: u32) -> vec4<u32>      // words 4q .. 4q+3
-// With WEIGHT_QUADS (Q4_K, Q5_K: cera.gpu.matmul.weight_flags) the binding holds vec4<u32> and
+// With WEIGHT_QUADS (Q4_K, Q5_K: cera.gpu.quant.weight_flags) the binding holds vec4<u32> and
 // the wider fetches are single loads.
 //
 // A row is cut into UNITS_PER_ROW "units" of 16 elements: the slice of a block one thread
@@ -26,13 +26,13 @@
 //     unit_words(src, row_byte, u) -> UnitWords    the unit's storage loads, nothing else
 //     unit_decode(w, row_byte, u) -> Unit          its arithmetic, no loads
 // unit_values(src, row_byte, u) is unit_decode(unit_words(src, row_byte, u), row_byte, u).
-// The types with flag UNIT_WORDS (cera.gpu.matmul.weight_flags) define the two; for the
+// The types with flag UNIT_WORDS (cera.gpu.quant.weight_flags) define the two; for the
 // others unit_words is unit_values itself (their loads are used as soon as they are made).
 
 alias Unit = array<vec4<f32>, 4>;
 
 // A unit as affine maps of exact floats, for the decode matvec's factored dot (unit_affine:
-// Q4_K, cera.gpu.matmul.UNIT_AFFINE_TYPES; flag UNIT_AFFINE): element c of group g is
+// Q4_K, cera.gpu.quant.UNIT_AFFINE_TYPES; flag UNIT_AFFINE): element c of group g is
 // a[g / 2] * f[g][c] + b[g / 2], the groups of a pair (0-1, 2-3) being 8 consecutive elements,
 // group_elem(u, 2p) a multiple of 8. The f are small integers in the mantissa of 1.0 (1 + n/16),
 // so a dot with x needs no conversion or scaling per element:
@@ -185,9 +185,10 @@ fn byte_bits(q: u32, shift: u32, mask: u32) -> vec4<u32> {
 // in X_PLANES signed bytes each (8 bits as llama.cpp's CPU backend quantizes the activations of
 // its k-quant dot products (Q8_K), or 24); xq[p * K / 16 + g] holds byte p of the q of
 // elements 16g .. 16g+15 (four to a word, low byte first) and xsum[g] their sum. A type with
-// X_INT support (cera.gpu.matmul.X_INT_TYPES) defines
-//     const ITEM_UNITS                               units per work item (the item: ITEM_UNITS * 16 elements)
+// X_INT support (cera.gpu.quant.X_INT_TYPES) defines
 //     fn item_dot_int(src, row_byte, p) -> f32     dot(W[row, item p], x as staged)
+// over its items of ITEM_UNITS units (ITEM_UNITS * 16 elements; the define comes from
+// cera.gpu.quant.X_INT_ITEM_UNITS)
 // with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call),
 // summed per plane in integers and across planes in f32.
 
@@ -212,7 +213,7 @@ fn plane_value(sum: i32, p: u32) -> f32 {
 // ---- 32-element sub-blocks in integers (matmul_int.wgsl) --------------------------------
 // Sub-block j of a row, elements 32j .. 32j+31 (within one 256-element block), as signed 8-bit
 // quants: element 32j + 16h + 4c + i is byte i of q[h][c], and its weight is
-// d.x * sc[h] * q - d.y * m. A type with TILE_INT support (cera.gpu.batched.INT_TILE_TYPES)
+// d.x * sc[h] * q - d.y * m. A type with TILE_INT support (cera.gpu.quant.INT_TILE_TYPES)
 // defines, its loads apart from its arithmetic (as unit_words / unit_decode):
 //     const SUB_SCALES   1: one scale for the sub-block (sc.x == sc.y), 2: one per 16 elements
 //     alias SubWords
@@ -500,8 +501,6 @@ fn group_elem(u: u32, g: u32) -> u32 {
 // Item p: quant quad k = p % 8 of block p / 8, 16 low nibbles (sub-block 2j, j = k / 2, x's
 // group 4j + k % 2 of the block) and their 16 high nibbles (sub-block 2j + 1, group + 2). As
 // llama.cpp's: d * sum(sc * q.x) - dmin * sum(m * sum(x)), in integers but for d and dmin.
-const ITEM_UNITS = 2u;
-
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let blk = p / 8u;
     let quad = (row_byte + blk * BLOCK_BYTES) >> 4u;
@@ -662,8 +661,6 @@ fn q6_signed(q: vec4<u32>) -> vec4<u32> {
 // fields in 3 spans (5 word loads each where blocks may be unaligned) and 3 words, where 4
 // single units take 24 loads. Each group's 16 products with x (the quants as q - 32) summed and
 // scaled in integers, then d.
-const ITEM_UNITS = 4u;
-
 fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     let at = unit_bytes(row_byte, 4u * p);   // the first unit's fields: the item's spans start there
     let k = p % 2u;

@@ -6,6 +6,8 @@
 // the caller passes the `subgroup_size` builtin. Subgroups are taken to be consecutive runs
 // of local_invocation_index (as on Vulkan, D3D12 and Metal for a 1-D workgroup).
 #ifdef SUBGROUPS
+enable subgroups;
+
 var<workgroup> subgroup_sums: array<f32, WG / 4u>;   // WebGPU subgroups have 4 to 128 invocations
 
 fn workgroup_sum(lid: u32, sg_size: u32, value: f32) -> f32 {

@@ -4,6 +4,6 @@
 //   [p * K / 4 + i]      plane p of elements 4i .. 4i+3, packed low byte first
 //   [X_SUMS + j]         the sum of the integers of sub-block j (elements 32j .. 32j+31), an i32
 //   [X_STEPS + b]        block b's step, an f32
-// Defines: K, X_PLANES, X_STRIDE (cera.gpu.batched.x_int_stride).
+// Defines: K, X_PLANES, X_STRIDE (cera.gpu.matmul.x_int_stride).
 const X_SUMS = X_PLANES * K / 4u;
 const X_STEPS = X_SUMS + K / 32u;

@@ -10,7 +10,7 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu import matmul
+from cera.gpu import matvec
 from cera.gpu.model import greedy_batches
 from cera.gpu.numerics import Numerics
 from cera.gpu.state import GREEDY_BATCH
@@ -72,7 +72,7 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones);
     greedy decoding agrees with llama.cpp as the f32 path must, and with 24 bits the per-token
     logits are the numpy reference's to the tolerance decode holds prefill to (tests/test_prefill.py)."""
-    monkeypatch.setattr(matmul, "X_INT_MIN_ROWS", 0)
+    monkeypatch.setattr(matvec, "X_INT_MIN_ROWS", 0)
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
     g = synth_gguf(name)
     gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=replace(GOLDEN_NUMERICS, int8=bits == 8)))

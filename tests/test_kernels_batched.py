@@ -19,13 +19,13 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
-from cera.gpu import batched, layers, matmul
+from cera.gpu import attention, matmul, ops as gpu_ops, quant
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F32_CACHE, MIXED_CACHES, as_cached, assert_close, cache_tolerance, glu_act,
                       read_cache, run, step_buffer, submit, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
-TYPES = sorted(batched.BATCHED_TYPES, key=lambda t: t.name)
+TYPES = sorted(quant.WEIGHT_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]
 
 
@@ -87,12 +87,12 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
     want, mag = expected(gpu, rng, t, w, x[:n_tokens].astype(np.float64), out0[:n_tokens], kw, glu=glu, act=act,
                          scale=scale, bias=bias, accumulate=accumulate)
     step = step_buffer(gpu, 3, n_tokens)
-    dispatch = batched.matmul(gpu.kernels, device or gpu.device, out, upload(gpu, raw, "w"), upload(gpu, x, "x"),
+    dispatch = matmul.matmul(gpu.kernels, device or gpu.device, out, upload(gpu, raw, "w"), upload(gpu, x, "x"),
                               step, **kw)
     got = run(gpu, [dispatch], out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
     assert dispatch.label.endswith(" f16") == half
-    bk = (tiles or batched.matmul_tiles(gpu.device.limits, max_rows, glu, m, half, kw["wtype"])).bk
+    bk = (tiles or matmul.matmul_tiles(gpu.device.limits, max_rows, glu, m, half, kw["wtype"])).bk
     return got[:n_tokens], want, mag, bk if half else 0
 
 
@@ -156,14 +156,14 @@ def test_matmul_variants(gpu, t, flags, half):
 
 
 # 8-wide register blocks: no table picks them, a caller's tiles= may
-WIDE_BLOCKS = [batched.MatmulTiles(tile_m=128, tile_t=128, bk=16, rm=8, rt=8),
-               batched.MatmulTiles(tile_m=64, tile_t=128, bk=16, rm=4, rt=8)]
+WIDE_BLOCKS = [matmul.MatmulTiles(tile_m=128, tile_t=128, bk=16, rm=8, rt=8),
+               matmul.MatmulTiles(tile_m=64, tile_t=128, bk=16, rm=4, rt=8)]
 
 
 def _pool(glu, half):
-    pool = (batched._GLU_TILES + batched._SMALL_GLU_TILES if glu
-            else batched._MATMUL_TILES + batched._SUPERBLOCK_TILES + batched._SMALL_TILES) + WIDE_BLOCKS
-    return batched._halved(pool) if half else pool
+    pool = (matmul._GLU_TILES + matmul._SMALL_GLU_TILES if glu
+            else matmul._MATMUL_TILES + matmul._SUPERBLOCK_TILES + matmul._SMALL_TILES) + WIDE_BLOCKS
+    return matmul._halved(pool) if half else pool
 
 
 ALL_TILES = sorted({(tiles, glu, half) for glu in (False, True) for half in HALF for tiles in _pool(glu, half)},
@@ -175,7 +175,7 @@ ALL_TILES = sorted({(tiles, glu, half) for glu in (False, True) for half in HALF
                               for t, g, h in ALL_TILES])
 def test_matmul_tilings(gpu, tiles, glu, half):
     """Every tiling the builder may pick, whatever this device grants."""
-    assert tiles.invocations <= batched.MAX_INVOCATIONS
+    assert tiles.invocations <= attention.WORKGROUP
     assert tiles.storage(glu, half) <= 32768
     if tiles.storage(glu, half) > gpu.device.limits.max_compute_workgroup_storage_size:
         pytest.skip("more workgroup memory than this device has")
@@ -192,16 +192,16 @@ def test_matmul_tile_choice(gpu):
                                      max_compute_invocations_per_workgroup=256)
         for rows in (1, 32, 512):
             for glu in (False, True):
-                tiles = batched.matmul_tiles(limits, rows, glu)
+                tiles = matmul.matmul_tiles(limits, rows, glu)
                 assert tiles.storage(glu) <= max(storage, 16384) and tiles.invocations <= 256
     default = dataclasses.replace(lim, max_compute_workgroup_storage_size=16384)
-    assert batched.matmul_tiles(default, 512).storage(False) == 16384
+    assert matmul.matmul_tiles(default, 512).storage(False) == 16384
     big = dataclasses.replace(lim, max_compute_workgroup_storage_size=32768, max_compute_invocations_per_workgroup=256)
-    assert batched.matmul_tiles(big, 512, m=1536, wtype=T.Q4_K).tile_t == 32   # superblocks: 32 tokens
-    assert batched.matmul_tiles(big, 512, m=1536, wtype=T.Q4_1).tile_t == 64
-    assert batched.matmul_tiles(big, 512, m=192) == batched.matmul_tiles(big, 512, m=64)   # the most
+    assert matmul.matmul_tiles(big, 512, m=1536, wtype=T.Q4_K).tile_t == 32   # superblocks: 32 tokens
+    assert matmul.matmul_tiles(big, 512, m=1536, wtype=T.Q4_1).tile_t == 64
+    assert matmul.matmul_tiles(big, 512, m=192) == matmul.matmul_tiles(big, 512, m=64)   # the most
     for glu in (False, True):   # f16 tiles: the same tilings and bytes, twice the bk
-        f32, f16 = batched.matmul_tiles(big, 512, glu, 8960), batched.matmul_tiles(big, 512, glu, 8960, half=True)
+        f32, f16 = matmul.matmul_tiles(big, 512, glu, 8960), matmul.matmul_tiles(big, 512, glu, 8960, half=True)
         assert f16 == dataclasses.replace(f32, bk=2 * f32.bk) and f16.storage(glu, True) == f32.storage(glu)
 
 
@@ -211,25 +211,25 @@ def test_matmul_half_choice(gpu):
     dev = gpu.device
     plain = types.SimpleNamespace(bind=dev.bind, limits=dev.limits, features=frozenset())
     f16 = types.SimpleNamespace(features=frozenset({"shader-f16"}))
-    assert batched.half_tiles(f16, T.Q4_K) and batched.half_tiles(f16, T.F16)
-    assert not batched.half_tiles(f16, T.F32) and not batched.half_tiles(f16, T.BF16)
-    assert not batched.half_tiles(plain, T.Q4_K)
+    assert matmul.half_tiles(f16, T.Q4_K) and matmul.half_tiles(f16, T.F16)
+    assert not matmul.half_tiles(f16, T.F32) and not matmul.half_tiles(f16, T.BF16)
+    assert not matmul.half_tiles(plain, T.Q4_K)
     buf, step = dev.buffer(4096, "x"), step_buffer(gpu, 0, 4)
-    d = batched.matmul(gpu.kernels, plain, buf, buf, buf, step, wtype=T.Q8_0, k=32, m=4, max_rows=4)
+    d = matmul.matmul(gpu.kernels, plain, buf, buf, buf, step, wtype=T.Q8_0, k=32, m=4, max_rows=4)
     assert "f16" not in d.label
     with pytest.raises(ValueError, match="shader-f16"):
-        batched.matmul(gpu.kernels, plain, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4, half=True)
+        matmul.matmul(gpu.kernels, plain, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4, half=True)
 
 
 def test_matmul_2d_dispatch(gpu):
     """More M tiles than one dimension allows: they spread over (y, z), flattened in the kernel."""
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroups_per_dimension=2)
     small = types.SimpleNamespace(bind=gpu.device.bind, limits=limits, features=gpu.device.features)
-    tiles = batched.MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4)
+    tiles = matmul.MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4)
     rng = np.random.default_rng(9)
     got, want, mag, bk = matmul_case(gpu, T.Q8_0, 300, 64, 7, 8, rng, tiles=tiles, device=small)   # 5 M tiles
     check_matmul(got, want, mag, "2-D", bk)
-    assert batched._groups_2d(5, limits) == (2, 3)
+    assert gpu_ops.grid(5, limits) == (2, 3)
 
 
 @pytest.mark.parametrize("half", HALF, ids=HALF_IDS)
@@ -242,7 +242,7 @@ def test_matmul_tiled(gpu, glu, act, half):
     t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
     limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=4096,
                                  min_storage_buffer_offset_alignment=256)
-    assert batched.row_blocks(k, m, max_rows, limits) == [(0, 3), (3, 3), (6, 2)]   # 1280-byte out rows
+    assert matmul.row_blocks(k, m, max_rows, limits) == [(0, 3), (3, 3), (6, 2)]   # 1280-byte out rows
     rng = np.random.default_rng(11)
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
@@ -260,12 +260,12 @@ def test_matmul_tiled(gpu, glu, act, half):
         kw["bias"] = upload(gpu, b)
         want = want + b
     out = upload(gpu, np.zeros((max_rows, m), np.float32))
-    dispatches = batched.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
+    dispatches = matmul.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
                                       step_buffer(gpu, 0, n_tokens), wtype=t, k=k, m=m, max_rows=max_rows,
                                       limits=limits, half=half, **kw)
     assert len(dispatches) == 3 * 5
     got = run(gpu, dispatches, out, (max_rows, m))
-    bk = batched.matmul_tiles(limits, 3, glu, 64, half).bk    # every block: at most 3 rows, 64 columns
+    bk = matmul.matmul_tiles(limits, 3, glu, 64, half).bk    # every block: at most 3 rows, 64 columns
     check_matmul(got[:n_tokens], want, mag, "tiled", bk if half else 0)
     assert not got[n_tokens:].any()
 
@@ -289,15 +289,15 @@ def test_matmul_split(gpu, t, k, split, max_rows, accumulate, half):
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out, parts = upload(gpu, out0, "out"), zeros(gpu, (split, max_rows, m), "parts")
     step = step_buffer(gpu, 0, n_tokens)
-    mm = batched.matmul(gpu.kernels, gpu.device, parts, upload(gpu, raw, "w"), upload(gpu, x, "x"), step, wtype=t,
+    mm = matmul.matmul(gpu.kernels, gpu.device, parts, upload(gpu, raw, "w"), upload(gpu, x, "x"), step, wtype=t,
                         k=k, m=m, max_rows=max_rows, scale=scale, half=half, split=split)
-    total = batched.split_sum(gpu.kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
+    total = matmul.split_sum(gpu.kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
                               accumulate=accumulate, label="split_sum")
-    assert mm.groups[0] == split * -(-max_rows // batched.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).tile_t)
+    assert mm.groups[0] == split * -(-max_rows // matmul.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).tile_t)
     got = run(gpu, [mm, total], out, (max_rows, m))
     xs = x[:n_tokens].astype(np.float64)
     want = scale * (xs @ w.T) + (out0[:n_tokens] if accumulate else 0)
-    bk = batched.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).bk
+    bk = matmul.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).bk
     check_matmul(got[:n_tokens], want, scale * (np.abs(xs) @ np.abs(w.T)), f"split {split}", bk if half else 0)
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
 
@@ -307,21 +307,21 @@ def test_matmul_tiled_splits_long_k(gpu, monkeypatch, integer):
     """matmul_tiled with room for parts splits a long K into k_parts' parts (and only then):
     a matmul (f32 tiles, or on x in 8-bit integers) into the parts and their sum added into out,
     equal to the unsplit matmul."""
-    monkeypatch.setattr(batched, "SPLIT_MIN_K", 256)
+    monkeypatch.setattr(matmul, "SPLIT_MIN_K", 256)
     t, m, k, max_rows = T.Q4_K, 64, 1024, 16
-    assert batched.k_parts(k, 1) == 4 and batched.k_parts(256, 1) == 1
-    assert batched.k_parts(k, batched.SPLIT_WORKGROUPS // 2) == 2 and batched.k_parts(k, batched.SPLIT_WORKGROUPS) == 1
+    assert matmul.k_parts(k, 1) == 4 and matmul.k_parts(256, 1) == 1
+    assert matmul.k_parts(k, matmul.SPLIT_WORKGROUPS // 2) == 2 and matmul.k_parts(k, matmul.SPLIT_WORKGROUPS) == 1
     rng = np.random.default_rng(5)
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     bufs = dict(w=upload(gpu, raw, "w"), x=upload(gpu, x, "x"), step=step_buffer(gpu, 0, max_rows))
-    xi = zeros(gpu, (max_rows, batched.x_int_stride(k)), "xi") if integer else None
+    xi = zeros(gpu, (max_rows, matmul.x_int_stride(k)), "xi") if integer else None
     tag = " x8" if integer else ""
     got = {}
-    for parts in (None, zeros(gpu, (batched.SPLIT_MAX, max_rows, m), "parts")):
+    for parts in (None, zeros(gpu, (matmul.SPLIT_MAX, max_rows, m), "parts")):
         out = upload(gpu, out0, "out")
-        ds = batched.matmul_tiled(gpu.kernels, gpu.device, out, bufs["w"], bufs["x"], bufs["step"], wtype=t, k=k,
+        ds = matmul.matmul_tiled(gpu.kernels, gpu.device, out, bufs["w"], bufs["x"], bufs["step"], wtype=t, k=k,
                                   m=m, max_rows=max_rows, accumulate=True, parts=parts, xi=xi)
         assert [d.label for d in ds if not d.label.startswith("quantize_x")] == (
             [f"matmul Q4_K {m}x{k}{tag} +="] if parts is None else
@@ -336,9 +336,9 @@ def test_matmul_tiled_splits_long_k(gpu, monkeypatch, integer):
 def test_row_blocks(gpu):
     lim = gpu.device.limits
     big = dataclasses.replace(lim, max_storage_buffer_binding_size=1 << 30)
-    assert batched.row_blocks(576, 49152, 512, big) == [(0, 512)]
+    assert matmul.row_blocks(576, 49152, 512, big) == [(0, 512)]
     small = dataclasses.replace(lim, max_storage_buffer_binding_size=128 << 20, min_storage_buffer_offset_alignment=256)
-    blocks = batched.row_blocks(1536, 151936, 512, small)     # Qwen2.5's LM head over a 512-row chunk
+    blocks = matmul.row_blocks(1536, 151936, 512, small)     # Qwen2.5's LM head over a 512-row chunk
     assert sum(n for _, n in blocks) == 512 and len(blocks) == 3
     for r0, n in blocks:
         assert r0 * 151936 * 4 % 256 == 0 and n * 151936 * 4 <= 128 << 20
@@ -347,26 +347,26 @@ def test_row_blocks(gpu):
 def test_matmul_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="no batched matmul kernel"):
-        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.TQ1_0, k=256, m=4, max_rows=4)
+        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.TQ1_0, k=256, m=4, max_rows=4)
     with pytest.raises(ValueError, match="GLU with a bias"):
-        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4,
+        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4,
                        bias=buf, w_up=buf)
     with pytest.raises(ValueError, match="multiple"):
-        batched.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
 
 
 # --- matmul with x in integers ----------------------------------------------------------------
 
-INT_TYPES = sorted(batched.INT_TILE_TYPES, key=lambda t: t.name)
+INT_TYPES = sorted(quant.INT_TILE_TYPES, key=lambda t: t.name)
 INT_IDS = [t.name for t in INT_TYPES]
 
 
 def x_int_rows(gpu, x, step):
     """quantize_x of x (max_rows, k): (the buffer, its words (max_rows, x_int_stride(k)))."""
     max_rows, k = x.shape
-    shape = (max_rows, batched.x_int_stride(k))
+    shape = (max_rows, matmul.x_int_stride(k))
     xi = zeros(gpu, shape, "xi")
-    d = batched.quantize_x(gpu.kernels, xi, upload(gpu, x, "x"), step, k=k, max_rows=max_rows)
+    d = matmul.quantize_x(gpu.kernels, xi, upload(gpu, x, "x"), step, k=k, max_rows=max_rows)
     return xi, run(gpu, [d], xi, shape, np.uint32)
 
 
@@ -392,7 +392,7 @@ def test_quantize_x(gpu):
 @pytest.mark.parametrize("k", [256, 1536, 1280])
 def test_rms_norm_x_int_is_the_norm_then_quantize_x(gpu, k):
     """The RMSNorm with quantize_x fused in (rms_norm.wgsl X_INT, prefill's norm before integer
-    matmuls): its rows are layers.rms_norm's, bit for bit, and its record is quantize_x's of those
+    matmuls): its rows are gpu_ops.rms_norm's, bit for bit, and its record is quantize_x's of those
     rows, word for word (whole rounds of four blocks, and a partial one: 1280); rows past
     n_tokens untouched."""
     rng = np.random.default_rng(k)
@@ -400,18 +400,18 @@ def test_rms_norm_x_int_is_the_norm_then_quantize_x(gpu, k):
     x = (rng.standard_normal((max_rows, k)) * 3).astype(np.float32)
     w = rng.uniform(0.5, 1.5, k).astype(np.float32)
     step, xb, wb = step_buffer(gpu, 0, n_tokens), upload(gpu, x, "x"), upload(gpu, w, "w")
-    shape = (max_rows, batched.x_int_stride(k))
+    shape = (max_rows, matmul.x_int_stride(k))
     out, xi, plain = zeros(gpu, x.shape, "out"), zeros(gpu, shape, "xi"), zeros(gpu, x.shape, "plain")
-    fused = batched.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=k, eps=eps, max_rows=max_rows)
+    fused = matmul.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=k, eps=eps, max_rows=max_rows)
     normed = run(gpu, [fused], out, x.shape)
     words = run(gpu, [], xi, shape, np.uint32)
-    want = run(gpu, [layers.rms_norm(gpu.kernels, gpu.device, plain, xb, wb, step, n=k, eps=eps,
+    want = run(gpu, [gpu_ops.rms_norm(gpu.kernels, gpu.device, plain, xb, wb, step, n=k, eps=eps,
                                      max_tokens=max_rows)], plain, x.shape)
     assert np.array_equal(normed, want) and not normed[n_tokens:].any()
     np.testing.assert_array_equal(words, x_int_rows(gpu, want, step)[1])
     assert words[:n_tokens].any() and not words[n_tokens:].any()
     with pytest.raises(ValueError, match="multiple of 256"):
-        batched.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=100, eps=eps, max_rows=max_rows)
+        matmul.rms_norm_x_int(gpu.kernels, out, xi, xb, wb, step, n=100, eps=eps, max_rows=max_rows)
 
 
 def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=False, accumulate=False,
@@ -426,7 +426,7 @@ def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=Fa
     kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
     want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=glu,
                          act=act, scale=scale, bias=bias, accumulate=accumulate)
-    got = run(gpu, [batched.matmul_int(gpu.kernels, gpu.device, out, upload(gpu, raw, "w"), xi, step, **kw)],
+    got = run(gpu, [matmul.matmul_int(gpu.kernels, gpu.device, out, upload(gpu, raw, "w"), xi, step, **kw)],
               out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
     return got[:n_tokens], want, mag
@@ -446,7 +446,7 @@ def test_matmul_int(gpu, t):
         check_matmul(got, want, mag, f"{t.name} m={m} k={k} rows={n_tokens}/{max_rows}")
 
 
-INT_TILINGS = sorted(set(batched._INT_TILES + batched._INT_GLU_TILES) | {batched.IntTiles(64, 64, 256)},
+INT_TILINGS = sorted(set(matmul._INT_TILES + matmul._INT_GLU_TILES) | {matmul.IntTiles(64, 64, 256)},
                      key=lambda t: (t.tile_m, t.tile_t, t.bk))
 
 
@@ -477,10 +477,10 @@ def test_matmul_tiled_int(gpu, t, m, max_rows, binding):
     kw = dict(wtype=t, k=k, m=m, max_rows=max_rows)
     want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=False,
                          act=FFN_SILU, scale=None, bias=True, accumulate=False)
-    out, xi = upload(gpu, out0), zeros(gpu, (max_rows, batched.x_int_stride(k)), "xi")
-    dispatches = batched.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
+    out, xi = upload(gpu, out0), zeros(gpu, (max_rows, matmul.x_int_stride(k)), "xi")
+    dispatches = matmul.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
                                       step_buffer(gpu, 0, n_tokens), limits=limits, xi=xi, **kw)
-    blocks, tiles = batched.row_blocks(k, m, max_rows, limits), matmul.row_tiles(t, k, m, limits)
+    blocks, tiles = matmul.row_blocks(k, m, max_rows, limits), quant.row_tiles(t, k, m, limits)
     assert len(blocks) > 1 and len(tiles) > 1
     assert [d.label.split()[0] for d in dispatches] == ["quantize_x"] + ["matmul"] * len(blocks) * len(tiles)
     got = run(gpu, dispatches, out, (max_rows, m))
@@ -493,25 +493,25 @@ def test_int_tile_choice(gpu):
     it); the GLU's tiling fits Chromium's 32 KiB of workgroup memory."""
     buf, step = gpu.device.buffer(1 << 16, "x"), step_buffer(gpu, 0, 4)
     kw = dict(wtype=T.Q4_K, k=256, m=4, max_rows=4)
-    exact = batched.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, **kw)
-    integer = batched.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, xi=buf, **kw)
+    exact = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, **kw)
+    integer = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, xi=buf, **kw)
     assert [d.label.split()[0] for d in exact] == ["matmul"] and " x8" not in exact[0].label
     assert [d.label.split()[0] for d in integer] == ["quantize_x", "matmul"] and " x8" in integer[1].label
-    assert batched.int_tile(gpu.device, T.Q4_K, 1536) and batched.int_tile(gpu.device, T.Q6_K, 256)
-    assert not batched.int_tile(gpu.device, T.Q4_0, 1536) and not batched.int_tile(gpu.device, T.Q4_K, 100)
-    assert batched._INT_GLU_TILES[0].storage(True) <= 32768
+    assert matmul.int_tile(gpu.device, T.Q4_K, 1536) and matmul.int_tile(gpu.device, T.Q6_K, 256)
+    assert not matmul.int_tile(gpu.device, T.Q4_0, 1536) and not matmul.int_tile(gpu.device, T.Q4_K, 100)
+    assert matmul._INT_GLU_TILES[0].storage(True) <= 32768
     small = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
-    assert batched.int_tiles(small, True, 512, 8960).storage(True) <= 16384
+    assert matmul.int_tiles(small, True, 512, 8960).storage(True) <= 16384
 
 
 def test_matmul_int_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="no integer matmul"):
-        batched.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_0, k=256, m=4, max_rows=4)
+        matmul.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_0, k=256, m=4, max_rows=4)
     with pytest.raises(ValueError, match="no integer matmul"):
-        batched.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+        matmul.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
     with pytest.raises(ValueError, match="multiple of 256"):
-        batched.quantize_x(gpu.kernels, buf, buf, buf, k=100, max_rows=4)
+        matmul.quantize_x(gpu.kernels, buf, buf, buf, k=100, max_rows=4)
 
 
 # --- prefill attention -------------------------------------------------------------------------
@@ -542,7 +542,7 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
             lo = max(0, pos - window + 1)
             for buf, values, t in ((kc, k_cache, cache[0]), (vc, v_cache, cache[1])):
                 write_cache(gpu, buf, np.concatenate([np.full_like(values[:lo], np.nan), values[lo:]]), t)
-        d = batched.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
+        d = attention.prefill_attention(gpu.kernels, gpu.device, out, q_buf, kc, vc, step, head_dim=head_dim,
                                       n_heads=n_heads, n_kv_heads=n_kv_heads, scale=scale, max_rows=max_rows,
                                       tiles=tiles, window=window, cache_types=cache, softcap=softcap,
                                       bidirectional=bidirectional)
@@ -577,7 +577,7 @@ def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, ca
                      window=window, cache=cache)
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
-                     tiles=batched.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
+                     tiles=attention.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
 
 
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window,softcap", [
@@ -605,8 +605,8 @@ def test_prefill_attention_small_tiles(gpu):
     """The 16 KiB tilings (what Apple and SwiftShader grant), whatever this device has."""
     limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=16384)
     for head_dim, n_heads, n_kv_heads in [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2)]:
-        tiles = batched.attention_tiles(limits, head_dim)
-        assert batched.AttentionTiles.storage(tiles.block_q, tiles.block_kv, head_dim) <= 16384
+        tiles = attention.attention_tiles(limits, head_dim)
+        assert attention.AttentionTiles.storage(tiles.block_q, tiles.block_kv, head_dim) <= 16384
         attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(20, None), (45, None)], max_rows=50,
                          tiles=tiles, seed=head_dim)
 
@@ -628,11 +628,11 @@ def test_rope_then_prefill_attention(gpu, cache):
     q_rot, out = zeros(max_rows, n_heads, head_dim), zeros(max_rows, n_heads, head_dim)
     step = d.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, cache_types=cache)
-    rope = layers.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, max_tokens=max_rows, **shape,
-                          rope=layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps))
-    prefill = d.schedule([rope, batched.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
+    rope = gpu_ops.rope_kv(gpu.kernels, d, q_rot, kc, vc, qb, kb, vb, step, max_tokens=max_rows, **shape,
+                          rope=gpu_ops.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps))
+    prefill = d.schedule([rope, attention.prefill_attention(gpu.kernels, d, out, q_rot, kc, vc, step,
                                                           max_rows=max_rows, **shape)])
-    decode = d.schedule([rope, *layers.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,
+    decode = d.schedule([rope, *attention.attention(gpu.kernels, d, out, q_rot, kc, vc, step, max_tokens=max_rows,
                                                  max_ctx=max_ctx, **shape)])
     k_all = v_all = np.zeros((0, n_kv_heads, head_dim), np.float32)
     pos = 0
@@ -660,8 +660,8 @@ def test_rope_then_prefill_attention(gpu, cache):
 def test_prefill_attention_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="head_dim 320 is above"):
-        batched.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=320, n_heads=4,
+        attention.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=320, n_heads=4,
                                   n_kv_heads=2, max_rows=8)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
-        batched.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6,
+        attention.prefill_attention(gpu.kernels, gpu.device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6,
                                   n_kv_heads=4, max_rows=8)

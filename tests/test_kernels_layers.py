@@ -8,7 +8,7 @@ from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.errors import InvalidArgument
-from cera.gpu import layers, matmul
+from cera.gpu import attention, matvec, ops as gpu_ops
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, as_cached, assert_close, cache_tolerance,
                       glu_act, read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
@@ -36,7 +36,7 @@ def test_rms_norm(gpu, n, rows_per_token, accumulate):
     before = randn(*x.shape) if accumulate else np.zeros_like(x)
     xb, wb, out = upload(gpu, x), upload(gpu, w), upload(gpu, before)
     step = step_buffer(gpu, 7, n_tokens)
-    submit(gpu, layers.rms_norm(kernels, device, out, xb, wb, step, n=n, eps=eps,
+    submit(gpu, gpu_ops.rms_norm(kernels, device, out, xb, wb, step, n=n, eps=eps,
                                 rows_per_token=rows_per_token, max_tokens=max_tokens, accumulate=accumulate))
     got = read(gpu, out, x.shape)
     assert_close(got[:n_tokens], before[:n_tokens] + ops.rms_norm(x[:n_tokens], w, eps), 1e-4, 1e-4, "rms_norm")
@@ -54,7 +54,7 @@ def test_layer_norm(gpu, n, add, vector):
     w, b = randn(n), randn(n)
     out, step = upload(gpu, x), step_buffer(gpu, 0, n_tokens)
     extra = dict(y=upload(gpu, y) if add else None, v=upload(gpu, v) if vector else None)
-    submit(gpu, layers.layer_norm(kernels, device, out, upload(gpu, w), upload(gpu, b), step, n=n, eps=eps,
+    submit(gpu, gpu_ops.layer_norm(kernels, device, out, upload(gpu, w), upload(gpu, b), step, n=n, eps=eps,
                                   max_tokens=max_tokens, **extra))
     got = read(gpu, out, x.shape)
     s = x[:n_tokens] + (y[:n_tokens] if add else 0) + (v if vector else 0)
@@ -71,7 +71,7 @@ def test_glu_act(gpu, act, gated):
     max_tokens, n_tokens, ff = 4, 3, 100
     gate, up = randn(max_tokens, ff, scale=3.0), randn(max_tokens, ff)
     out, step = upload(gpu, gate), step_buffer(gpu, 0, n_tokens)
-    submit(gpu, layers.glu_act(kernels, device, out, upload(gpu, up) if gated else None, step, ff=ff, act=act,
+    submit(gpu, gpu_ops.glu_act(kernels, device, out, upload(gpu, up) if gated else None, step, ff=ff, act=act,
                                max_tokens=max_tokens))
     got = read(gpu, out, gate.shape)
     want = glu_act(gate[:n_tokens].astype(np.float64), act) * (up[:n_tokens] if gated else 1)
@@ -123,10 +123,10 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     cache_shape = (max_ctx, n_kv_heads, head_dim)
     kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     step = device.buffer(STEP_BYTES, "step", uniform=True)
-    rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
+    rope = gpu_ops.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
                        upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
                        attn_factor=attn_factor)
-    dispatch = layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
+    dispatch = gpu_ops.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, head_dim=head_dim, n_heads=n_heads,
                               n_kv_heads=n_kv_heads, rope=rope, max_tokens=max_tokens, in_stride=stride,
                               cache_types=cache)
     for pos, n_tokens in [(0, 1), (261, 3), (296, 4)]:
@@ -156,21 +156,21 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
 # --- attention --------------------------------------------------------------------------------
 
 ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split, window
-    (64, 9, 3, None, layers.ATTENTION_SPLIT, 0),      # SmolLM2
-    (128, 12, 2, None, layers.ATTENTION_SPLIT, 0),    # Qwen2.5-1.5B
-    (80, 4, 4, 0.0078125, layers.ATTENTION_SPLIT, 0),  # a Granite-like attention.scale
-    (256, 4, 2, None, layers.ATTENTION_SPLIT, 0),
-    (18, 6, 2, None, layers.ATTENTION_SPLIT, 0),      # not a multiple of 4: the scalar path
+    (64, 9, 3, None, attention.ATTENTION_SPLIT, 0),      # SmolLM2
+    (128, 12, 2, None, attention.ATTENTION_SPLIT, 0),    # Qwen2.5-1.5B
+    (80, 4, 4, 0.0078125, attention.ATTENTION_SPLIT, 0),  # a Granite-like attention.scale
+    (256, 4, 2, None, attention.ATTENTION_SPLIT, 0),
+    (18, 6, 2, None, attention.ATTENTION_SPLIT, 0),      # not a multiple of 4: the scalar path
     (128, 12, 2, None, 16, 0),    # other splits: a group per workgroup, one key stripe ...
     (256, 8, 1, None, 16, 0),     # ... more vec4 outputs than invocations ...
     (18, 4, 2, None, 256, 0),     # ... more (head, key) scores than invocations
-    (256, 4, 1, 0.0625, layers.ATTENTION_SPLIT, 512),  # Gemma-3-270M's local layers
-    (64, 9, 3, None, layers.ATTENTION_SPLIT, 70),     # windows across a split edge ...
+    (256, 4, 1, 0.0625, attention.ATTENTION_SPLIT, 512),  # Gemma-3-270M's local layers
+    (64, 9, 3, None, attention.ATTENTION_SPLIT, 70),     # windows across a split edge ...
     (18, 6, 2, None, 16, 5),      # ... inside one split
 ]
 # (shape index, soft-cap): gemma2's soft-capped scores, with caps that bite on these scores (std ~2)
 SOFTCAP_CASES = [
-    ((256, 8, 4, 0.0625, layers.ATTENTION_SPLIT, 0), 2.0),   # Gemma-2-2B's heads (its cap: 50)
+    ((256, 8, 4, 0.0625, attention.ATTENTION_SPLIT, 0), 2.0),   # Gemma-2-2B's heads (its cap: 50)
     ((18, 6, 2, None, 16, 5), 1.0),                          # the scalar path, a window in one split
 ]
 
@@ -193,11 +193,11 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     q = randn(max_tokens, n_heads, head_dim, scale=2.0)
     qb, kc, vc = upload(gpu, q), upload_cache(gpu, 0 * k_cache, cache[0]), upload_cache(gpu, 0 * v_cache, cache[1])
     out = zeros(gpu, q.shape)
-    scratch_bytes = layers.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
+    scratch_bytes = attention.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
                                                    max_tokens=max_tokens, split=split)
     scratch = upload(gpu, np.full(scratch_bytes // 4, np.nan, np.float32))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatches = layers.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+    dispatches = attention.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
                                   split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
@@ -226,7 +226,7 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
                          [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES])
 def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor,
                              cache):
-    """Decode attention with RoPE fused (layers.attention's rope): one row's raw q | k | v in one
+    """Decode attention with RoPE fused (attention.attention's rope): one row's raw q | k | v in one
     buffer; the key and value of slot pos land in the cache, and the output equals rope + attention
     by numpy, at positions around the split edges (the slot's split reads what it just wrote).
     cache: (K's, V's) cache type; the oracle attends over the key the GPU rounded (within an f16
@@ -236,14 +236,14 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
     rot = head_dim if n_rot is None else n_rot
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
-    rope = layers.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
+    rope = gpu_ops.Rope(theta, neox, n_rot, freq_scale, upload(gpu, ff) if with_ff else None,
                        upload(gpu, np.concatenate([qn, kn])) if qk_norm else None, eps if qk_norm else None,
                        attn_factor=attn_factor)
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     k_cache, v_cache = (as_cached(randn(max_ctx, n_kv_heads, head_dim), t) for t in cache)
     qkv, kc, vc = zeros(gpu, q_dim + 2 * kv_dim), upload_cache(gpu, k_cache, cache[0]), upload_cache(gpu, v_cache, cache[1])
     out, step = zeros(gpu, q_dim), device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatches = layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+    dispatches = attention.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split, rope=rope,
                                   kv_offsets=(q_dim, q_dim + kv_dim), cache_types=cache)
     for pos in (0, split - 1, split, 299):
@@ -262,19 +262,19 @@ def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, wi
         ref = ops.attention(q_ref, k_cache[:pos + 1], v_cache[:pos + 1], positions, 1.0 / np.sqrt(head_dim))
         assert_close(read(gpu, out, (1, n_heads, head_dim)), ref, 1e-4, 1e-4, f"attention pos {pos}")
     with pytest.raises(InvalidArgument, match="fused for one row"):
-        layers.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+        attention.attention(kernels, device, out, qkv, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                          n_kv_heads=n_kv_heads, max_ctx=max_ctx, rope=rope, max_tokens=2)
 
 
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,split,window,wtype", [
-    (64, 9, 3, layers.ATTENTION_SPLIT, 0, "F32"),   # SmolLM2's heads
+    (64, 9, 3, attention.ATTENTION_SPLIT, 0, "F32"),   # SmolLM2's heads
     (128, 12, 2, 16, 0, "Q4_K"),                     # Qwen2.5-1.5B's, more splits than merge threads
-    (256, 4, 1, layers.ATTENTION_SPLIT, 70, "Q8_0"),  # a sliding window across a split edge
+    (256, 4, 1, attention.ATTENTION_SPLIT, 70, "Q8_0"),  # a sliding window across a split edge
 ])
 @pytest.mark.parametrize("subgroups", [True, False])
 def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_kv_heads, split, window, wtype,
                                                      subgroups):
-    """Decode's output projection reads attention's per-split partials (layers.Partials) and
+    """Decode's output projection reads attention's per-split partials (attention.Partials) and
     merges them itself: out = W @ attention(q), against numpy's attention and the dequantized W;
     unwritten scratch records and cache slots hold NaN and must not count."""
     device, kernels = gpu.device, gpu.kernels
@@ -283,14 +283,14 @@ def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_k
     max_ctx, q_dim, m = 512, n_heads * head_dim, 96
     raw, w = random_rows(T[wtype], m, q_dim, rng)
     k_cache, v_cache = randn(max_ctx, n_kv_heads, head_dim), randn(max_ctx, n_kv_heads, head_dim)
-    scratch_bytes = layers.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx, split=split)
+    scratch_bytes = attention.attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx, split=split)
     scratch = upload(gpu, np.full(scratch_bytes // 4, np.nan, np.float32))
     qb, kc, vc, wb = zeros(gpu, q_dim), zeros(gpu, k_cache.shape), zeros(gpu, v_cache.shape), upload(gpu, raw)
     out, step = zeros(gpu, m), device.buffer(STEP_BYTES, "step", uniform=True)
-    first, partials = layers.attention_partials(kernels, device, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
+    first, partials = attention.attention_partials(kernels, device, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                                 n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split,
                                                 scratch=Binding(scratch, 0, scratch_bytes), window=window)
-    project = matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m, subgroups=subgroups)
+    project = matvec.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m, subgroups=subgroups)
     assert "merge" in project.label.split()
     for pos in (400, 0, split - 1, split, 130):   # long first: shorter steps find stale records past them
         q = randn(1, n_heads, head_dim, scale=2.0)
@@ -305,7 +305,7 @@ def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_k
         att = ops.attention(q, k_cache[:pos + 1], v_cache[:pos + 1], np.array([pos]), 1.0 / np.sqrt(head_dim), window)
         assert_close(read(gpu, out, (m,)), w @ att.ravel(), 1e-4, 1e-4, f"merged projection pos {pos}")
     with pytest.raises(ValueError, match="merging attention's partials"):
-        matmul.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim + 4, m=m)
+        matvec.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim + 4, m=m)
 
 
 def test_attention_errors(gpu):
@@ -313,15 +313,15 @@ def test_attention_errors(gpu):
     buf = device.buffer(4096, "x")
     shape = dict(n_heads=4, n_kv_heads=2, max_ctx=64)
     with pytest.raises(ValueError, match="head_dim 320 is above the kernel's maximum 256"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, **shape)
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, **shape)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
     with pytest.raises(ValueError, match="split 48 must be a power of two"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
     with pytest.raises(InvalidArgument, match="window -1 must be >= 0"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, window=-1, **shape)
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, window=-1, **shape)
     with pytest.raises(ValueError, match="scratch of 4096 bytes, 4352 needed"):
-        layers.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, max_tokens=4,
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, max_tokens=4,
                          scratch=Binding(buf, 0, 4096), **shape)
 
 
@@ -339,10 +339,10 @@ def test_rope_then_attention_over_steps(gpu, cache):
     kc, vc = (upload_cache(gpu, np.zeros(cache_shape), t) for t in cache)
     out, step = zeros(gpu, (max_tokens, n_heads, head_dim)), device.buffer(STEP_BYTES, "step", uniform=True)
     shape = dict(head_dim=head_dim, n_heads=n_heads, n_kv_heads=n_kv_heads, max_tokens=max_tokens, cache_types=cache)
-    rope = layers.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps)
+    rope = gpu_ops.Rope(theta, True, qk_norm=upload(gpu, np.concatenate([qn, kn])), eps=eps)
     schedule = device.schedule([
-        layers.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, rope=rope, **shape),
-        *layers.attention(kernels, device, out, qo, kc, vc, step, max_ctx=max_ctx, **shape)])
+        gpu_ops.rope_kv(kernels, device, qo, kc, vc, qb, kb, vb, step, rope=rope, **shape),
+        *attention.attention(kernels, device, out, qo, kc, vc, step, max_ctx=max_ctx, **shape)])
     k_all, v_all = np.zeros((0, n_kv_heads, head_dim), np.float32), np.zeros((0, n_kv_heads, head_dim), np.float32)
     pos = 0
     for n_tokens in [7, 1, 1, 3]:
@@ -372,7 +372,7 @@ def test_shortconv_over_steps(gpu, hidden, kernel):
     conv_w = randn(hidden, kernel)
     bcx_b, out = zeros(gpu, (max_tokens, 3 * hidden)), zeros(gpu, (max_tokens, hidden))
     state_b, step = zeros(gpu, (kernel - 1, hidden)), device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatch = layers.shortconv(kernels, device, out, bcx_b, upload(gpu, conv_w), state_b, step,
+    dispatch = gpu_ops.shortconv(kernels, device, out, bcx_b, upload(gpu, conv_w), state_b, step,
                                 hidden=hidden, kernel=kernel)
     state, pos = np.zeros((kernel - 1, hidden), np.float32), 0
     for n_tokens in [3, 1, 1, 6, 1]:
@@ -397,7 +397,7 @@ def test_logit_softcap(gpu, n, softcap):
     logits[0, :4] = [1e30, -1e30, np.inf, -np.inf]
     logits[1, :3] = [0.0, 1e-6, -1e-3]
     buf, step = upload(gpu, logits), device.buffer(STEP_BYTES, "step", uniform=True)
-    dispatch = layers.logit_softcap(kernels, device, buf, step, n=n, softcap=softcap, max_tokens=max_tokens)
+    dispatch = gpu_ops.logit_softcap(kernels, device, buf, step, n=n, softcap=softcap, max_tokens=max_tokens)
     device.write(step, pack_step(0, 3))
     submit(gpu, dispatch)
     got = read(gpu, buf, logits.shape)
@@ -405,4 +405,4 @@ def test_logit_softcap(gpu, n, softcap):
     assert_close(got[:3], want, 1e-5 * softcap, 1e-5, "soft-capped logits")
     assert np.array_equal(got[3], logits[3]), "rows past step.n_tokens must stay untouched"
     with pytest.raises(InvalidArgument, match="must be positive"):
-        layers.logit_softcap(kernels, device, buf, step, n=n, softcap=0.0)
+        gpu_ops.logit_softcap(kernels, device, buf, step, n=n, softcap=0.0)

@@ -20,7 +20,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
-from cera.gpu import matmul
+from cera.gpu import matvec, ops as gpu_ops, quant
 from cera.gpu.state import pack_step
 from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
@@ -28,7 +28,7 @@ from quantdata import random_rows
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import iq_grids  # noqa: E402
 
-TYPES = sorted(matmul.MATVEC_TYPES, key=lambda t: t.name)
+TYPES = sorted(quant.WEIGHT_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]
 
 
@@ -55,7 +55,7 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matmul.WORKGROUP, two_units=False,
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matvec.WORKGROUP,
                 stage=None, x_bits=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation; x_bits: matvec's knob (None: its default); with 8, want takes x quantized to
@@ -66,7 +66,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
     kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, two_units=two_units, stage=stage, x_bits=x_bits)
+              workgroup=workgroup, stage=stage, x_bits=x_bits)
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -90,14 +90,14 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
         want = want + b
     if accumulate:
         want = want + out0
-    dispatch = matmul.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
+    dispatch = matvec.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
                              Binding(upload(gpu, x_gpu, "x")), **kw)
     if subgroups is not None:
         assert ("sg" in dispatch.label.split(" ")) == subgroups
-    default_int = norm and t in matmul.X_INT_TYPES and m >= matmul.X_INT_MIN_ROWS \
-        and matmul.staged_x_fits(gpu.device, k, x_bits=24)
+    default_int = norm and t in quant.X_INT_TYPES and m >= matvec.X_INT_MIN_ROWS \
+        and matvec.staged_x_fits(gpu.device, k, x_bits=24)
     bits = x_bits if x_bits is not None else 24 if default_int else 0
-    staged = (norm and matmul.staged_x_fits(gpu.device, k, x_bits=bits)) if stage is None else stage
+    staged = (norm and matvec.staged_x_fits(gpu.device, k, x_bits=bits)) if stage is None else stage
     assert dispatch.label.endswith(f" x{bits}") == bool(bits), dispatch.label
     assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
@@ -140,9 +140,9 @@ def test_matvec_variants(gpu, t, subgroups):
 def test_glu_activation_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     with pytest.raises(ValueError, match="GELU is the GLU's gate activation: it needs w_up"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, act=FFN_GELU)
+        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, act=FFN_GELU)
     with pytest.raises(ValueError, match="GLU activation 'relu'"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, w_up=buf, act="relu")
+        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, w_up=buf, act="relu")
 
 
 @pytest.mark.parametrize("variant", ["bias", "accumulate", "scale"])
@@ -172,17 +172,6 @@ def test_matvec_workgroup_size(gpu, workgroup, tpr, subgroups):
     check_matvec(got, want, mag, f"workgroup={workgroup} tpr={tpr}")
 
 
-@pytest.mark.parametrize("tpr", [4, 16, 32])
-def test_matvec_two_units(gpu, tpr, subgroups):
-    """Two units per thread per iteration: rows of 48 units (an even and an odd number per
-    thread, or fewer than two), a GLU's pair, and a float row with a ragged last unit."""
-    rng = np.random.default_rng(50 + tpr)
-    got, want, mag = matvec_case(gpu, T.Q6_K, 70, 768, rng, tpr=tpr, subgroups=subgroups, two_units=True, glu=True)
-    check_matvec(got, want, mag * mag, f"tpr={tpr} two units glu")
-    got, want, mag = matvec_case(gpu, T.F16, 67, 1001, rng, tpr=tpr * 4, subgroups=subgroups, two_units=True)
-    check_matvec(got, want, mag, f"tpr={tpr * 4} two units f16")
-
-
 @pytest.mark.parametrize("stage", [False, True], ids=["storage", "staged"])
 def test_matvec_x_staging(gpu, stage, subgroups):
     """x read from storage in the row loop, or staged per workgroup first (normalized, zero past
@@ -200,9 +189,9 @@ def test_matvec_staging_checked(gpu, subgroups):
     """An x too big for workgroup memory: stage=True is refused, a fused norm reads storage."""
     buf = Binding(gpu.device.buffer(4096, "x"))
     k = gpu.device.limits.max_compute_workgroup_storage_size // 4 // 32 * 32
-    assert not matmul.staged_x_fits(gpu.device, k) and matmul.staged_x_fits(gpu.device, 256)
+    assert not matvec.staged_x_fits(gpu.device, k) and matvec.staged_x_fits(gpu.device, 256)
     with pytest.raises(ValueError, match="does not fit this device's workgroup memory"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=k, m=4, stage=True)
+        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=k, m=4, stage=True)
     got, want, mag = matvec_case(gpu, T.Q8_0, 5, k, np.random.default_rng(61), subgroups=subgroups, norm=True)
     check_matvec(got, want, mag, f"k={k} norm, unstaged")
 
@@ -211,12 +200,12 @@ def test_matvec_knobs_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     for workgroup, tpr in [(48, 4), (512, 4), (32, 64)]:
         with pytest.raises(ValueError, match="expected a power of two"):
-            matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, tpr=tpr,
+            matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, tpr=tpr,
                           workgroup=workgroup)
     no_subgroups = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
     with pytest.raises(ValueError, match="no subgroups"):
-        matmul.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, subgroups=True)
-    d = matmul.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4)
+        matvec.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, subgroups=True)
+    d = matvec.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4)
     assert d.label == "matvec Q8_0 4x32"
 
 
@@ -227,7 +216,7 @@ def test_matvec_2d_dispatch(gpu):
     rng = np.random.default_rng(3)
     got, want, mag = matvec_case(gpu, T.Q8_0, 300, 64, rng, device=small)   # 38 workgroups of 8 rows
     check_matvec(got, want, mag, "2-D")
-    assert matmul._groups(38, limits) == (5, 8, 1)
+    assert gpu_ops.grid(38, limits) == (5, 8)
 
 
 def small_limits(gpu, binding_size, align=256):
@@ -240,20 +229,20 @@ def small_limits(gpu, binding_size, align=256):
 def test_row_tiles(gpu, t, k, size):
     limits = small_limits(gpu, size)
     m = 1000
-    rb = matmul.row_bytes(t, k)
-    tiles = matmul.row_tiles(t, k, m, limits)
+    rb = quant.row_bytes(t, k)
+    tiles = quant.row_tiles(t, k, m, limits)
     assert len(tiles) > 1
     assert [s for s, _ in tiles] == list(np.cumsum([0] + [n for _, n in tiles[:-1]]))
     assert sum(n for _, n in tiles) == m
     for start, n in tiles:
         assert start * rb % 256 == 0 and start * 4 % 256 == 0
         assert (n * rb + 3) // 4 * 4 <= size
-    assert matmul.row_tiles(t, k, m, gpu.device.limits) == [(0, m)]
+    assert quant.row_tiles(t, k, m, gpu.device.limits) == [(0, m)]
 
 
 def test_row_tiles_too_small(gpu):
     with pytest.raises(ValueError, match="exceed the storage binding limit"):
-        matmul.row_tiles(T.Q8_0, 96, 1000, small_limits(gpu, 2048))   # 128 aligned rows of 102 bytes
+        quant.row_tiles(T.Q8_0, 96, 1000, small_limits(gpu, 2048))   # 128 aligned rows of 102 bytes
 
 
 @pytest.mark.parametrize("glu,act", [(False, FFN_SILU), (True, FFN_SILU), (True, FFN_GELU)],
@@ -276,7 +265,7 @@ def test_matvec_tiled(gpu, glu, act, subgroups):
         kw["bias"] = Binding(upload(gpu, b))
         want = want + b
     out = gpu.device.buffer(4 * m, "out")
-    dispatches = matmul.matvec_tiled(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw)),
+    dispatches = matvec.matvec_tiled(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw)),
                                      Binding(upload(gpu, x)), wtype=t, k=k, m=m, limits=limits,
                                      subgroups=subgroups, **kw)
     assert len(dispatches) == 5
@@ -296,9 +285,9 @@ def embed_case(gpu, t, k, rows, tokens, n_tokens, max_rows, scale=None, limits=N
     args = (gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "table")), Binding(tokens_buf),
             Binding(step_buf))
     if limits is None:
-        dispatches = [matmul.embed(*args, wtype=t, k=k, max_rows=max_rows, scale=scale)]
+        dispatches = [gpu_ops.embed(*args, wtype=t, k=k, max_rows=max_rows, scale=scale)]
     else:
-        dispatches = matmul.embed_tiled(*args, wtype=t, k=k, rows=rows, max_rows=max_rows, scale=scale,
+        dispatches = gpu_ops.embed_tiled(*args, wtype=t, k=k, rows=rows, max_rows=max_rows, scale=scale,
                                         limits=limits)
     got = run(gpu, dispatches, out, max_rows * k).reshape(max_rows, k)
     want = sentinel.copy()
@@ -344,7 +333,7 @@ def test_argmax(gpu, n):
         minus_inf[n - 1] = -1e30
         cases.append(minus_inf)
     for logits in cases:
-        dispatch = matmul.argmax(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, logits)), n=n)
+        dispatch = gpu_ops.argmax(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, logits)), n=n)
         got = int(run(gpu, [dispatch], out, 1, np.uint32)[0])
         assert got == int(np.argmax(logits)), (n, got, int(np.argmax(logits)))
 
@@ -357,9 +346,9 @@ def test_iq_grids_are_gguf_py_tables(file):
 
 def test_unsupported_type(gpu):
     with pytest.raises(ValueError, match="no matvec kernel"):
-        matmul.units_per_row(T.TQ1_0, 256)
+        quant.units_per_row(T.TQ1_0, 256)
     with pytest.raises(ValueError, match="multiple"):
-        matmul.row_bytes(T.Q4_K, 100)
+        quant.row_bytes(T.Q4_K, 100)
 
 
 X_INT_CASES = [(T.Q4_K, 67, 1536), (T.Q4_K, 5, 8960), (T.Q6_K, 70, 768), (T.Q6_K, 300, 256)]
@@ -374,7 +363,7 @@ def test_matvec_integer_x(gpu, t, m, k, bits, subgroups):
     accumulate, and an 8960-element x (Qwen2.5-1.5B's down projection) too big to stage as floats
     (and, with 24 bits, as integers in a device's 32 KiB of workgroup memory: a typed error)."""
     rng = np.random.default_rng(70 + int(t) + k)
-    if not matmul.staged_x_fits(gpu.device, k, floats=False, x_bits=bits):
+    if not matvec.staged_x_fits(gpu.device, k, floats=False, x_bits=bits):
         with pytest.raises(ValueError, match=f"x of {k} elements does not fit"):
             matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits)
         return
@@ -419,7 +408,7 @@ def test_int8_x_moves_results_as_llama_cpp_does(gpu):
     got = {}
     for bits in (8, 24):
         out = upload(gpu, np.zeros(64, np.float32), "out")
-        d = matmul.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
+        d = matvec.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
                           Binding(upload(gpu, x, "x")), wtype=T.Q4_K, k=1536, m=64, x_bits=bits)
         got[bits] = run(gpu, [d], out, 64)
     assert np.abs(got[8] - quantized).max() < 1e-4 * np.abs(exact).max()
@@ -430,17 +419,15 @@ def test_int8_x_moves_results_as_llama_cpp_does(gpu):
 def test_integer_x_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     with pytest.raises(ValueError, match="no integer x dot product for Q8_0"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, x_bits=24)
+        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, x_bits=24)
     with pytest.raises(ValueError, match="x_bits 16: expected one of 0, 8, 24"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=16)
+        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=16)
     no_dot = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
     with pytest.raises(ValueError, match="packed_4x8_integer_dot_product"):
-        matmul.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=8)
-    assert matmul.x_int_bits(no_dot, T.Q4_K, 256, 4096, None, floats=True) == 0   # the default falls back to f32 x
-    assert matmul.x_int_bits(gpu.device, T.Q4_K, 256, 4096, None, floats=True) == 24
-    assert matmul.x_int_bits(gpu.device, T.Q4_K, 256, matmul.X_INT_MIN_ROWS - 1, None, floats=True) == 0
-    with pytest.raises(ValueError, match="two_units applies to f32 x"):
-        matmul.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=24, two_units=True)
+        matvec.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=8)
+    assert matvec.x_int_bits(no_dot, T.Q4_K, 256, 4096, None, floats=True) == 0   # the default falls back to f32 x
+    assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, 4096, None, floats=True) == 24
+    assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, matvec.X_INT_MIN_ROWS - 1, None, floats=True) == 0
 
 
 def test_q8_k_is_llama_cpps():

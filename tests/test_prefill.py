@@ -10,7 +10,7 @@ from gguf.constants import GGMLQuantizationType as T
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu.batched import HALF_TYPES
+from cera.gpu.matmul import HALF_TYPES
 from cera.gpu.numerics import Numerics
 from gpu_util import F16_CACHE_TOLERANCE
 from synth import write_variant

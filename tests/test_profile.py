@@ -9,7 +9,7 @@ import pytest
 from cera.device import MAX_QUERIES, Binding
 from cera.engine import Engine
 from cera.errors import Unsupported
-from cera.gpu import matmul, profile
+from cera.gpu import ops, profile
 
 
 def test_time_passes_times_each_group_after_the_queued_writes(gpu):
@@ -19,8 +19,8 @@ def test_time_passes_times_each_group_after_the_queued_writes(gpu):
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
     logits, first, second = device.buffer(x.nbytes, "logits"), device.buffer(4, "first"), device.buffer(4, "second")
     device.write(logits, x.tobytes())
-    whole = matmul.argmax(kernels, device, Binding(first), Binding(logits), n=64)
-    half = matmul.argmax(kernels, device, Binding(second), Binding(logits, 0, 128), n=32)
+    whole = ops.argmax(kernels, device, Binding(first), Binding(logits), n=64)
+    half = ops.argmax(kernels, device, Binding(second), Binding(logits, 0, 128), n=32)
     spans = asyncio.run(device.time_passes([[whole], [half, half]]))
     assert len(spans) == 2 and all(isinstance(ns, int) and ns >= 0 for ns in spans)
     got = [np.frombuffer(asyncio.run(device.read(b, 0, 4)), np.uint32)[0] for b in (first, second)]

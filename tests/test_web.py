@@ -27,9 +27,9 @@ from cera import ops
 from cera.device import PACKED_DOT, Limits
 from cera.engine import DEFAULT_CTX
 from cera.gguf_file import GGUFFile
-from cera.gpu.batched import INT_TILE_TYPES
+from cera.gpu.quant import INT_TILE_TYPES
 from cera.gpu.footprint import footprint
-from cera.gpu.matmul import MATVEC_TYPES, X_INT_TYPES
+from cera.gpu.quant import WEIGHT_TYPES, X_INT_TYPES
 from cera.gpu.model import DEFAULT_CHUNK, greedy_batches
 from cera.gpu.numerics import CACHE_TYPES, value_bytes
 from cera.gpu.state import GREEDY_BATCH
@@ -266,7 +266,7 @@ def test_layer_kernels_on_the_pyodide_device(page, cache):
     got = python_in_worker(page, f"""
 import base64, json
 import numpy as np
-from cera.gpu import batched, layers, matmul
+from cera.gpu import attention, matvec, ops
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.session import sessions
@@ -284,31 +284,31 @@ qkv7 = upload({b64(np.concatenate([q[7].ravel(), k[7].ravel(), v[7].ravel()]))!r
 q_rot, kc, vc, att = zeros(8 * {heads * hd}), zeros({ctx * kv_heads * hd}), zeros({ctx * kv_heads * hd}), zeros(8 * {heads * hd})
 step = dev.buffer(16, "step", uniform=True)
 shape = dict(head_dim={hd}, n_heads={heads}, n_kv_heads={kv_heads}, cache_types=({cache!r}, {cache!r}))
-rope = layers.Rope({theta}, True, qk_norm=qk_norm, eps={eps})
+rope = ops.Rope({theta}, True, qk_norm=qk_norm, eps={eps})
 out = {{}}
 dev.write(step, pack_step(0, 7))
-await dev.run(dev.schedule([layers.rope_kv(kernels, dev, q_rot, kc, vc, q, k, v, step, rope=rope, max_tokens=7, **shape),
-                            batched.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
+await dev.run(dev.schedule([ops.rope_kv(kernels, dev, q_rot, kc, vc, q, k, v, step, rope=rope, max_tokens=7, **shape),
+                            attention.prefill_attention(kernels, dev, att, q_rot, kc, vc, step, max_rows=7, **shape)]))
 out["prefill"] = await dev.read(att, 0, 4 * 7 * {heads * hd})
 dev.write(step, pack_step(7, 1))
-await dev.run(dev.schedule(layers.attention(kernels, dev, att, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
+await dev.run(dev.schedule(attention.attention(kernels, dev, att, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
                                             kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)))
 out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
-first, partials = layers.attention_partials(kernels, dev, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
+first, partials = attention.attention_partials(kernels, dev, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
                                             kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)
 w_o, merged = upload({b64(w_o)!r}), zeros(24)
-await dev.run(dev.schedule([first, matmul.matvec(kernels, dev, merged, w_o, partials, wtype=0, k={heads * hd}, m=24)]))
+await dev.run(dev.schedule([first, matvec.matvec(kernels, dev, merged, w_o, partials, wtype=0, k={heads * hd}, m=24)]))
 out["merged"] = await dev.read(merged, 0, 4 * 24)
 out["cache"] = await dev.read(kc, 0, {cache_bytes} * 8 * {kv_heads * hd})
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
-dev.write(shift, layers.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
-await dev.run(dev.schedule([layers.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
-                                            n_kv_heads={kv_heads}, rope=layers.Rope({theta}, True), max_rows=4,
+dev.write(shift, ops.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
+await dev.run(dev.schedule([ops.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
+                                            n_kv_heads={kv_heads}, rope=ops.Rope({theta}, True), max_rows=4,
                                             cache_types=shape["cache_types"])]))
 out["shifted"] = await dev.read(k_out, 0, {cache_bytes} * 4 * {kv_heads * hd})
 state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
 dev.write(step, pack_step(0, 3))
-await dev.run(dev.schedule([layers.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
+await dev.run(dev.schedule([ops.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
 out["conv"] = await dev.read(conv, 0, 4 * 3 * {hidden})
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
@@ -330,7 +330,7 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
     assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
 
 
-@pytest.mark.parametrize("wtype", [t.name for t in sorted(MATVEC_TYPES)])
+@pytest.mark.parametrize("wtype", [t.name for t in sorted(WEIGHT_TYPES)])
 def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
@@ -349,7 +349,7 @@ def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
 import base64, json
 import numpy as np
 from cera.device import Binding
-from cera.gpu import batched, matmul
+from cera.gpu import matmul, matvec, ops
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.session import sessions
@@ -366,19 +366,19 @@ step = dev.buffer(16, "step", uniform=True)
 dev.write(step, pack_step(0, {n_tokens}))
 vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
 emb, vec8, vec24 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8"), dev.buffer(4 * {m}, "vec24")
-mat8, xi = dev.buffer(4 * {n_tokens * m}, "mat8"), dev.buffer(4 * {n_tokens} * batched.x_int_stride({k}), "xi")
+mat8, xi = dev.buffer(4 * {n_tokens * m}, "mat8"), dev.buffer(4 * {n_tokens} * matmul.x_int_stride({k}), "xi")
 mats, parts = dev.buffer(4 * {n_tokens * m}, "mats"), dev.buffer(3 * 4 * {n_tokens * m}, "parts")
-integer = [matmul.matvec(kernels, dev, Binding(out), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}, x_bits=bits)
+integer = [matvec.matvec(kernels, dev, Binding(out), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}, x_bits=bits)
            for out, bits in ((vec8, 8), (vec24, 24))] if {integer} else []
-integer += [batched.quantize_x(kernels, xi, x, step, k={k}, max_rows={n_tokens}),
-            batched.matmul_int(kernels, dev, mat8, w, xi, step, wtype={int(t)}, k={k}, m={m},
+integer += [matmul.quantize_x(kernels, xi, x, step, k={k}, max_rows={n_tokens}),
+            matmul.matmul_int(kernels, dev, mat8, w, xi, step, wtype={int(t)}, k={k}, m={m},
                                max_rows={n_tokens})] if {tiled} else []
 schedule = dev.schedule(integer + [
-    matmul.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
-    batched.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
-    batched.matmul(kernels, dev, parts, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}, split=3),
-    batched.split_sum(kernels, mats, parts, step, m={m}, split=3, max_rows={n_tokens}, accumulate=False, label="sum"),
-    matmul.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
+    matvec.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
+    matmul.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
+    matmul.matmul(kernels, dev, parts, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}, split=3),
+    matmul.split_sum(kernels, mats, parts, step, m={m}, split=3, max_rows={n_tokens}, accumulate=False, label="sum"),
+    ops.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
                  max_rows={n_tokens})])
 out = {{"vec": await dev.run(schedule, Binding(vec)), "mat": await dev.read(mat, 0, 4 * {n_tokens * m}),
        "emb": await dev.read(emb, 0, 4 * {n_tokens * k}), "vec8": await dev.read(vec8, 0, 4 * {m}),
@@ -423,6 +423,7 @@ json.dumps({"message": message})
 
 
 SUBGROUP_SUM = """
+enable subgroups;
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) n: u32) {
@@ -431,8 +432,9 @@ fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) n: u32)
 }"""
 
 
-def test_subgroup_kernels_get_the_wgsl_extension_enabled(page):
-    """The browser wants `enable subgroups;` (native wgpu wants it absent): the host adds it."""
+def test_subgroup_kernels_enable_the_wgsl_extension_themselves(page):
+    """A kernel of subgroup operations declares `enable subgroups;`, as the browser wants (the
+    native host drops it: naga lacks the directive), and runs in the page as it is."""
     got = python_in_worker(page, f"""
 import json
 import numpy as np
@@ -537,13 +539,13 @@ def test_cache_type_menu_gives_the_native_text(page, models):
 
 
 def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):
-    """24-bit integer x in the page's decode matvecs (matmul.X_INT_MIN_ROWS lowered in the worker,
+    """24-bit integer x in the page's decode matvecs (matvec.X_INT_MIN_ROWS lowered in the worker,
     so that the synthetic model's short Q4_K/Q6_K matrices take it, on SwiftShader's packed dot
     products): the native host's greedy text, token for token (f32 x there)."""
     path, url = models["gemma3_q4_k_m"]
     prompt = "Hello world, and the rest of it"
     native = native_generate(path, prompt, 12, False)
-    rows = python_in_worker(page, "from cera.gpu import matmul\nrows, matmul.X_INT_MIN_ROWS = matmul.X_INT_MIN_ROWS, 0\n"
+    rows = python_in_worker(page, "from cera.gpu import matvec\nrows, matvec.X_INT_MIN_ROWS = matvec.X_INT_MIN_ROWS, 0\n"
                                   "str(rows)")
     try:
         page.evaluate("(url) => window.cera.load(url)", url)
@@ -554,7 +556,7 @@ from cera_web.session import sessions
 json.dumps([s.label for s in sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
 """)
     finally:
-        python_in_worker(page, f"from cera.gpu import matmul\nmatmul.X_INT_MIN_ROWS = {rows}\n'{rows}'")
+        python_in_worker(page, f"from cera.gpu import matvec\nmatvec.X_INT_MIN_ROWS = {rows}\n'{rows}'")
     assert any(label.endswith(" x24") for label in labels), labels
     assert result["tokens"] == native["tokens"]
 
@@ -592,14 +594,14 @@ def test_gpu_times_in_the_page(page, models):
 import base64, json
 import numpy as np
 from cera.device import Binding
-from cera.gpu import matmul, profile
+from cera.gpu import ops, profile
 from cera_web.session import sessions
 model = sessions[0].engine.backend
 dev = model.device
 logits, first, second = dev.buffer(256, "logits"), dev.buffer(4, "first"), dev.buffer(4, "second")
 dev.write(logits, base64.b64decode({base64.b64encode(x.tobytes()).decode()!r}))
-whole = matmul.argmax(model.kernels, dev, Binding(first), Binding(logits), n=64)
-half = matmul.argmax(model.kernels, dev, Binding(second), Binding(logits, 0, 128), n=32)
+whole = ops.argmax(model.kernels, dev, Binding(first), Binding(logits), n=64)
+half = ops.argmax(model.kernels, dev, Binding(second), Binding(logits, 0, 128), n=32)
 spans = await dev.time_passes([[whole], [half, half]])
 argmaxes = [int(np.frombuffer(await dev.read(b, 0, 4), np.uint32)[0]) for b in (first, second)]
 report = await profile.decode_report(model, 5, 2500.0, top=100)

@@ -4,8 +4,8 @@ Shader files use `#include "file.wgsl"`, `#ifdef NAME` / `#ifndef NAME` /
 `#else` / `#endif`. Every define with a value is also emitted as a WGSL
 `const NAME = value;` at the top, so sizes can be used in `@workgroup_size`
 and array lengths; a define whose value is True is a flag for `#ifdef` only.
-`enable ...;` lines (e.g. `enable f16;` under a flag) move above those consts:
-WGSL wants its directives before any declaration.
+`enable ...;` lines (e.g. `enable f16;` or `enable subgroups;` under a flag) move above those
+consts, each once: WGSL wants its directives before any declaration.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def preprocess(name: str, defines: dict) -> str:
     """Expand includes and conditionals of shaders/{name} for `defines`."""
     consts = [f"const {k} = {wgsl_value(v)};" for k, v in sorted(defines.items()) if v is not True]
     lines = _expand(name, defines, set())
-    enables = [line for line in lines if line.startswith("enable ")]
+    enables = list(dict.fromkeys(line for line in lines if line.startswith("enable ")))
     return "\n".join(enables + consts + [line for line in lines if not line.startswith("enable ")]) + "\n"
 
 

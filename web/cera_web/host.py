@@ -8,7 +8,6 @@ range; `_upload` hands JS a Blob range to move to the GPU by itself.
 """
 from __future__ import annotations
 
-import re
 import struct
 import weakref
 from array import array
@@ -20,7 +19,6 @@ from pyodide.ffi import JsException, can_run_sync, run_sync, to_js
 from .sources import BlobSource
 
 _FLUSH_BYTES = 1 << 20        # queued write bytes that trigger a flush without waiting for run()
-_SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\(\s*subgroup_")
 
 
 class Handle:
@@ -101,8 +99,6 @@ class WebDevice(Device):
     def _kernel(self, name, code):
         """Errors raise at once where Pyodide can block on a promise (JSPI), else at the next
         await (`check()` or any run)."""
-        if "subgroups" in self.features and "enable subgroups;" not in code and _SUBGROUP_USE.search(code):
-            code = "enable subgroups;\n" + code      # browsers want the extension enabled in WGSL
         handle = Handle(self, int(self._host.kernel(name, code)), name)
         if can_run_sync():
             self._raise_compile_error(run_sync(self._host.checkCompiles()))

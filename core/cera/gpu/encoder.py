@@ -20,7 +20,7 @@ import numpy as np
 from cera.config import ModelConfig
 from cera.device import Binding, Device, Dispatch, Flush
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu import batched, layers
+from cera.gpu import attention, ops
 from cera.gpu.footprint import footprint
 from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.plan import FLUSH_LAYERS, Plan, PrefillBuilder
@@ -49,7 +49,7 @@ class EncoderBuilder(PrefillBuilder):
     def post_norm(self, name: str, y: Binding | None = None, v: Binding | None = None) -> Dispatch:
         """act.x = layer_norm(act.x [+ y] [+ v]) with LayerNorm `name`'s weight and bias."""
         cfg, w = self.cfg, self.weights
-        return layers.layer_norm(self.kernels, self.device, self.act.x, w.vector(name + ".weight"),
+        return ops.layer_norm(self.kernels, self.device, self.act.x, w.vector(name + ".weight"),
                                  w.vector(name + ".bias"), self.state.step, n=cfg.hidden, eps=cfg.eps,
                                  max_tokens=self.rows, y=y, v=v, label=name)
 
@@ -71,7 +71,7 @@ class EncoderBuilder(PrefillBuilder):
                 steps += self.linear(out, b + f"attn_{p}", a.x)
         # RoPE (none for bert) as K and V go into the cache, then attention of every row to every row
         steps.append(self.rope_kv(i, q, k, v, width))
-        steps.append(batched.prefill_attention(
+        steps.append(attention.prefill_attention(
             self.kernels, self.device, a.att, a.q_rot, self.state.key_cache[i], self.state.value_cache[i],
             self.state.step, head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_heads,
             scale=cfg.attention_scale, max_rows=self.rows, cache_types=self.numerics.cache_types,
@@ -87,7 +87,7 @@ class EncoderBuilder(PrefillBuilder):
             steps += self.proj(a.hb, gate, a.x, w_up=up.binding, act=cfg.ffn_act)
         else:
             steps += self.linear(a.hb, b + "ffn_up", a.x)
-            steps.append(layers.glu_act(self.kernels, self.device, a.hb, None, self.state.step, ff=cfg.ff,
+            steps.append(ops.glu_act(self.kernels, self.device, a.hb, None, self.state.step, ff=cfg.ff,
                                         act=cfg.ffn_act, max_tokens=self.rows, label=f"{b}ffn_act"))
         steps += self.linear(a.xb, b + "ffn_down", a.hb)
         steps.append(self.post_norm(b + "layer_output_norm", y=a.xb))

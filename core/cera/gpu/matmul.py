@@ -1,367 +1,401 @@
-"""Dispatch builders for the decode weight kernels: matrix-vector products, embedding
-lookups and the greedy argmax (shaders/matvec.wgsl, embed.wgsl, argmax.wgsl).
+"""Dispatch builders for the batched (prefill) matrix products: the register-tiled quantized matmul
+(shaders/matmul.wgsl), its integer-x twin (matmul_int.wgsl, with quantize_x.wgsl) and the sum of
+a split K's parts (split_sum.wgsl).
 
-Weights are raw GGUF bytes bound as `array<u32>` and decoded in the shader
-(shaders/quant.wgsl); activations are f32. The builders hide the defines, binding
-order and workgroup geometry. A matrix too big for one storage binding (the tied LM
-head) is split into row tiles bound at aligned offsets: `row_tiles`, `matvec_tiled`,
-`embed_tiled`.
+A prefill chunk is up to `max_rows` tokens: a dispatch is sized for `max_rows` and the
+kernels read `Step.n_tokens`, so one dispatch serves every chunk length. Weights are raw
+GGUF bytes bound as `array<u32>` (decoded by shaders/quant.wgsl); activations are f32,
+row-major, one row per token. Outputs come first, as in cera.gpu.matvec and ops.
+
+Tile choice (`matmul_tiles`). Workgroup memory is budgeted at the WebGPU
+default of 16 KiB (Apple and SwiftShader grant exactly that; a peer's 24 KiB shader returned
+zeros on Apple) and grows only where the device's `max_compute_workgroup_storage_size`
+allows; workgroups stay at 256 invocations.
+  matmul: 64 weight rows x 64 tokens per workgroup (32 for K- and i-quant weights), 4x4
+    outputs per invocation, K slices of 32 elements (16 KiB: 8 KiB of dequantized weights + 8
+    KiB of x) or 16. Each weight is dequantized once per workgroup and used by its tokens; each
+    k step reads 2 vec4 from workgroup memory for 16 FMAs. GLU stages two weight tiles (24
+    KiB). Chunks of at most 32 rows use 32-token tiles. The preference is measured (the tables
+    below); MIN_WORKGROUPS guards a small matrix.
+  f16 (`half_tiles`): where the device has shader-f16, the staged tiles are f16 and each K
+    slice's partial dots f16 FMAs, summed in f32 (shaders/matmul.wgsl HALF): the same
+    tilings in the same bytes with twice the bk. Not for F32 or BF16 weights (they would
+    lose their precision or range). Opt-in (cera.gpu.numerics' f16): its logits differ from the
+    f32 path's by up to ~2% of the largest (1.6e-5 nMSE on a Q8_0 LFM2), beyond the tolerances
+    the f32 kernels are held to against the numpy reference.
 """
 from __future__ import annotations
 
-from math import gcd
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from cera.config import FFN_GELU, FFN_SILU
-from cera.device import PACKED_DOT, Binding, Dispatch
-from cera.errors import InvalidArgument, TooLarge, Unsupported
+from cera.config import FFN_SILU
+from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
+from cera.errors import TooLarge, Unsupported
+from cera.gpu.ops import gelu_flag, grid
+from cera.gpu.quant import (INT_TILE_TYPES, WEIGHT_TYPES, aligned_rows, byte_range, row_bytes, row_tiles, weight_flags,
+                            weight_type)
 from cera.kernels import flags
 
-if TYPE_CHECKING:
-    from cera.gpu.layers import Partials   # layers imports this module
 
-MATVEC_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
-                          T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
-                          T.IQ3_XXS, T.IQ3_S, T.IQ4_NL, T.IQ4_XS})
+@dataclass(frozen=True)
+class MatmulTiles:
+    """A workgroup computes tile_t tokens x tile_m weight rows, walking K in slices of bk
+    elements; each invocation holds rt tokens x rm rows of outputs in registers."""
+    tile_m: int
+    tile_t: int
+    bk: int
+    rm: int
+    rt: int
 
-WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
-EMBED_WORKGROUP = 64     # shaders/embed.wgsl WG
-UNIT_ELEMS = 16          # elements per work item (a "unit" in shaders/quant.wgsl)
-STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory at most: row_partial, reduce.wgsl
+    def __post_init__(self):
+        if self.rm not in (4, 8) or self.rt not in (4, 8) or self.tile_m % self.rm or self.tile_t % self.rt:
+            raise ValueError(f"{self}: rm and rt must be 4 or 8 and divide tile_m, tile_t")
+        if self.bk % 16:
+            raise ValueError(f"{self}: bk must be a multiple of 16 (a quant unit)")
 
+    @property
+    def invocations(self) -> int:
+        return (self.tile_m // self.rm) * (self.tile_t // self.rt)
 
-QUAD_TYPES = frozenset({T.Q4_K, T.Q5_K})   # blocks of a multiple of 16 bytes: bound as vec4<u32>
-# Types whose quant.wgsl section splits a unit's loads from its arithmetic (unit_words, unit_decode)
-UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
-# Types quant.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
-# dot then needs no conversion per element (matvec.wgsl UNIT_AFFINE)
-UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
-# Types quant.wgsl also dots with x in integers per 256 elements (item_dot_int: integer products,
-# dot4I8Packed; matvec.wgsl X_INT), and x's bits: 24 as precise as f32 x (the default), 8 as
-# llama.cpp's CPU backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8)
-X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
-X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # quant.wgsl's ITEM_UNITS
-X_BITS = (0, 8, 24)                          # f32 x, or X_INT's planes of a byte
-X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
+    def storage(self, glu: bool, half: bool = False) -> int:
+        """Workgroup memory in bytes: the weight slice(s) and the x slice, f32 or f16 (half)."""
+        return (2 if half else 4) * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
 
-
-def weight_flags(t: T) -> dict:
-    """The defines naming a weight type for shaders/quant.wgsl: its flag, and WEIGHT_QUADS where
-    its blocks are whole 16-byte words (the weights are then bound as array<vec4<u32>> and a
-    block's fields arrive in 16-byte loads: fewer storage accesses, each bounds-checked in a
-    browser), and UNIT_WORDS where quant.wgsl splits its unit_values into unit_words and
-    unit_decode."""
-    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES})
+    def defines(self) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
 
 
-def _type(wtype: int) -> T:
-    t = T(wtype)
-    if t not in MATVEC_TYPES:
-        raise Unsupported(f"no matvec kernel for weight type {t.name}")
-    return t
+# Preferred first; bk is a multiple of 16 (a quant unit), and the 16 KiB entries are the fallback
+# every WebGPU device grants. 4x4 outputs per invocation in 64-row tiles beat the 8x8 and 4x8
+# blocks of 128-token tiles (fewer registers: more workgroups resident to cover each slice's
+# staging), and for the superblock types (K- and i-quants: 256-element blocks) 32-token tiles
+# beat 64, where for Q4_1 they did not (docs/PERFORMANCE.md, decisions). The kernel also takes
+# 8-wide blocks (tiles=).
+_MATMUL_TILES = [
+    MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 16 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=16, rm=4, rt=4),     # 8 KiB
+]
+_SUPERBLOCK_TILES = [
+    MatmulTiles(tile_m=64, tile_t=32, bk=32, rm=4, rt=4),     # 12 KiB
+    MatmulTiles(tile_m=64, tile_t=32, bk=16, rm=4, rt=4),     # 6 KiB
+]
+_GLU_TILES = [
+    MatmulTiles(tile_m=64, tile_t=64, bk=32, rm=4, rt=4),     # 2 x 8 + 8 = 24 KiB
+    MatmulTiles(tile_m=64, tile_t=64, bk=16, rm=4, rt=4),     # 12 KiB
+]
+_SMALL_TILES = [   # chunks of at most 32 rows: less padding along tokens
+    MatmulTiles(tile_m=128, tile_t=32, bk=32, rm=8, rt=4),    # 20 KiB
+    MatmulTiles(tile_m=128, tile_t=32, bk=16, rm=8, rt=4),    # 10 KiB
+]
+_SMALL_GLU_TILES = [
+    MatmulTiles(tile_m=64, tile_t=32, bk=32, rm=4, rt=4),     # 20 KiB
+    MatmulTiles(tile_m=64, tile_t=32, bk=16, rm=4, rt=4),     # 10 KiB
+]
+MIN_WORKGROUPS = 64   # fewer leaves most of a big GPU idle: take a smaller tile instead
+# Weight types whose prefill matmul may stage f16 tiles: not F32 or BF16 (f16 would drop
+# their precision or their range).
+HALF_TYPES = WEIGHT_TYPES - {T.F32, T.BF16}
 
 
-def row_bytes(wtype: int, k: int) -> int:
-    """Bytes of one row of k elements of type `wtype` (k a multiple of the block size)."""
-    block, size = GGML_QUANT_SIZES[T(wtype)]
-    if k % block:
-        raise Unsupported(f"row length {k} is not a multiple of {T(wtype).name}'s block of {block}")
-    return k // block * size
+def half_tiles(device, wtype: int) -> bool:
+    """Whether the prefill matmul of `wtype` can run the f16 variant on `device`."""
+    return "shader-f16" in device.features and T(wtype) in HALF_TYPES
 
 
-def units_per_row(wtype: int, k: int) -> int:
-    """Work items per row in shaders/quant.wgsl: 16 elements each (the last one of a
-    float row may be partial)."""
-    _type(wtype)
-    return -(-k // UNIT_ELEMS)
+def _halved(tilings: list[MatmulTiles]) -> list[MatmulTiles]:
+    """The f16 tilings: each f32 one with twice the bk, in the same workgroup memory."""
+    return [replace(t, bk=2 * t.bk) for t in tilings]
 
 
-def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> bool:
-    """Whether matvec.wgsl can stage a k-element x in workgroup memory beside its reductions'
-    own (at most STAGE_SCRATCH bytes): as floats (X_STAGED: 16 a unit, 2 more with the sums
-    UNIT_AFFINE reads) and/or in integers (X_INT: x_bits / 8 bytes an element, a sum and a max
-    per 16, a float per 256)."""
-    units = -(-k // UNIT_ELEMS)
-    size = 4 * (UNIT_ELEMS + (2 if sums else 0)) * units if floats else 0
-    if x_bits:
-        size += k * x_bits // 8 + 8 * units + 4 * -(-k // 256)
-    return size + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
+def _workgroups(tiles: MatmulTiles, m: int, max_rows: int) -> int:
+    return -(-m // tiles.tile_m) * -(-max_rows // tiles.tile_t)
 
 
-def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False) -> int:
-    """The bits of x's integers in a matvec's dot products (X_INT), or 0 for f32 x: `wanted`, or
-    (None) 24 bits, 8 with `int8`, where x is staged as floats anyway (`floats`: a fused norm or
-    a merge), the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and
-    its workgroup memory allow.
-
-    24 bits (the default) keep f32 x's precision: x in steps of 1/8355711 of its block's largest
-    |x| (f32's own rounding of that element is 1/16777216 of it), and each of the three bytes
-    dotted in integers, so the results stay within the f32 path's tolerances of the reference.
-    8 bits (Numerics.int8, opt-in) are llama.cpp's integer dot products of 8-bit activations:
-    decode then no longer equals prefill or the reference to f32 precision (Qwen2.5-1.5B's greedy
-    tokens still agree with llama.cpp's, 16 of 16 on the golden prompts).
-
-    Integer dots are faster than f32 x where x is staged; the 256-row v projections are faster
-    with f32 x (every workgroup converts all of x, for few rows), hence X_INT_MIN_ROWS; the down
-    projections, whose x is not staged, are slower with integer x, so they keep f32 x
-    (docs/PERFORMANCE.md, decisions)."""
-    t = T(wtype)
-    if wanted is None:
-        bits = 8 if int8 else 24
-        fits = floats and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
-            and staged_x_fits(device, k, x_bits=bits)
-        return bits if fits else 0
-    if wanted not in X_BITS:
-        raise InvalidArgument(f"matvec: x_bits {wanted!r}: expected one of {', '.join(map(str, X_BITS))}")
-    if not wanted:
-        return 0
-    if t not in X_INT_TYPES:
-        raise Unsupported(f"matvec: no integer x dot product for {t.name} (only "
-                          f"{', '.join(sorted(x.name for x in X_INT_TYPES))})")
-    if PACKED_DOT not in device.features:
-        raise Unsupported(f"matvec: integer x needs WGSL's {PACKED_DOT}, which this device's compiler lacks")
-    return wanted
+def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None, half: bool = False,
+                 wtype: int | None = None) -> MatmulTiles:
+    """The first preferred tiling (f16 tiles: `half`; for weights of `wtype`) whose workgroup
+    memory and invocations fit `limits`; given the output width m, the first of those that
+    makes MIN_WORKGROUPS workgroups (else the one that makes the most)."""
+    if max_rows <= 32:
+        candidates = _SMALL_GLU_TILES if glu else _SMALL_TILES
+    elif glu:
+        candidates = _GLU_TILES
+    else:
+        superblock = wtype is not None and GGML_QUANT_SIZES[T(wtype)][0] == 256
+        candidates = _SUPERBLOCK_TILES if superblock else _MATMUL_TILES
+    if half:
+        candidates = _halved(candidates)
+    budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
+    fitting = [t for t in candidates
+               if t.storage(glu, half) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
+    if not fitting:
+        raise TooLarge("no matmul tiling fits this device's workgroup limits")
+    if m is None:
+        return fitting[0]
+    for tiles in fitting:
+        if _workgroups(tiles, m, max_rows) >= MIN_WORKGROUPS:
+            return tiles
+    return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
 
 
-def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> int:
-    """Threads per row, a power of two up to `workgroup` (workgroup / tpr rows per
-    workgroup): about 2^19 threads in all, no more than the row has units, and at
-    least 4 (quantized rows) or 16 (float rows, whose strided units coalesce across threads).
+def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
+           scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+           out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
+           label: str | None = None, act: str = FFN_SILU, half: bool = False, split: int = 1) -> Dispatch:
+    """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
+    step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
+    or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (needs the
+    device's shader-f16); the label ends in "f16" then. split > 1: K in `split` parts, part p's
+    dots into rows p * max_rows + t of out (split, max_rows, m) (k_parts, split_sum; no bias, GLU or
+    accumulate).
 
-    Tall matrices (an LM head) run best with few threads per row and many rows per workgroup,
-    short ones (576-1536 rows) with 64-256 per row; 2^19 rather than 2^18 threads gives an
-    8960-row GLU 32 per row, not 16, which is faster (docs/PERFORMANCE.md, decisions).
-    `scripts/bench_kernels.py --only matvec --sweep` times the alternatives."""
-    units = units_per_row(wtype, k)
-    tpr = 16 if GGML_QUANT_SIZES[T(wtype)][0] == 1 else 4
-    while tpr < workgroup and tpr * 2 * m <= 1 << 19 and tpr * 2 <= units:
-        tpr *= 2
-    return tpr
-
-
-def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
-    """Threads per row of an X_INT matvec of `bits`-bit x (items of quant.wgsl's ITEM_UNITS
-    units): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
-    that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
-    item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
-    Every workgroup converts all of x first, so fewer, fatter workgroups pay for it less often.
-
-    With 8 bits, 16 threads a row beat 32 for the GLU and the merging output projection, and a
-    256-row v projection is slower with fewer threads, hence the floor; with 24 bits the GLU runs
-    best with 8, the other projections with 16; the LM head (151936 rows of 24 Q6_K items) runs
-    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions)."""
-    items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
-    most = (1 << 18) * 8 // bits
-    tpr = 2
-    while tpr < workgroup and tpr * 2 * m <= most and tpr * 4 <= items:
-        tpr *= 2
-    while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
-        tpr *= 2
-    return tpr
+    W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
+    between rows of out (default m; the full width when W is a row tile). row0: x and out are
+    bound from token row row0 on and this dispatch covers rows row0..row0+max_rows-1 of the
+    step (a row block; see matmul_tiled). `tiles` overrides the tiling (benchmarks)."""
+    t = weight_type(wtype, "batched matmul")
+    row_bytes(t, k)   # checks k against the block size
+    if half and "shader-f16" not in device.features:
+        raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
+    tiles = tiles or matmul_tiles(device.limits, max_rows, w_up is not None, m, half, t)
+    return _tile_dispatch(kernels, device, "matmul.wgsl", out, w, x, step, t=t, k=k, m=m, max_rows=max_rows,
+                          tiles=tiles, x_row_bytes=4 * k, scale=scale, bias=bias, accumulate=accumulate, w_up=w_up,
+                          out_stride=out_stride, row0=row0, act=act, label=label, split=split,
+                          suffix=" f16" if half else "", **flags(X_VEC4=k % 4 == 0, HALF=half))
 
 
-def use_subgroups(device, wanted: bool | None) -> bool:
-    """Whether a kernel reduces with subgroup operations: `wanted`, or (None) where the device
-    has the `subgroups` feature."""
-    has = "subgroups" in device.features
-    if wanted and not has:
-        raise Unsupported("this device has no subgroups")
-    return has if wanted is None else wanted
+# K parts (matmul_io.wgsl SPLIT) for a matmul with few workgroups and a long K: as many as keep
+# every part at least SPLIT_MIN_K long and the workgroups at most SPLIT_WORKGROUPS, at most
+# SPLIT_MAX. More workgroups hide each slice's staging: Qwen2.5-1.5B's 1536-row downs (K 8960)
+# are faster in 4 parts than in 1 or 2, and a K of 1536 gains too little to split
+# (docs/PERFORMANCE.md, decisions).
+SPLIT_MAX = 4
+SPLIT_MIN_K = 2048
+SPLIT_WORKGROUPS = 1536
 
 
-def _groups(n: int, limits) -> tuple[int, int, int]:
-    """n workgroups as (x, y, 1) within the per-dimension limit (the kernel flattens them)."""
-    most = limits.max_compute_workgroups_per_dimension
-    if n <= most:
-        return (max(n, 1), 1, 1)
-    y = -(-n // most)
-    return (-(-n // y), y, 1)
+def k_parts(k: int, workgroups: int) -> int:
+    """The parts to cut the K of a prefill matmul of `workgroups` workgroups into (1: none)."""
+    split = 1
+    while 2 * split <= SPLIT_MAX and k >= 2 * split * SPLIT_MIN_K and 2 * split * workgroups <= SPLIT_WORKGROUPS:
+        split *= 2
+    return split
 
 
-def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
-           scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-           w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-           tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
-           workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-           affine: bool = True, x_bits: int | None = None, int8: bool = False) -> Dispatch:
-    """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
-    out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
-    W and W_up: raw GGUF rows of `wtype`.
-    With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
-    block fused into its first matvec. x may instead be decode attention's `layers.Partials`:
-    each workgroup merges them into attention's output first (the output projection with
-    attention's combine folded in; not with w_up or norm), in workgroup memory.
+def split_sum(kernels, out, parts, step, *, m: int, split: int, max_rows: int, accumulate: bool,
+              label: str) -> Dispatch:
+    """out (rows, m) (+ out, with `accumulate`) = the sum of parts (split, max_rows, m) in part
+    order, for rows < step.n_tokens (shaders/split_sum.wgsl)."""
+    return kernels.dispatch("split_sum.wgsl", [parts, out, step], (-(-m // 256), max_rows, 1), label,
+                            reads=4 * max_rows * m * (split + accumulate), writes=4 * max_rows * m,
+                            M=m, SPLIT=split, MAX_ROWS=max_rows, **flags(ACCUMULATE=accumulate))
 
-    Tuning knobs: `tpr` overrides the threads per row (a power of two <= workgroup);
-    `subgroups` picks the reduction: subgroup operations (True) or workgroup memory (False),
-    None: subgroups where the device has them; `workgroup`: invocations per workgroup (a
-    power of two <= 256; workgroup / tpr rows each); `two_units`: each thread decodes two
-    units per loop iteration; `stage`: each workgroup stages x (normalized) in workgroup memory
-    first, None: with a norm, where it fits (`staged_x_fits`; a merge always stages); `affine`:
-    a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored dot (unit_affine);
-    `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup turns x (normalized
-    or merged as it is staged) into integers of that many bits per 256-element block, and the
-    rows take integer dot products (not with two_units); 0: f32 x; None: `x_int_bits`' default
-    (in 8 bits with `int8`: cera.gpu.numerics).
 
-    Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot (affine) each made
-    Qwen2.5-1.5B's decode faster (docs/PERFORMANCE.md, decisions)."""
-    t = _type(wtype)
+def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_rows, tiles, x_row_bytes, scale, bias,
+                   accumulate, w_up, out_stride, row0, act, label, tag="", suffix="", split=1,
+                   **defines) -> Dispatch:
+    """A dispatch of a prefill matmul kernel (matmul.wgsl, matmul_int.wgsl; shaders/matmul_io.wgsl
+    their shared bindings and output): what `matmul` and `matmul_int` share, given the kernel's own
+    `defines`, x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
+    the parts of K (`split`: as many times the workgroups along x)."""
     if w_up is not None and bias is not None:
-        raise Unsupported("matvec: GLU with a bias is not supported")
-    gelu = gelu_flag(act, w_up)
-    subgroups = use_subgroups(device, subgroups)
-    merge = not isinstance(x, Binding)   # layers.Partials
-    bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None, int8=int8)
-    if bits and two_units:
-        raise InvalidArgument("matvec: two_units applies to f32 x, not integer x")
-    tpr = tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
-    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
-        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
-                              f"(expected a power of two from {tpr} to {WORKGROUP})")
-    rows = workgroup // tpr
-    defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
-                   **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=bias is not None, ACCUMULATE=accumulate,
-                                              GLU=w_up is not None, GELU=gelu, SUBGROUPS=subgroups,
-                                              TWO_UNITS=two_units))
+        raise Unsupported("matmul: GLU with a bias is not supported")
+    if split > 1:
+        if accumulate or bias is not None or w_up is not None or row0:
+            raise Unsupported("matmul: a split K takes no bias, GLU, accumulation or row block")
+        defines.update(SPLIT=split, MAX_ROWS=max_rows)
+        suffix += f" /{split}"
+    glu, gelu = w_up is not None, gelu_flag(act, w_up)
+    stride = m if out_stride is None else out_stride
+    defines.update(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(), **weight_flags(t),
+                   **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
+                           OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
+    if row0:
+        defines["ROW0"] = row0
     if scale is not None and scale != 1.0:
         defines["SCALE"] = float(scale)
-    sums = affine and not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
-    if stage is None:
-        stage = (merge or norm is not None) and staged_x_fits(device, k, sums, x_bits=bits)
-    if merge and not stage:
-        raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
-    if not staged_x_fits(device, k, sums, floats=stage, x_bits=bits):
-        raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
-                          f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_INT=bool(bits)))
-    if bits:
-        defines["X_PLANES"] = bits // 8
-    if merge:
-        if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
-            raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
-                              f"into a {m}x{k} matvec" + (" with a GLU or a norm" if w_up or norm else ""))
-        defines.update(MERGE=True, **x.defines())
-    bindings = [w] + ([w_up] if w_up is not None else []) + [x.scratch if merge else x, out] \
-        + ([bias] if bias is not None else [])
-    if merge:
-        defines["STEP_BINDING"] = len(bindings)
-        bindings.append(x.step)
-    if norm is not None:
-        if eps is None:
-            raise Unsupported("matvec: a fused RMSNorm needs eps")
-        defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
-        bindings.append(norm)
-    label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
-        + (" +=" if accumulate else "") + (" xs" if stage and not merge else "") + (" sg" if subgroups else "") \
-        + (" merge" if merge else "") + (f" x{bits}" if bits else "")
-    weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
-    x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
-    reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
-    return kernels.dispatch("matvec.wgsl", bindings, _groups(-(-m // rows), device.limits), label,
-                            reads=reads, writes=4 * m, **defines)
+    bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
+    y, z = grid(-(-m // tiles.tile_m), device.limits)
+    label = label or (f"matmul {t.name} {m}x{k}{tag}" + (" glu" if glu else "") + (" gelu" if gelu else "")
+                      + (" +=" if accumulate else "") + suffix)
+    weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
+    reads = weight_bytes + max_rows * (x_row_bytes + 4 * m * accumulate) + 4 * m * (bias is not None)
+    return kernels.dispatch(shader, bindings, (split * -(-max_rows // tiles.tile_t), y, z), label, reads=reads,
+                            writes=4 * split * max_rows * m, **defines)
 
 
-def gelu_flag(act: str, w_up) -> bool:
-    """Whether the GLU's gate activation is GELU (the GELU define); act applies to a GLU only."""
-    if act not in (FFN_SILU, FFN_GELU):
-        raise Unsupported(f"GLU activation {act!r}: expected {FFN_SILU!r} or {FFN_GELU!r}")
-    if act == FFN_GELU and w_up is None:
-        raise InvalidArgument("GELU is the GLU's gate activation: it needs w_up")
-    return act == FFN_GELU
+def x_int_stride(k: int) -> int:
+    """u32 words of a row of x in 8-bit integers (shaders/x_int_record.wgsl), a multiple of 4."""
+    return -(-(k // 4 + k // 32 + k // 256) // 4) * 4
 
 
-def row_tiles(wtype: int, k: int, m: int, limits) -> list[tuple[int, int]]:
-    """Split m rows into (row_start, n_rows) tiles whose weight bytes fit one storage
-    binding and whose starts are aligned for both the weights (row_start * row_bytes) and
-    an f32 output bound at the same row (row_start * 4)."""
-    rb = row_bytes(wtype, k)
+def int_tile(device, wtype: int, k: int) -> bool:
+    """Whether the prefill matmul of `wtype` rows of k can take x in integers on `device`."""
+    return T(wtype) in INT_TILE_TYPES and k % 256 == 0 and PACKED_DOT in device.features
+
+
+@dataclass(frozen=True)
+class IntTiles:
+    """matmul_int.wgsl's tile: tile_t tokens x tile_m rows, K in slices of bk (4x4 outputs an
+    invocation)."""
+    tile_m: int
+    tile_t: int
+    bk: int
+
+    def __post_init__(self):
+        if self.tile_m % 4 or self.tile_t % 4 or self.bk not in (32, 64, 128, 256):
+            raise ValueError(f"{self}: tile_m, tile_t must be multiples of 4 and bk 32, 64, 128 or 256")
+
+    @property
+    def invocations(self) -> int:
+        return self.tile_m * self.tile_t // 16
+
+    def storage(self, glu: bool) -> int:
+        """Workgroup memory in bytes, at most (Q6_K's scales; Q4_K has half as many): per matrix
+        the quants (a byte each), 16-element scales, mins and d | dmin of its rows; x's integers,
+        sub-block sums and steps."""
+        subs, mats = self.bk // 32, 2 if glu else 1
+        return mats * self.tile_m * (self.bk + 4 * (3 * subs + 1)) + self.tile_t * (self.bk + 4 * (subs + 1))
+
+    def defines(self) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk)
+
+
+# Preferred first, as _MATMUL_TILES: the GLU runs fastest in 128-element slices, the others in
+# 64; 32-token and 128-row tiles are slower; a 256-row v projection prefers 32-row tiles of
+# 128-element slices (docs/PERFORMANCE.md, decisions). The GLU's 64x64x128 is 31.75 KiB: within
+# Chromium's 32 KiB only because d | dmin are staged as f16 pairs.
+_INT_TILES = [IntTiles(64, 64, 64), IntTiles(32, 64, 128), IntTiles(64, 32, 64), IntTiles(64, 32, 32)]
+_INT_GLU_TILES = [IntTiles(64, 64, 128), IntTiles(64, 64, 64), IntTiles(64, 32, 32)]
+
+
+def int_tiles(limits, glu: bool, max_rows: int, m: int) -> IntTiles:
+    budget = max(DEFAULT_WORKGROUP_STORAGE, limits.max_compute_workgroup_storage_size)
+    fitting = [t for t in (_INT_GLU_TILES if glu else _INT_TILES)
+               if t.storage(glu) <= budget and t.invocations <= limits.max_compute_invocations_per_workgroup]
+    if not fitting:
+        raise TooLarge("no integer matmul tiling fits this device's workgroup limits")
+    for tiles in fitting:
+        if _workgroups(tiles, m, max_rows) >= MIN_WORKGROUPS:
+            return tiles
+    return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
+
+
+def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "quantize_x") -> Dispatch:
+    """xi (rows, x_int_stride(k)) = x (rows, k) f32 in 8-bit integers (shaders/quantize_x.wgsl)
+    for rows < step.n_tokens <= max_rows; k a multiple of 256."""
+    if k % 256:
+        raise Unsupported(f"quantize_x: k {k} must be a multiple of 256")
+    stride = x_int_stride(k)
+    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k}",
+                            reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
+
+
+def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int,
+                   label: str = "rms_norm") -> Dispatch:
+    """out (rows, n) = rms_norm(x) * w, as ops.rms_norm, and xi (rows, x_int_stride(n)) the
+    same rows in 8-bit integers as quantize_x would write them from out (its dispatch fused in:
+    the norm before the integer matmuls of a block); n a multiple of 256."""
+    if n % 256:
+        raise Unsupported(f"rms_norm_x_int: n {n} must be a multiple of 256")
+    row = 4 * n * max_rows
+    return kernels.dispatch("rms_norm.wgsl", [x, w, out, step, xi], (1, max_rows, 1), f"{label} x8",
+                            reads=row + 4 * n, writes=row + 4 * max_rows * x_int_stride(n), N=n, K=n,
+                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_INT=True, X_PLANES=1,
+                            X_STRIDE=x_int_stride(n))
+
+
+def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,
+               scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+               out_stride: int | None = None, row0: int = 0, tiles: IntTiles | None = None, act: str = FFN_SILU,
+               label: str | None = None, split: int = 1) -> Dispatch:
+    """batched `matmul` with x in 8-bit integers: xi (rows, x_int_stride(k)) as quantize_x wrote
+    it, W of INT_TILE_TYPES; the other arguments as matmul's, but for row0: out is bound from
+    token row row0 on (as matmul's) and xi whole, its rows read from row0 on."""
+    t = T(wtype)
+    if t not in INT_TILE_TYPES or k % 256:
+        raise Unsupported(f"no integer matmul for {t.name} rows of {k}")
+    tiles = tiles or int_tiles(device.limits, w_up is not None, max_rows, m)
+    return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, w, xi, step, t=t, k=k, m=m, max_rows=max_rows,
+                          tiles=tiles, x_row_bytes=4 * x_int_stride(k), scale=scale, bias=bias, accumulate=accumulate,
+                          w_up=w_up, out_stride=out_stride, row0=row0, act=act, label=label, tag=" x8", split=split,
+                          TILE_INT=True, X_PLANES=1, X_STRIDE=x_int_stride(k))
+
+
+def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
+    """Split max_rows token rows into (row0, n_rows) blocks whose x (rows, k) and out (rows, m)
+    f32 ranges each fit one storage binding and start at aligned offsets."""
     most = limits.max_storage_buffer_binding_size
-    if m * rb <= most and m * 4 <= most:
-        return [(0, m)]
-    align = limits.min_storage_buffer_offset_alignment
-    step_w = align // gcd(align, rb)     # rows per aligned weight offset
-    step_o = align // gcd(align, 4)      # rows per aligned f32 offset
-    step = step_w * step_o // gcd(step_w, step_o)
-    per_tile = min(most // rb, most // 4) // step * step
-    if per_tile == 0:
-        raise TooLarge(f"{T(wtype).name} rows of {rb} bytes: {step} aligned rows exceed the "
-                         f"storage binding limit of {most} bytes")
-    return [(start, min(per_tile, m - start)) for start in range(0, m, per_tile)]
+    if max_rows * max(k, m) * 4 <= most:
+        return [(0, max_rows)]
+    step = aligned_rows(limits.min_storage_buffer_offset_alignment, 4 * k, 4 * m)
+    per_block = most // (4 * max(k, m)) // step * step
+    if per_block == 0:
+        raise TooLarge(f"matmul: {step} aligned rows of {max(k, m)} floats exceed the storage binding "
+                         f"limit of {most} bytes")
+    return [(r0, min(per_block, max_rows - r0)) for r0 in range(0, max_rows, per_block)]
 
 
-def _rows(b: Binding | None, start: int, size: int) -> Binding | None:
-    """Bytes [start, start+size) of the range bound by b, the size rounded up to 4."""
-    if b is None:
-        return None
-    return Binding(b.buffer, b.offset + start, (size + 3) // 4 * 4)
+def _k_split(limits, parts, *, wtype: int, k: int, m: int, max_rows: int, integer: bool, half: bool) -> int:
+    """k_parts of the one dispatch of an (integer or f32) matmul of this shape, if its parts fit in
+    `parts` (a buffer or Binding); else 1."""
+    tiles = int_tiles(limits, False, max_rows, m) if integer else matmul_tiles(limits, max_rows, False, m, half, wtype)
+    split = k_parts(k, _workgroups(tiles, m, max_rows))
+    room = (parts if isinstance(parts, Binding) else Binding(parts)).nbytes
+    return split if 4 * split * max_rows * m <= room else 1
 
 
-def _check_aligned(what: str, b: Binding, limits) -> None:
-    if b.offset % limits.min_storage_buffer_offset_alignment:
-        raise TooLarge(f"{what} starts at byte {b.offset}, not a multiple of "
-                         f"{limits.min_storage_buffer_offset_alignment}: it cannot be tiled")
-
-
-def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
-                 scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-                 w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-                 limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
-                 workgroup: int = WORKGROUP, two_units: bool = False, stage: bool | None = None,
-                 x_bits: int | None = None, int8: bool = False) -> list[Dispatch]:
-    """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
-    bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
+def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
+                 scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
+                 out_stride: int | None = None, limits=None, act: str = FFN_SILU,
+                 half: bool = False, xi=None, x_ready: bool = False, parts=None) -> list[Dispatch]:
+    """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
+    W in row tiles (cera.gpu.quant.row_tiles), each writing a column block of out, and token
+    rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
+    between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
+    bias must start at aligned offsets. `half`: as in matmul. Given `xi` (room for x in
+    integers), one that fits in a dispatch and takes integer x (`int_tile`) is quantize_x into
+    xi (unless `x_ready`: an earlier dispatch left this x there), then matmul_int. Given
+    `parts` (room for K's parts), one whose K is worth splitting (`k_parts`) is a matmul of each
+    part into it, then split_sum into out."""
     limits = limits or device.limits
-    tiles = row_tiles(wtype, k, m, limits)
-    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, two_units=two_units, stage=stage,
-                 x_bits=x_bits, int8=int8)
-    if len(tiles) == 1:
-        return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
-                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
-    for what, b in (("w", w), ("w_up", w_up), ("out", out), ("bias", bias)):
-        if b is not None:
-            _check_aligned(what, b, limits)
+    stride = m if out_stride is None else out_stride
+    col_tiles = row_tiles(wtype, k, m, limits)
+    blocks = row_blocks(k, stride, max_rows, limits)
+    integer = (xi is not None and int_tile(device, wtype, k)   # xi is bound whole: rows of k bytes and a bit
+               and 4 * max_rows * x_int_stride(k) <= limits.max_storage_buffer_binding_size)
+    if len(col_tiles) == 1 and len(blocks) == 1:
+        splittable = parts is not None and w_up is None and bias is None and stride == m
+        split = _k_split(limits, parts, wtype=wtype, k=k, m=m, max_rows=max_rows, integer=integer,
+                         half=half) if splittable else 1
+        kw = dict(wtype=wtype, k=k, m=m, max_rows=max_rows, scale=scale, bias=bias, accumulate=accumulate and split == 1,
+                  w_up=w_up, out_stride=out_stride, act=act, split=split)
+        target = parts if split > 1 else out
+        dispatches = ([quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready)
+                      + [matmul_int(kernels, device, target, w, xi, step, **kw)] if integer else
+                      [matmul(kernels, device, target, w, x, step, half=half, **kw)])
+        if split > 1:
+            dispatches.append(split_sum(kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
+                                        accumulate=accumulate, label=f"split_sum {split}x{m}"))
+        return dispatches
     rb = row_bytes(wtype, k)
-    return [matvec(kernels, device, _rows(out, start * 4, n * 4), _rows(w, start * rb, n * rb), x,
-                   wtype=wtype, k=k, m=n, scale=scale, bias=_rows(bias, start * 4, n * 4),
-                   accumulate=accumulate, w_up=_rows(w_up, start * rb, n * rb), norm=norm, eps=eps, **knobs)
-            for start, n in tiles]
 
+    def part(b, start, size):
+        return byte_range(b, start, size, limits)
 
-def embed(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *, wtype: int,
-          k: int, max_rows: int, scale: float | None = None, row0: int = 0,
-          n_rows: int | None = None) -> Dispatch:
-    """out (n_tokens, k) = scale * E[tokens[t], :] for t < Step.n_tokens <= max_rows.
-
-    `w` holds table rows [row0, row0 + n_rows) (a tile; n_rows None: no upper bound);
-    tokens outside them are skipped, leaving their output rows to another tile."""
-    t = _type(wtype)
-    defines = {**weight_flags(t), "K": k, "WG": EMBED_WORKGROUP, "ROW0": row0,
-               "N_ROWS": 0xFFFFFFFF - row0 if n_rows is None else n_rows}
-    if scale is not None and scale != 1.0:
-        defines["SCALE"] = float(scale)
-    groups = (-(-units_per_row(t, k) // EMBED_WORKGROUP), max_rows, 1)
-    return kernels.dispatch("embed.wgsl", [w, tokens, out, step], groups, f"embed {t.name} k={k}",
-                            reads=max_rows * (row_bytes(t, k) + 4), writes=4 * max_rows * k, **defines)
-
-
-def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *,
-                wtype: int, k: int, rows: int, max_rows: int, scale: float | None = None,
-                limits=None) -> list[Dispatch]:
-    """embed from a table of `rows` rows, one dispatch per row tile (`row_tiles`)."""
-    limits = limits or device.limits
-    tiles = row_tiles(wtype, k, rows, limits)
-    if len(tiles) > 1:
-        _check_aligned("w", w, limits)
-    rb = row_bytes(wtype, k)
-    return [embed(kernels, device, out, _rows(w, start * rb, n * rb) if len(tiles) > 1 else w, tokens, step,
-                  wtype=wtype, k=k, max_rows=max_rows, scale=scale, row0=start, n_rows=n)
-            for start, n in tiles]
-
-
-def argmax(kernels, device, out: Binding, logits: Binding, *, n: int) -> Dispatch:
-    """out[0] (u32) = argmax(logits[0..n)), the first index on ties."""
-    return kernels.dispatch("argmax.wgsl", [logits, out], (1, 1, 1), f"argmax {n}", reads=4 * n, writes=4,
-                            N=n, **flags(VEC4=n % 4 == 0))
+    # x in integers: quantized whole, each block's rows read from row r0 of it (matmul_int's row0)
+    dispatches = [quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] if integer and not x_ready else []
+    for r0, rows in blocks:
+        x_block = part(x, 4 * r0 * k, 4 * rows * k)
+        for start, n in col_tiles:
+            # columns start..start+n of rows r0..r0+rows-1: from (r0, start) to the block's last row
+            out_tile = part(out, 4 * (r0 * stride + start), 4 * ((rows - 1) * stride + n))
+            tile = dict(wtype=wtype, k=k, m=n, max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n),
+                        accumulate=accumulate, w_up=part(w_up, start * rb, n * rb), out_stride=stride, row0=r0,
+                        act=act)
+            w_tile = part(w, start * rb, n * rb)
+            dispatches.append(matmul_int(kernels, device, out_tile, w_tile, xi, step, **tile) if integer else
+                              matmul(kernels, device, out_tile, w_tile, x_block, step, **tile, half=half))
+    return dispatches

@@ -31,7 +31,7 @@ from cera.device import Binding, Copy, Device
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.footprint import footprint
 from cera.gpu import sample
-from cera.gpu.layers import SHIFT_BYTES, pack_shift
+from cera.gpu.ops import SHIFT_BYTES, pack_shift
 from cera.gpu.numerics import EXACT, Numerics
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, chain_plan, decode_plan,
                            embed_plan, prefill_plan, shift_plan)

@@ -13,12 +13,12 @@ the numpy reference, and prefill equals the per-token path to 1e-4 of the larges
 
 - `int8`: the matrices of Q4_K and Q6_K weights take x quantized per 256-element block to 8 bits,
   as llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K), and
-  sum integer products: prefill through shaders/matmul_int.wgsl (cera.gpu.batched.matmul_int),
+  sum integer products: prefill through shaders/matmul_int.wgsl (cera.gpu.matmul.matmul_int),
   decode through matvec.wgsl's X_INT in 8 bits instead of 24: prefill and decode are
   faster (docs/PERFORMANCE.md has the figures); the synthetic k-quant models' logits then equal llama.cpp's to ~1e-12 NMSE, but
   the real Qwen2.5-Coder-1.5B's perplexity moves 0.58% off the exact path's (to the other side of
   llama.cpp's) and depends on the prefill chunk by 0.1%.
-- `f16`: prefill tiles staged in f16 (cera.gpu.batched.half_tiles) where the device has
+- `f16`: prefill tiles staged in f16 (cera.gpu.matmul.half_tiles) where the device has
   shader-f16 (Chromium withholds it on NVIDIA/Linux): faster than the f32 tiles, less precise.
 
 The numpy reference ignores the opt-ins: it is the exact oracle.
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cera.errors import InvalidArgument, Unsupported
+from cera.kernels import flags
 
 # The KV cache's types, by llama.cpp's names -> the numpy type holding one value as the cache does
 CACHE_TYPES = {"f32": np.float32, "f16": np.float16}
@@ -95,3 +96,14 @@ class Numerics:
 
 
 EXACT = Numerics()
+
+
+F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f32
+
+
+def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
+    """The cache kernels' K_F16 / V_F16 flags for (K's, V's) cache type: that cache holds f16
+    halves two to a u32 (shaders/half.wgsl), so a head's row must be whole words."""
+    if "f16" in cache_types and head_dim % 2:
+        raise Unsupported(f"an f16 KV cache needs an even head_dim, not {head_dim} (use the f32 cache)")
+    return flags(K_F16=cache_types[0] == "f16", V_F16=cache_types[1] == "f16")

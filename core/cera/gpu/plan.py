@@ -30,7 +30,7 @@ from functools import cached_property
 from cera.config import ATTENTION, ModelConfig
 from cera.device import PACKED_DOT, Binding, Copy, Dispatch, Flush, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
-from cera.gpu import batched, layers, matmul
+from cera.gpu import attention, matmul, matvec, ops
 from cera.gpu.numerics import EXACT, Numerics, value_bytes
 from cera.gpu.residency import Matrix, Weights
 from cera.gpu.state import Activations, GreedyChain, State
@@ -107,7 +107,7 @@ class Builder:
         """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
         raise NotImplementedError
 
-    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> tuple[list[Step], Binding | layers.Partials]:
+    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> tuple[list[Step], Binding | attention.Partials]:
         """Causal attention of rope(q) over layer i's cache, after rope(k) and v are written to
         it at the step's positions: (steps, what the output projection reads: act.att, or the
         partials it merges itself)."""
@@ -132,7 +132,7 @@ class Builder:
         table = self.weights.matrix(name)
         tokens = Binding(self.state.tokens.buffer, 0, 4 * self.rows)
         with _naming(name):
-            return matmul.embed_tiled(self.kernels, self.device, self.act.x, table.binding, tokens, self.state.step,
+            return ops.embed_tiled(self.kernels, self.device, self.act.x, table.binding, tokens, self.state.step,
                                       wtype=table.wtype, k=cfg.hidden, rows=cfg.embedding_rows, max_rows=self.rows,
                                       scale=cfg.embedding_scale)
 
@@ -157,22 +157,22 @@ class Builder:
         return steps + attend + self.residual(self.weights.matrix(b + "attn_output.weight"), att,
                                               b + "post_attention_norm.weight")
 
-    def rope(self, i: int, shift: bool = False) -> layers.Rope:
+    def rope(self, i: int, shift: bool = False) -> ops.Rope:
         """Layer i's RoPE, with the QK-norm before it where the model has one and the rotated
         pairs scaled by rope_attn_factor; for a context shift (re-rotating cached keys), neither."""
         cfg, b, w = self.cfg, f"blk.{i}.", self.weights
         norms = dict(qk_norm=w.vectors(b + "attn_q_norm.weight", b + "attn_k_norm.weight"),
                      eps=cfg.eps) if cfg.qk_norm and not shift else {}
         factors = cfg.rope_factors(self.ctx)
-        return layers.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
+        return ops.Rope(cfg.layer_rope_theta[i], cfg.rope_neox, cfg.n_rot, cfg.layer_rope_freq_scale[i],
                            w.vector(factors) if factors else None, **norms,
                            attn_factor=1.0 if shift else cfg.rope_attn_factor)
 
     def rope_kv(self, i: int, q: Binding, k: Binding, v: Binding, in_stride: int | None = None) -> Dispatch:
         """act.q_rot = rope(q); rope(k) and v into layer i's cache at the step's positions
-        (in_stride: layers.rope_kv's)."""
+        (in_stride: ops.rope_kv's)."""
         cfg = self.cfg
-        return layers.rope_kv(self.kernels, self.device, self.act.q_rot, self.state.key_cache[i],
+        return ops.rope_kv(self.kernels, self.device, self.act.q_rot, self.state.key_cache[i],
                               self.state.value_cache[i], q, k, v, self.state.step, head_dim=cfg.head_dim,
                               n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], rope=self.rope(i),
                               max_tokens=self.rows, in_stride=in_stride, cache_types=self.numerics.cache_types,
@@ -182,7 +182,7 @@ class Builder:
         """LFM2: x += residual_scale * W_out (C * conv(B * x')), (B, C, x') = W_in attn_norm(x)."""
         cfg, b, w, a = self.cfg, f"blk.{i}.", self.weights, self.act
         steps = self.proj(a.bcx, w.matrix(b + "shortconv.in_proj.weight"), a.x, norm=b + "attn_norm.weight")
-        steps.append(layers.shortconv(self.kernels, self.device, a.conv_out, a.bcx, w.vector(b + "shortconv.conv.weight"),
+        steps.append(ops.shortconv(self.kernels, self.device, a.conv_out, a.bcx, w.vector(b + "shortconv.conv.weight"),
                                       self.state.conv_state[i], self.state.step, hidden=cfg.hidden,
                                       kernel=cfg.conv_kernel, label=f"{b}shortconv"))
         return steps + self.proj(a.x, w.matrix(b + "shortconv.out_proj.weight"), a.conv_out, accumulate=True,
@@ -201,13 +201,13 @@ class Builder:
             steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding, act=self.cfg.ffn_act)
         return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
 
-    def residual(self, m: Matrix, y: Binding | layers.Partials, post_norm: str) -> list[Step]:
+    def residual(self, m: Matrix, y: Binding | attention.Partials, post_norm: str) -> list[Step]:
         """x += residual_scale * m y; with post-norms (gemma), m y goes to xb and
         x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
         cfg, a = self.cfg, self.act
         if not cfg.post_norms:
             return self.proj(a.x, m, y, accumulate=True, scale=cfg.residual_scale)
-        return self.proj(a.xb, m, y) + [layers.rms_norm(
+        return self.proj(a.xb, m, y) + [ops.rms_norm(
             self.kernels, self.device, a.x, a.xb, self.weights.vector(post_norm), self.state.step, n=cfg.hidden,
             eps=cfg.eps, max_tokens=self.rows, accumulate=True, label=post_norm)]
 
@@ -218,7 +218,7 @@ class Builder:
         a = self.act
         steps, h, norm = self.normed(a.x, norm)
         steps += self.proj(a.hb, gate, h, norm=norm) + self.proj(a.up, up, h, norm=norm)
-        return steps + [layers.glu_act(self.kernels, self.device, a.hb, a.up, self.state.step, ff=self.cfg.ff,
+        return steps + [ops.glu_act(self.kernels, self.device, a.hb, a.up, self.state.step, ff=self.cfg.ff,
                                        act=self.cfg.ffn_act, max_tokens=self.rows, label=f"{gate.name} glu")]
 
     def head(self, out: Binding, x: Binding) -> list[Step]:
@@ -227,18 +227,18 @@ class Builder:
         cfg = self.cfg
         steps = self.proj(out, self.weights.matrix(cfg.lm_head), x, norm=cfg.final_norm, scale=1.0 / cfg.logit_scale)
         if cfg.final_softcap:
-            steps.append(layers.logit_softcap(self.kernels, self.device, out, self.state.step, n=cfg.vocab_size,
+            steps.append(ops.logit_softcap(self.kernels, self.device, out, self.state.step, n=cfg.vocab_size,
                                               softcap=cfg.final_softcap, max_tokens=self.rows))
         return steps
 
     def norm(self, x: Binding, norm: str) -> Dispatch:
         """act.xb = rms_norm(x) * weight `norm`, for the builder's rows."""
-        return layers.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
+        return ops.rms_norm(self.kernels, self.device, self.act.xb, x, self.weights.vector(norm), self.state.step,
                                n=self.cfg.hidden, eps=self.cfg.eps, max_tokens=self.rows, label=norm)
 
     def argmax(self) -> Dispatch:
         """tokens[0] = argmax(logits)."""
-        return matmul.argmax(self.kernels, self.device, self.state.tokens, self.state.logits, n=self.cfg.vocab_size)
+        return ops.argmax(self.kernels, self.device, self.state.tokens, self.state.logits, n=self.cfg.vocab_size)
 
 
 class DecodeBuilder(Builder):
@@ -251,7 +251,7 @@ class DecodeBuilder(Builder):
     def proj(self, out, m, x, *, norm=None, **kw):
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
         with _naming(m.name):
-            steps = matmul.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
+            steps = matvec.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
                                         m=m.rows, int8=self.numerics.int8, **fused, **kw)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 
@@ -278,9 +278,9 @@ class DecodeBuilder(Builder):
     def attend(self, i, q, k, v):
         """Split-KV attention's first pass, its partials left for the output projection to
         merge (no combine dispatch). Where q, k, v are ranges of one buffer (the stacked
-        matvec's), that pass turns q and k itself and writes the cache (layers.attention's
+        matvec's), that pass turns q and k itself and writes the cache (attention.attention's
         rope); else rope_kv first. A head_dim not a multiple of 4, or an attention output too big for
-        the projection's workgroup memory (matmul.staged_x_fits), keeps the combine."""
+        the projection's workgroup memory (matvec.staged_x_fits), keeps the combine."""
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
@@ -292,10 +292,10 @@ class DecodeBuilder(Builder):
             shape.update(rope=self.rope(i), kv_offsets=((k.offset - q.offset) // 4, (v.offset - q.offset) // 4))
         else:
             steps.append(self.rope_kv(i, q, k, v))
-        if cfg.head_dim % 4 or not matmul.staged_x_fits(self.device, cfg.q_dim, sums=True):   # any type's
-            return steps + layers.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
+        if cfg.head_dim % 4 or not matvec.staged_x_fits(self.device, cfg.q_dim, sums=True):   # any type's
+            return steps + attention.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
                 self.act.att
-        first, partials = layers.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
+        first, partials = attention.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
         return steps + [first], partials
 
 
@@ -314,7 +314,7 @@ class PrefillBuilder(Builder):
         in the same dispatch (`xb_ints`)."""
         if self.xb_ints is None:
             return super().norm(x, norm)
-        return batched.rms_norm_x_int(self.kernels, self.act.xb, self.xb_ints, x, self.weights.vector(norm),
+        return matmul.rms_norm_x_int(self.kernels, self.act.xb, self.xb_ints, x, self.weights.vector(norm),
                                       self.state.step, n=self.cfg.hidden, eps=self.cfg.eps, max_rows=self.rows,
                                       label=norm)
 
@@ -330,8 +330,8 @@ class PrefillBuilder(Builder):
         ready = x is self.act.xb and self.xb_ints is not None   # its integers are in xbi
         xi = self.xb_ints if ready else self.act.xi if self.numerics.int8 else None
         with _naming(m.name):
-            half = self.numerics.f16 and batched.half_tiles(self.device, m.wtype)
-            steps += batched.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
+            half = self.numerics.f16 and matmul.half_tiles(self.device, m.wtype)
+            steps += matmul.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
                                           wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=xi,
                                           x_ready=ready, half=half, parts=self.act.parts, **kw)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
@@ -362,7 +362,7 @@ class PrefillBuilder(Builder):
         cfg = self.cfg
         stride = cfg.q_dim + 2 * cfg.kv_dim(i) if q.buffer is k.buffer else None   # the rows of act.qkv
         return [self.rope_kv(i, q, k, v, stride),
-                batched.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
+                attention.prefill_attention(self.kernels, self.device, self.act.att, self.act.q_rot,
                                           self.state.key_cache[i], self.state.value_cache[i], self.state.step,
                                           head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i],
                                           scale=cfg.attention_scale, max_rows=self.rows, window=cfg.layer_window[i],
@@ -396,7 +396,7 @@ def chain_plan(decode: DecodeBuilder, n: int, chain: GreedyChain, half: int = 0,
         raise InvalidArgument(f"a chain of {n} steps: its buffers hold 1..{chain.batch}")
     state, kind = decode.state, "greedy" if choose is None else "sampled"
     if choose is None:
-        choose = (decode.argmax(), layers.greedy_advance(decode.kernels, decode.device, state.tokens, chain.tokens,
+        choose = (decode.argmax(), ops.greedy_advance(decode.kernels, decode.device, state.tokens, chain.tokens,
                                                          state.step))
     step = decode_steps(decode) + tuple(choose)
     steps = []
@@ -433,14 +433,14 @@ def embed_plan(builder: Builder) -> Plan:
 
 def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding, Binding], shift: Binding) -> Plan:
     """Context shift: in every attention layer, cache rows keep+discard.. move to rows keep..
-    (n of them), keys re-rotated (layers.kv_shift into the scratch, in the caches' types, then a
+    (n of them), keys re-rotated (ops.kv_shift into the scratch, in the caches' types, then a
     copy back each)."""
     cfg, state, (k_out, v_out), steps = decode.cfg, decode.state, scratch, []
     types = decode.numerics.cache_types
     for i in cfg.attention_layers:
         k_row, v_row = (value_bytes(t) * cfg.kv_dim(i) for t in types)
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
-        steps.append(layers.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
+        steps.append(ops.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],
                                      rope=decode.rope(i, shift=True), max_rows=n, cache_types=types,
                                      label=f"blk.{i}.kv_shift"))

@@ -28,7 +28,7 @@ import statistics
 import numpy as np
 
 from cera.device import Binding, Dispatch
-from cera.gpu import matmul
+from cera.gpu import ops
 from cera.gpu.state import pack_step
 
 
@@ -60,8 +60,8 @@ async def floor(device, kernels, n: int = 200) -> float:
     """ns per dispatch of n one-workgroup dispatches, each reading what the last one wrote
     (argmaxes of 4 floats, ping-ponging between two buffers)."""
     a, b = device.buffer(16, "floor a"), device.buffer(16, "floor b")
-    ab = matmul.argmax(kernels, device, Binding(b, 0, 4), Binding(a, 0, 16), n=4)
-    ba = matmul.argmax(kernels, device, Binding(a, 0, 4), Binding(b, 0, 16), n=4)
+    ab = ops.argmax(kernels, device, Binding(b, 0, 4), Binding(a, 0, 16), n=4)
+    ba = ops.argmax(kernels, device, Binding(a, 0, 4), Binding(b, 0, 16), n=4)
     return await one_pass(device, [ab, ba] * (n // 2)) / n
 
 

@@ -22,7 +22,7 @@ from cera import weights
 from cera.config import ModelConfig
 from cera.device import Binding, Device
 from cera.errors import TooLarge
-from cera.gpu.matmul import MATVEC_TYPES
+from cera.gpu.quant import WEIGHT_TYPES
 
 F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
 VECTOR_SUFFIXES = ("norm.weight", ".bias", "shortconv.conv.weight", "rope_freqs.weight", "rope_factors_long.weight",
@@ -39,7 +39,7 @@ def resident_type(info, vector: bool) -> int:
     kernel decodes its type, else F16 (dequantized at load)."""
     if vector:
         return F32
-    return info.ggml_type if info.ggml_type in MATVEC_TYPES else F16
+    return info.ggml_type if info.ggml_type in WEIGHT_TYPES else F16
 
 
 def resident_bytes(info, vector: bool) -> int:
@@ -59,7 +59,7 @@ def qkv_runs(cfg: ModelConfig, tensors: dict, i: int, align: int) -> list[str] |
     infos = [tensors[f"blk.{i}.attn_{p}.weight"] for p in "qkv"]
     runs = ["q"]
     for p, prev, info in zip("kv", infos, infos[1:]):
-        same = (info.ggml_type == prev.ggml_type and info.ggml_type in MATVEC_TYPES
+        same = (info.ggml_type == prev.ggml_type and info.ggml_type in WEIGHT_TYPES
                 and info.nbytes % 4 == 0 and prev.nbytes % 4 == 0)
         runs[-1:] = [runs[-1] + p] if same else [runs[-1], p]
     return runs

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
-from cera.gpu import batched, layers
+from cera.gpu import attention, matmul
 from cera.gpu.numerics import value_bytes
 
 STEP_BYTES = 16
@@ -56,9 +56,9 @@ class Activations:
     conv_out: Binding | None = None   # (rows, hidden)
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
-    xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (batched.quantize_x)
-    xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (batched.rms_norm_x_int)
-    parts: Binding | None = None      # (SPLIT_MAX, rows, hidden): K's parts of a split matmul (batched.k_parts)
+    xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (matmul.quantize_x)
+    xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (matmul.rms_norm_x_int)
+    parts: Binding | None = None      # (SPLIT_MAX, rows, hidden): K's parts of a split matmul (matmul.k_parts)
 
     @staticmethod
     def shapes(cfg: ModelConfig, rows: int, int8: bool = False) -> dict[str, tuple[int, ...]]:
@@ -66,12 +66,12 @@ class Activations:
         cera.gpu.numerics' prefill on 8-bit x, which quantizes x into xi)."""
         h, r = cfg.hidden, rows
         a = dict(x=(r, h), xb=(r, h), hb=(r, cfg.ff))
-        if rows > 1 and max(cfg.ff, cfg.q_dim) >= 2 * batched.SPLIT_MIN_K:   # a K that may be split
-            a["parts"] = (batched.SPLIT_MAX, r, h)
+        if rows > 1 and max(cfg.ff, cfg.q_dim) >= 2 * matmul.SPLIT_MIN_K:   # a K that may be split
+            a["parts"] = (matmul.SPLIT_MAX, r, h)
         if rows > 1 and int8:
-            a["xi"] = (r, batched.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
+            a["xi"] = (r, matmul.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
             if h % 256 == 0:
-                a["xbi"] = (r, batched.x_int_stride(h))
+                a["xbi"] = (r, matmul.x_int_stride(h))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),
@@ -115,7 +115,7 @@ class State:
         for i in cfg.conv_layers:
             b[f"blk.{i}.conv_state"] = 4 * (cfg.conv_kernel - 1) * cfg.hidden
         if cfg.attention_layers:
-            b["attention_scratch"] = layers.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
+            b["attention_scratch"] = attention.attention_scratch_bytes(head_dim=cfg.head_dim, n_heads=cfg.n_heads,
                                                                     max_ctx=ctx)
         return b
 

@@ -1,44 +1,60 @@
-"""Dispatch builders for the non-matmul kernels of a layer (shaders/rms_norm, rope, attention,
-shortconv, glu_act, greedy_advance) and of the logits (logit_softcap).
+"""Dispatch builders for the kernels beside the matrices and attention: norms (shaders/rms_norm,
+layer_norm), RoPE and the KV cache's writes and shifts (rope, kv_shift), LFM2's short conv
+(shortconv), the GLU (glu_act), the embedding lookup (embed), the logits' soft-cap and argmax
+(logit_softcap, argmax) and the greedy step's end (greedy_advance).
 
 Each builder compiles (once, through `cera.kernels.Kernels`) the variant its arguments need,
-binds the buffers in the shader's order and returns a `cera.device.Dispatch` (attention: a
-list of two, split-KV then combine) sized for the most rows a step of the schedule carries.
-Outputs come first, like `matmul(out, x, w, ...)`.
+binds the buffers in the shader's order and returns a `cera.device.Dispatch` sized for the most
+rows a step of the schedule carries.
+Outputs come first, as in cera.gpu.matvec and matmul.
 Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
 f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.state).
 The KV caches hold K and V as `cache_types` says ((K's, V's): "f32", or "f16" packed two to a
-u32, cera.gpu.numerics), each builder of a kernel that reads or writes them taking it.
+u32, cera.gpu.numerics.cache_flags), each builder of a kernel that reads or writes them taking it.
 Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
 dispatch built for `max_tokens` rows serves every step of up to that many tokens.
 """
 from __future__ import annotations
 
-import math
 import struct
 from dataclasses import dataclass
 
-
-from cera.config import FFN_GELU, FFN_SILU, MAX_HEAD_DIM
-from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
+from cera.config import FFN_GELU, FFN_SILU
+from cera.device import Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu.matmul import gelu_flag
-from cera.gpu.numerics import value_bytes
+from cera.gpu.numerics import F32_CACHE, cache_flags, value_bytes
+from cera.gpu.quant import byte_range, row_bytes, row_tiles, units_per_row, weight_flags, weight_type
 from cera.kernels import flags
 
-ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
-ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
-# Most keys one invocation walks in attention.wgsl's value pass: more (two heads a workgroup)
-# was slower on an H200 (docs/PERFORMANCE.md, decisions).
-ATTENTION_SERIAL_KEYS = 8
-# Invocations that score one key in attention.wgsl (each a stripe of its vec4 columns, so that a
-# key's bytes are loaded side by side, not a cache slot apart; docs/PERFORMANCE.md, decisions).
-ATTENTION_SCORE_LANES = 4
-WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
+
+EMBED_WORKGROUP = 64           # units per embed workgroup (WG in embed.wgsl)
 SHORTCONV_WORKGROUP = 64       # channels per shortconv workgroup (WG in shortconv.wgsl)
 GLU_WORKGROUP = 64             # elements per glu_act workgroup (WG in glu_act.wgsl)
 SOFTCAP_WORKGROUP = 256        # logits per logit_softcap workgroup (WG in logit_softcap.wgsl)
-F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f32
+
+
+def grid(n: int, limits) -> tuple[int, int]:
+    """n workgroups as two dimensions' counts within the per-dimension limit (the kernel flattens
+    them)."""
+    most = limits.max_compute_workgroups_per_dimension
+    if n <= most:
+        return max(n, 1), 1
+    outer = -(-n // most)
+    return -(-n // outer), outer
+
+
+def gelu_flag(act: str, w_up) -> bool:
+    """Whether the GLU's gate activation is GELU (the GELU define); act applies to a GLU only."""
+    if act not in (FFN_SILU, FFN_GELU):
+        raise Unsupported(f"GLU activation {act!r}: expected {FFN_SILU!r} or {FFN_GELU!r}")
+    if act == FFN_GELU and w_up is None:
+        raise InvalidArgument("GELU is the GLU's gate activation: it needs w_up")
+    return act == FFN_GELU
+
+
+def check_heads(n_heads: int, n_kv_heads: int) -> None:
+    if n_kv_heads <= 0 or n_heads % n_kv_heads:
+        raise InvalidArgument(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
 
 
 def rms_norm(kernels, device, out, x, w, step, *, n: int, eps: float,
@@ -108,6 +124,11 @@ class Rope:
         return [b for b in (self.freq_factors, self.qk_norm) if b is not None]
 
 
+def _freq_scale(freq_scale: float) -> dict:
+    """rope_rotate.wgsl's FREQ_SCALE define for linear RoPE scaling (1: none)."""
+    return {"FREQ_SCALE": float(freq_scale)} if freq_scale != 1.0 else {}
+
+
 def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim: int, n_heads: int,
             n_kv_heads: int, rope: Rope, max_tokens: int = 1, in_stride: int | None = None,
             cache_types: tuple[str, str] = F32_CACHE, label: str = "rope_kv") -> Dispatch:
@@ -119,7 +140,7 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     with `in_stride`, their rows are in_stride floats apart (the rows q | k | v of a stacked
     projection). k_cache, v_cache (max_ctx, n_kv_heads, head_dim), row t written at slot
     step.pos + t."""
-    _check_heads(n_heads, n_kv_heads)
+    check_heads(n_heads, n_kv_heads)
     stride = {} if in_stride is None else {"IN_STRIDE": in_stride}
     q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim * max_tokens   # kv: values of k or v
     return kernels.dispatch("rope.wgsl", [q, k, v, q_out, k_cache, v_cache, step, *rope.bindings()],
@@ -151,150 +172,6 @@ def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim
                             (n_kv_heads, max_rows, 1), label, reads=rows, writes=rows,
                             HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim),
                             **cache_flags(cache_types, head_dim))
-
-
-def _freq_scale(freq_scale: float) -> dict:
-    """rope_rotate.wgsl's FREQ_SCALE define for linear RoPE scaling (1: none)."""
-    return {"FREQ_SCALE": float(freq_scale)} if freq_scale != 1.0 else {}
-
-
-def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
-    """Key splits of decode attention for a cache of max_ctx slots."""
-    return -(-max_ctx // split)
-
-
-def attention_scratch_bytes(*, head_dim: int, n_heads: int, max_ctx: int, max_tokens: int = 1,
-                            split: int = ATTENTION_SPLIT) -> int:
-    """Bytes of the scratch decode attention keeps its per-split partials in: (max_tokens,
-    splits, n_heads, 1 + ceil(head_dim/4)) vec4, a record of (m, l, 0, 0) then o."""
-    return 16 * max_tokens * attention_splits(max_ctx, split) * n_heads * (1 + -(-head_dim // 4))
-
-
-def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = False) -> int:
-    """The most query heads of a GQA group that one pass-1 workgroup of attention.wgsl can take
-    while its workgroup memory fits ATTENTION_STORAGE and no invocation walks more than
-    ATTENTION_SERIAL_KEYS keys of the value pass (more heads share more K/V loads; fewer leave
-    more invocations per output column, a shorter serial chain). rope: the fused RoPE's rows too."""
-    d4 = -(-head_dim // 4)
-    for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
-        parts = max(1, WORKGROUP // (hpw * d4))
-        storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) \
-            + (20 * WORKGROUP if parts > 1 else 20)
-        storage += 4 * (hpw + 1) * (head_dim + 1) if rope else 0
-        if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
-            return hpw
-    raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
-
-
-@dataclass(frozen=True)
-class Partials:
-    """Decode attention's per-split partials (attention.wgsl's scratch) of one row, as a kernel
-    merging them binds and defines them (attention_merge.wgsl): attention_combine.wgsl, or a
-    matvec reading attention's output straight from them (matmul.matvec's x)."""
-    scratch: Binding
-    step: Binding
-    head_dim: int
-    n_heads: int
-    split: int
-    n_splits: int
-    window: int = 0
-
-    def defines(self) -> dict:
-        return dict(HEAD_DIM=self.head_dim, N_HEADS=self.n_heads, SPLIT=self.split, N_SPLITS=self.n_splits,
-                    **window_define(self.window))
-
-    def attention_defines(self) -> dict:
-        """What attention.wgsl and attention_combine.wgsl share: these defines, their workgroup
-        size, and VEC4 where rows move as vec4."""
-        return dict(MAX_WG=WORKGROUP, **self.defines(), **flags(VEC4=self.head_dim % 4 == 0))
-
-
-def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
-                       n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
-                       split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
-                       window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0),
-                       cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0) -> tuple[Dispatch, Partials]:
-    """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
-    if head_dim > MAX_HEAD_DIM:
-        raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
-    if split < 1 or split & (split - 1) or split > WORKGROUP:
-        raise InvalidArgument(f"attention: split {split} must be a power of two up to {WORKGROUP}")
-    _check_heads(n_heads, n_kv_heads)
-    if rope is not None and max_tokens != 1:
-        raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    n_splits = attention_splits(max_ctx, split)
-    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None)
-    scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
-                                            max_tokens=max_tokens, split=split)
-    if scratch is None:
-        scratch = Binding(device.buffer(scratch_bytes, f"{label}.scratch"))
-    elif isinstance(scratch, Binding) and scratch.size is not None and scratch.size < scratch_bytes:
-        raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
-    partials = Partials(scratch, step, head_dim, n_heads, split, n_splits, window)
-    q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim   # kv: values of a slot's k or v
-    slot_bytes = kv * sum(map(value_bytes, cache_types))                         # a slot's k and v as cached
-    bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
-    if rope is not None:
-        bindings += rope.bindings()
-        fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
-        reads, writes = q_bytes + 8 * kv, slot_bytes
-    return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
-                            label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
-                            reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
-                            SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
-                            **partials.attention_defines(), **fused, **softcap_define(softcap),
-                            **cache_flags(cache_types, head_dim)), partials
-
-
-def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
-              label: str = "attention", **kw) -> list[Dispatch]:
-    """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
-    with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
-    (splits wholly before the window are skipped by both passes).
-
-    q, out (tokens, n_heads*head_dim); k_cache, v_cache (max_ctx, n_kv_heads, head_dim), as
-    written by rope_kv, in `cache_types`. scale defaults to 1/sqrt(head_dim) (Granite passes attention.scale);
-    a `softcap` (gemma2) caps the scaled scores, softcap * tanh(score / softcap).
-    With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
-    `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
-    RoPE of q and of the key, the key and value written to slot step.pos.
-
-    Two dispatches: attention.wgsl scores and sums each split of `split` keys (a power of two)
-    in its own workgroups, ceil(max_ctx / split) splits x (n_heads / heads per workgroup) x
-    max_tokens, splits past a row's position exiting at once; attention_combine.wgsl merges
-    the live splits, n_heads x max_tokens workgroups. `scratch` holds the partials between
-    them (attention_scratch_bytes); layers run in sequence, so a plan can share one scratch
-    across its layers. Without one the builder allocates its own. (Decode skips the second
-    dispatch: its output projection merges the partials itself, attention_partials.)"""
-    first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, max_tokens=max_tokens,
-                                  label=label, **kw)
-    combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step], (p.n_heads, max_tokens, 1),
-                               f"{label}.combine", writes=4 * p.n_heads * p.head_dim * max_tokens,
-                               **p.attention_defines())
-    return [first, combine]
-
-
-def window_define(window: int) -> dict:
-    """The attention kernels' WINDOW define for a sliding window (0: causal, none)."""
-    if window < 0:
-        raise InvalidArgument(f"attention: window {window} must be >= 0 (0: no sliding window)")
-    return {"WINDOW": window} if window else {}
-
-
-def softcap_define(softcap: float) -> dict:
-    """The SOFTCAP define of soft_cap.wgsl's users for a soft-cap (0: none)."""
-    if softcap < 0:
-        raise InvalidArgument(f"soft-cap {softcap} must be >= 0 (0: none)")
-    return {"SOFTCAP": float(softcap)} if softcap else {}
-
-
-def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
-    """The cache kernels' K_F16 / V_F16 flags for (K's, V's) cache type: that cache holds f16
-    halves two to a u32 (shaders/half.wgsl), so a head's row must be whole words."""
-    if "f16" in cache_types and head_dim % 2:
-        raise Unsupported(f"an f16 KV cache needs an even head_dim, not {head_dim} (use the f32 cache)")
-    return flags(K_F16=cache_types[0] == "f16", V_F16=cache_types[1] == "f16")
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
@@ -344,6 +221,36 @@ def greedy_advance(kernels, device, tokens: Binding, chain_tokens: Binding, step
                             reads=4 + step.nbytes, writes=4 + step.nbytes)
 
 
-def _check_heads(n_heads: int, n_kv_heads: int) -> None:
-    if n_kv_heads <= 0 or n_heads % n_kv_heads:
-        raise InvalidArgument(f"n_heads {n_heads} must be a positive multiple of n_kv_heads {n_kv_heads}")
+def embed(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *, wtype: int,
+          k: int, max_rows: int, scale: float | None = None, row0: int = 0,
+          n_rows: int | None = None) -> Dispatch:
+    """out (n_tokens, k) = scale * E[tokens[t], :] for t < Step.n_tokens <= max_rows.
+
+    `w` holds table rows [row0, row0 + n_rows) (a tile; n_rows None: no upper bound);
+    tokens outside them are skipped, leaving their output rows to another tile."""
+    t = weight_type(wtype)
+    defines = {**weight_flags(t), "K": k, "WG": EMBED_WORKGROUP, "ROW0": row0,
+               "N_ROWS": 0xFFFFFFFF - row0 if n_rows is None else n_rows}
+    if scale is not None and scale != 1.0:
+        defines["SCALE"] = float(scale)
+    groups = (-(-units_per_row(t, k) // EMBED_WORKGROUP), max_rows, 1)
+    return kernels.dispatch("embed.wgsl", [w, tokens, out, step], groups, f"embed {t.name} k={k}",
+                            reads=max_rows * (row_bytes(t, k) + 4), writes=4 * max_rows * k, **defines)
+
+
+def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *,
+                wtype: int, k: int, rows: int, max_rows: int, scale: float | None = None,
+                limits=None) -> list[Dispatch]:
+    """embed from a table of `rows` rows, one dispatch per row tile (`row_tiles`)."""
+    limits = limits or device.limits
+    tiles = row_tiles(wtype, k, rows, limits)
+    rb = row_bytes(wtype, k)
+    return [embed(kernels, device, out, byte_range(w, start * rb, n * rb, limits) if len(tiles) > 1 else w, tokens,
+                  step, wtype=wtype, k=k, max_rows=max_rows, scale=scale, row0=start, n_rows=n)
+            for start, n in tiles]
+
+
+def argmax(kernels, device, out: Binding, logits: Binding, *, n: int) -> Dispatch:
+    """out[0] (u32) = argmax(logits[0..n)), the first index on ties."""
+    return kernels.dispatch("argmax.wgsl", [logits, out], (1, 1, 1), f"argmax {n}", reads=4 * n, writes=4,
+                            N=n, **flags(VEC4=n % 4 == 0))
