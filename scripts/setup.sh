@@ -19,5 +19,5 @@ fi
 python3 -m pip install -q -e '.[native,test,serve,web]'
 # what the tests use, fetched now so the test run downloads nothing: the browser site's pinned
 # parts (npm Pyodide, PyPI wheels) and the default model, SmolLM2 (98 MB)
-python3 -m pyodide_build --fetch-only
+python3 pyodide_build --fetch-only
 python3 -c "from cera import catalogue; catalogue.fetch(catalogue.DEFAULT_MODEL)"

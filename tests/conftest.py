@@ -1,5 +1,6 @@
 """Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session, and
-the synthetic models of tests/synth.py, each written once. `--webgpu-baseline` makes that device
+the synthetic models of tests/synth.py, each written once; the browser tests' Chromium, site and
+page (tests/web_fixtures.py), once for the session. `--webgpu-baseline` makes that device
 one at WebGPU's default limits without shader-f16 or subgroups (CI runs the GPU tests so once).
 
 The engine's default backend ("auto") would run the numpy reference on lavapipe; the tests
@@ -7,6 +8,8 @@ ask for the GPU (here and in every `python -m cera` they start) so its kernels a
 import os
 
 import pytest
+
+from web_fixtures import browser, models, page, pw, server, site, synth  # noqa: F401  (the browser tests', shared)
 
 os.environ["CERA_BACKEND"] = "gpu"
 
@@ -28,6 +31,9 @@ def pytest_collection_modifyitems(config, items):
         off = [item for item in items if "device" not in getattr(item, "fixturenames", ())]
         config.hook.pytest_deselected(items=off)
         items[:] = [item for item in items if "device" in getattr(item, "fixturenames", ())]
+    # The browser tests after every other (in their order): their Playwright, one for the session,
+    # keeps an event loop running in this thread, where asyncio.run() would fail.
+    items.sort(key=lambda item: "pw" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""llama.cpp's golden data (tests/data/golden, made by scripts/make_golden.py) and the rules
+"""llama.cpp's golden data (tests/data/golden, made by tests/data/golden/make_golden.py) and the rules
 for comparing with it, shared by the reference, GPU and browser tests."""
 import json
 from pathlib import Path
@@ -9,7 +9,7 @@ import pytest
 from cera.gpu.numerics import Numerics
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-# llama.cpp made the goldens with an F32 KV cache (scripts/make_golden.py's SETTINGS): an engine
+# llama.cpp made the goldens with an F32 KV cache (tests/data/golden/make_golden.py's SETTINGS): an engine
 # held to them stores its cache so too (cera's default, f16, is held to the numpy reference with
 # the same cache instead)
 GOLDEN_NUMERICS = Numerics(cache_type_k="f32", cache_type_v="f32")

@@ -1,5 +1,5 @@
 """`python -m cera serve` as a subprocess, for the tests that compare with the native server
-(test_server's CLI tests, test_web's module tests)."""
+(test_server's CLI tests, test_web_api's cera.js tests)."""
 import signal
 import socket
 import subprocess

@@ -23,7 +23,7 @@ from cera.engine import Engine, log_softmax
 from cera.errors import InvalidArgument
 from cera.gguf_file import GGUFFile
 from cera.gpu.numerics import Numerics
-from cera.runner import Job, run_job
+from cera.jobs import Job, run_job
 from cera.sampling import Sampler, as_bools
 from cera.tools import HERMES, LLAMA3, CallText, Tools, parse
 from native_server import cera_serve

@@ -1,6 +1,6 @@
 """Embeddings (`Engine.embed`): the hidden states after the final norm, on the GPU against the
 numpy reference (every pooling; synthetic models, whatever the prefill chunk, and SmolLM2) and
-against llama.cpp's (tests/data/golden/smollm2_embeddings.json, made by scripts/make_golden.py
+against llama.cpp's (tests/data/golden/smollm2_embeddings.json, made by tests/data/golden/make_golden.py
 --embeddings); and an embedding in the middle of a conversation leaves it as it was."""
 import asyncio
 

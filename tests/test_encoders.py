@@ -1,6 +1,6 @@
 """Encoders (nomic-bert, bert): embeddings against llama.cpp's (`Llama(embedding=True)`,
 tests/data/golden/encoder_*.json and nomic-embed-text_embeddings.json, made by
-scripts/make_golden.py --encoders / --nomic), from the numpy reference and the GPU; the
+tests/data/golden/make_golden.py --encoders / --nomic), from the numpy reference and the GPU; the
 header's pooling and normalisation; what an encoder refuses (generation, a causal or
 rank-pooled header)."""
 import asyncio

@@ -1,5 +1,5 @@
 """Whole synthetic models of every arch and weight type on the GPU (lavapipe here) against
-llama.cpp's logits and greedy tokens (tests/data/golden, made by scripts/make_golden.py)
+llama.cpp's logits and greedy tokens (tests/data/golden, made by tests/data/golden/make_golden.py)
 and against the numpy reference."""
 import asyncio
 import json

@@ -35,7 +35,7 @@ from cera.constrain import JSON_SEPARATORS, Constraint, LLGuidance, token_bytes
 from cera.gguf_file import GGUFFile
 from cera.sampling import as_bools
 from cera.tokenizer import Tokenizer
-from pyodide_build import fetch
+from cera_site import fetch
 
 HERE = Path(__file__).parent
 PADDING = 40                                 # ids past the tokenizer's (a model's padded vocabulary)

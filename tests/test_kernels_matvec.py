@@ -8,9 +8,7 @@ a whole workgroup. The matvec tests run both reductions (`reduction`): workgroup
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 
@@ -25,8 +23,9 @@ from cera.gpu.state import pack_step
 from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import iq_grids  # noqa: E402
+from script_module import load
+
+iq_grids = load("iq_grids")
 
 TYPES = sorted(quant.WEIGHT_TYPES, key=lambda t: t.name)
 IDS = [t.name for t in TYPES]

@@ -1,6 +1,6 @@
 """LoRA adapters (cera.lora) on synthetic models: the GPU's logits and greedy tokens with an
 adapter against llama.cpp's with the same file (tests/data/golden/lora_*.json, made by
-scripts/make_golden.py --lora) and against the numpy reference, in decode (prefill chunk 1)
+tests/data/golden/make_golden.py --lora) and against the numpy reference, in decode (prefill chunk 1)
 and batched prefill; adapters switched per request; adapted and base state kept apart; bad
 adapters refused with the tensor named."""
 import asyncio

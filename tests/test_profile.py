@@ -1,5 +1,5 @@
 """GPU times through the Device interface (timestamp queries), and the per-family profile built
-on them (`cera.gpu.profile`, which `scripts/profile_decode.py` prints; test_web.py runs the same
+on them (`cera.gpu.profile`, which `scripts/profile_decode.py` prints; test_web_kernels.py runs the same
 in the page)."""
 import asyncio
 

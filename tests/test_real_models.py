@@ -6,7 +6,8 @@ import asyncio
 import pytest
 
 from cera import catalogue
-from cera.engine import Engine, ReferenceBackend
+from cera.engine import Engine
+from cera.reference_backend import ReferenceBackend
 from cera.gguf_file import GGUFFile
 from cera.gpu.numerics import Numerics
 from cera.reference import Reference

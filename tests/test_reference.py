@@ -1,6 +1,6 @@
 """The numpy reference forward pass (cera.reference) against llama.cpp.
 
-Golden data: tests/data/golden/*.json, made by scripts/make_golden.py (llama.cpp CPU, F32 KV
+Golden data: tests/data/golden/*.json, made by tests/data/golden/make_golden.py (llama.cpp CPU, F32 KV
 cache, no flash attention). Synthetic models of every arch are rewritten from tests/synth.py
 and must hash to the file the golden was made from.
 
@@ -28,7 +28,9 @@ import synth
 from cera import catalogue, ops, weights
 from cera.config import FFN_GELU, LOCAL_ROPE_THETA_DEFAULT
 from cera.gguf_file import GGUFFile
-from cera.engine import Engine, ReferenceBackend
+from cera.engine import Engine
+from cera.backend import Backend
+from cera.reference_backend import ReferenceBackend
 from cera.reference import Reference
 from golden import GOLDEN, PPL_TOLERANCE, PPL_TOLERANCE_OF, REAL_MODELS, TIE_MARGIN, first_divergence, load
 from golden import real_models as golden_real_models
@@ -153,7 +155,7 @@ def synth_model(name: str, directory: Path) -> tuple[dict, GGUFFile]:
     path = synth.write_model(directory / f"{name}.gguf", wm["arch"], wtype=wm["wtype"], seed=wm["seed"],
                              **wm["overrides"])
     assert synth.sha256_file(path) == g["sha256"], \
-        f"tests/synth.py no longer writes the {name} file the golden was made from: rerun scripts/make_golden.py --synth"
+        f"tests/synth.py no longer writes the {name} file the golden was made from: rerun tests/data/golden/make_golden.py --synth"
     return g, GGUFFile.open(path)
 
 
@@ -288,6 +290,15 @@ def test_perplexity_is_exp_mean_nll(synth_dir):
     nll = np.log(np.exp(logits).sum(-1)) - logits[np.arange(49), tokens[1:]]
     expected = float(np.exp(nll.mean()))
     assert perplexity(model, tokens) == pytest.approx(expected, rel=1e-5)
+
+
+def test_reference_backend_answers_the_backend_protocol(synth_dir):
+    """ReferenceBackend has every member of cera.backend.Backend, what the engine asks of a backend,
+    and the engine generates on it through that alone."""
+    _, gguf_file = synth_model("qwen2_f32", synth_dir)
+    model = Reference(gguf_file, 64)
+    assert isinstance(ReferenceBackend(model), Backend)
+    assert len(greedy(model, [1, 2, 3], 4)) == 4
 
 
 @pytest.mark.parametrize("name", ["llama_q4_k", "llama_q4_1_tied", "llama_bf16", "qwen3_f16"])

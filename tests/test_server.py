@@ -21,7 +21,8 @@ import openai
 import pytest
 import uvicorn
 
-from cera.runner import Job, Runner, StopText
+from cera.jobs import Job, StopText
+from cera.runner import Runner
 from cera.sampling import Sampler
 from cera.server import Server
 from native_server import cera_serve

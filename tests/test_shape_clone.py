@@ -4,7 +4,6 @@ config, tokenizer and footprint accept them, with the models' dimensions and abo
 their real Q4_K_M files. A tiny made-up shape is expanded whole, to show the clone opens."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +12,9 @@ from cera.gguf_file import GGUFFile, PrefixSource
 from cera.gpu.footprint import footprint
 from cera.tokenizer import Tokenizer
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import shape_clone  # noqa: E402
+from script_module import SCRIPTS, load
+
+shape_clone = load("shape_clone")
 
 # name -> (arch, layers, hidden, ff, heads, kv heads, vocab, context, rope theta, eps, qkv bias,
 # rope_freqs, bytes of the real Q4_K_M file): written out apart from SHAPES, from the models' cards

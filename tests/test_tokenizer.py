@@ -5,7 +5,7 @@
   tests/data/tokenizer/;
 - llama.cpp's tokenization and detokenization of longer passages and seeded random
   strings, with and without special tokens (llamacpp_golden.json, made by
-  scripts/tokenizer_testdata.py with llama-cpp-python 0.3.36), plus the golden files
+  tests/data/tokenizer/make_testdata.py with llama-cpp-python 0.3.36), plus the golden files
   of the model tests (SmolLM2, the synthetic vocabulary) when present;
 - HF `tokenizers` built from the same vocab and merges with the equivalent
   pre-tokenizer;
@@ -34,6 +34,7 @@ from cera import fast_tokenizer, pretokenize
 from cera.errors import Unsupported
 from cera.pretokenize import BYTE_CHARS
 from cera.tokenizer import CONTROL, UNKNOWN, USER_DEFINED, Tokenizer
+from tokenizer_texts import TEXTS
 
 DATA = Path(__file__).parent / "data"
 TOK = DATA / "tokenizer"
@@ -300,12 +301,8 @@ def _special_texts(tok: Tokenizer, seed: int, n: int) -> list[str]:
 
 
 def _bench_text(kind: str, n_chars: int) -> str:
-    """One of the benchmark's texts (scripts/bench_tokenize.py: mixed, run, random), n_chars long."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    try:
-        from bench_tokenize import TEXTS
-    finally:
-        sys.path.pop(0)
+    """One of the benchmark's texts (tests/tokenizer_texts.py, scripts/bench_tokenize.py's: mixed, run,
+    random), n_chars long."""
     return TEXTS[kind](n_chars)
 
 
@@ -580,12 +577,8 @@ json.dumps({"python": sys.version.split()[0], "unicode": unicodedata.unidata_ver
 
 def test_runs_in_pyodide(vocab_dir, tmp_path):
     """The same golden cases inside Pyodide (its Python and its Unicode tables), under node."""
+    from cera_site import fetch   # pyodide_build/cera_site (pytest's pythonpath)
     root = Path(__file__).parents[1]
-    sys.path.insert(0, str(root))
-    try:
-        from pyodide_build import fetch
-    finally:
-        sys.path.remove(str(root))
     runtime = fetch.pyodide_runtime(fetch.default_cache())   # npm install once, sha256-checked
     assert shutil.which("node"), "node is needed to run Pyodide outside the browser"
     work = tmp_path / "work"

@@ -3,7 +3,8 @@ download cut short, a model's hostile chat template.
 
 The device is lost as a driver reset would lose it, by `device.destroy()` on the live
 GPUDevice in the page's worker (through the `python` debug call) while a reply streams. The
-fixtures (the built site, its server, the synthetic models, Chromium) are test_web.py's.
+fixtures (the built site, its server, the synthetic models, Chromium) are the session's
+(tests/web_fixtures.py).
 """
 from __future__ import annotations
 
@@ -16,15 +17,10 @@ import threading
 
 import pytest
 
-import test_web
-from test_web import MODEL_MS, open_page
+from web_fixtures import MODEL_MS, open_page
 from synth import write_lora, write_model
 from test_chat import HOSTILE, MESSAGES
 from web_site import REPO
-
-# test_web.py's fixtures, by name: Chromium, the built site and its server, the synthetic models
-pw, browser, synth, site, server, models = (test_web.pw, test_web.browser, test_web.synth, test_web.site,
-                                           test_web.server, test_web.models)
 
 LINES = ["Hi there", "What next?"]   # a conversation's two user turns
 REPLY_TOKENS = 8

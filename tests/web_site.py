@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def build_site(out: Path, ggufs=()) -> Path:
-    """python -m pyodide_build --out OUT (cached downloads make repeats fast)."""
-    from pyodide_build import site
+    """python pyodide_build --out OUT (cached downloads make repeats fast)."""
+    from cera_site import site
     site.build(out, site.fetch.default_cache(), ggufs=list(ggufs))
     return out
 

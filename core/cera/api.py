@@ -24,7 +24,8 @@ from cera import catalogue
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, Engine, Result
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import EXACT, Numerics
-from cera.runner import DEFAULT_BACKEND, Job, Runner
+from cera.jobs import Job
+from cera.runner import DEFAULT_BACKEND, Runner
 from cera.sampling import Sampler
 from cera.constrain import Constraint
 from cera.tools import Tools

@@ -1,13 +1,14 @@
 """The generation loop, shared by every backend and host: prompt -> tokens -> text.
 
-A backend runs the model: `GpuModel` (the WGSL kernels on a Device, native or browser) or
-`ReferenceBackend` (the numpy reference). Both answer `forward(tokens, pos0, logits, sampled)`
-with the next token (greedy, or drawn) and, when asked, logits (the last row or every row); `decode(token,
-pos, n, draw)` with the n tokens that follow, greedy or drawn by the sampler given to
-`sample_start` (cera.sampling), which `choose(draw)` also draws from after a forward; and
-`embed(tokens)` with hidden states, computed apart from the sequence they hold. The GPU chooses
-its tokens itself, sampled or not; the engine owns tokenizing, chat templates, stopping,
-streaming text, timing, scoring and pooling.
+A backend runs the model (cera.backend's `Backend`, which says what the engine asks of it):
+`GpuModel` (the WGSL kernels on a Device, native or browser), `GpuEncoder` (embeddings only) or
+`ReferenceBackend` (the numpy reference, cera.reference_backend). It answers
+`forward(tokens, pos0, logits, sampled)` with the next token (greedy, or drawn) and, when
+asked, logits (the last row or every row); `decode(token, pos, n, draw)` with the n tokens that
+follow, greedy or drawn by the sampler given to `sample_start` (cera.sampling), which
+`choose(draw)` also draws from after a forward; and `embed(tokens)` with hidden states, computed
+apart from the sequence they hold. The GPU chooses its tokens itself, sampled or not; the
+engine owns tokenizing, chat templates, stopping, streaming text, timing, scoring and pooling.
 
 LoRA adapters (cera.lora) are loaded once (`load_lora`) and picked per request (`adapters=`).
 State made under one set of adapters is never resumed under another: the live sequence and
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cera.backend import LOGITS_ALL, LOGITS_LAST, LOGITS_NONE, Backend
 from cera.chat import render
 from cera.config import ModelConfig
 from cera.constrain import Grammars, LLGuidance, Matcher
@@ -29,99 +31,18 @@ from cera.gpu.encoder import GpuEncoder
 from cera.gpu.model import DEFAULT_CHUNK, GpuModel
 from cera.gpu.numerics import EXACT, Numerics
 from cera.lora import LoraAdapter
-from cera.prefix import PrefixCache, Snapshot
+from cera.prefix import PrefixCache
 from cera.reference import Reference
+from cera.reference_backend import ReferenceBackend
 from cera.sampling import NO_TOKEN, Sampler
 from cera.tokenizer import Tokenizer
 from cera.tools import Tools, knows_tools, messages_for
 
-LOGITS_NONE, LOGITS_LAST, LOGITS_ALL = None, "last", "all"
 POOLINGS = ("none", "mean", "last")   # embed(): a row per token, their mean, the last one
 POOLINGS += ("cls",)                  # the first row (an encoder's [CLS] token)
 DEFAULT_CTX = 2048          # positions the KV cache is allocated for, unless asked otherwise
 DEFAULT_MAX_TOKENS = 128    # tokens generated, unless asked otherwise
 PPL_ROWS = 64               # logit rows per float64 log-softmax block in perplexity
-
-
-class ReferenceBackend:
-    """The numpy reference (or a subclass of it) behind the backend interface."""
-    dispatches_per_token = 0
-    submits_per_prefill = 0
-
-    def __init__(self, model: Reference):
-        self.model = model
-        self.ctx = model.ctx
-        self.sampler: Sampler | None = None   # the sampler of the generation under way (sample_start)
-        self._sampled: list[int] = []         # its sequence so far
-        self._matcher: Matcher | None = None  # its constraint's walk through the reply
-        self._last: np.ndarray | None = None  # (vocab,) logits of the last position run
-
-    def reset(self) -> None:
-        self.model.reset()
-
-    async def add_lora(self, adapter: LoraAdapter, progress=None) -> None:
-        self.model.loras.append(adapter)
-
-    def use_loras(self, key: tuple[int, ...]) -> None:
-        self.model.use_loras(key)
-
-    async def forward(self, tokens: list[int], pos0: int, logits=LOGITS_NONE, sampled: bool = False):
-        out = self.model.forward(tokens, pos0)                          # (T, vocab)
-        self._last = out[-1]
-        token = await self.choose(0) if sampled else int(np.argmax(out[-1]))
-        return token, {LOGITS_NONE: None, LOGITS_LAST: out[-1], LOGITS_ALL: out}[logits]
-
-    async def embed(self, tokens: list[int]) -> np.ndarray:
-        return self.model.embed(tokens)
-
-    @property
-    def n_past(self) -> int:
-        return self.model.n_past
-
-    async def shift(self, keep: int, discard: int, n_past: int) -> None:
-        self.model.shift(keep, discard)
-
-    async def snapshot(self, tokens: list[int]) -> Snapshot:
-        m, n = self.model, len(tokens)
-        arrays = {f"{kind}.{i}": cache[i][:n].reshape(n, -1).copy()   # in the cache's dtype
-                  for kind, cache in (("k", m.key_cache), ("v", m.value_cache)) for i in cache}
-        arrays.update({f"conv.{i}": state.ravel().copy() for i, state in m.conv_state.items()})
-        return Snapshot(tuple(tokens), arrays)
-
-    def restore(self, snapshot: Snapshot) -> None:
-        m = self.model
-        for name, array in snapshot.arrays.items():
-            kind, i = name.split(".")
-            if kind == "conv":
-                m.conv_state[int(i)][...] = array.reshape(m.conv_state[int(i)].shape)
-            else:
-                cache = (m.key_cache if kind == "k" else m.value_cache)[int(i)]   # (ctx, KVH, hd)
-                if array.dtype != cache.dtype:   # rounded otherwise, it is not the state this cache would hold
-                    raise InvalidArgument(f"snapshot {name} is {array.dtype}; this cache holds {cache.dtype}")
-                cache[: len(array)] = array.reshape(len(array), *cache.shape[1:])
-        m.n_past = len(snapshot.tokens)
-
-    def sample_start(self, sampler: Sampler, history: list[int], matcher: Matcher | None = None) -> None:
-        self.sampler, self._sampled, self._matcher = sampler, list(history), matcher
-
-    async def choose(self, draw: int) -> int:
-        """The sampler's token after the last position run, the reply's token `draw`."""
-        matcher = self._matcher
-        token = self.sampler.sample(self._last, self._sampled, draw, matcher.mask() if matcher else None)
-        if token != NO_TOKEN:
-            self._sampled.append(token)
-            if matcher is not None:
-                matcher.advance(token)
-        return token
-
-    async def decode(self, token: int, pos: int, n: int, draw: int | None = None):
-        """The n tokens that follow `token` at `pos`, one forward step each: greedy, or drawn by
-        the sampler of sample_start with a `draw` index."""
-        for i in range(n):
-            token, _ = await self.forward([token], pos + i)
-            if draw is not None:
-                token = await self.choose(draw + i)
-            yield token
 
 
 @dataclass
@@ -130,7 +51,7 @@ class Result:
     tokens: list[int]                 # generated ids
     prompt_tokens: list[int]
     stop_reason: str                  # "eos", "max_tokens", "context_full", "stopped", "no_allowed_token"
-                                      # (a constraint or bias left none), or a runner's (cera.runner.run_job)
+                                      # (a constraint or bias left none), or a runner's (cera.jobs.run_job)
     prefill_s: float
     decode_s: float
     logits: np.ndarray | None = None  # (vocab,) of the last position run, when asked for
@@ -181,7 +102,7 @@ class Engine:
     prompt that extends it prefills only the new tokens (a conversation's next turn); with a
     `prefix_cache`, the states after earlier prompts are saved and resumed likewise."""
 
-    def __init__(self, gguf_file, backend, tokenizer: Tokenizer | None = None, cfg: ModelConfig | None = None,
+    def __init__(self, gguf_file, backend: Backend, tokenizer: Tokenizer | None = None, cfg: ModelConfig | None = None,
                  prefix_cache: PrefixCache | None = None):
         self.gguf = gguf_file
         self.cfg = cfg or ModelConfig.from_gguf(gguf_file)

@@ -24,6 +24,12 @@ def source(name: str) -> str:
     return _sources[name]
 
 
+def override(sources: dict[str, str]) -> None:
+    """Use these WGSL sources (by file name) instead of the shipped ones, for kernels compiled
+    from now on (benchmarks trying a variant: scripts/h200/browser_bench.py)."""
+    _sources.update(sources)
+
+
 def wgsl_value(value) -> str:
     """A Python define value as WGSL: ints unsigned, floats as f32 literals."""
     if isinstance(value, bool):

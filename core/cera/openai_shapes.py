@@ -18,7 +18,7 @@ import numpy as np
 
 from cera.engine import Engine, Result
 from cera.errors import InvalidArgument
-from cera.runner import Job
+from cera.jobs import Job
 from cera.sampling import Sampler
 from cera.constrain import Constraint
 from cera.tokenizer import Tokenizer

@@ -32,7 +32,8 @@ from cera.engine import Result
 from cera.errors import CeraError, ContextFull
 from cera.openai_shapes import (COMPLETION_MAX_TOKENS, ENCODINGS, TEMPERATURE, TOP_K, TOP_P, ChatCompletion,
                                 TextCompletion, chat_job, completion_job, embeddings)
-from cera.runner import Job, Runner
+from cera.jobs import Job
+from cera.runner import Runner
 
 log = logging.getLogger("cera.server")
 

@@ -61,7 +61,7 @@ OVERRIDE = """
 import json
 from cera import kernels
 sources = json.loads(%r)
-kernels._sources.update(sources)
+kernels.override(sources)
 json.dumps(sorted(sources))
 """
 ADAPTER = """(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});

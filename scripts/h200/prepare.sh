@@ -50,7 +50,7 @@ fi
 if [ ! -s $H/smola ]; then    # the real SmolLM2 (98 MB), in chunks that fit a device call each (device.sh sampling)
   split -b 44m -a 1 "$($PY -c "from cera import catalogue; print(catalogue.fetch('smollm2-135m-instruct'))")" $H/smol
 fi
-[ -f dist/web/index.html ] || $PY -m pyodide_build
+[ -f dist/web/index.html ] || $PY pyodide_build
 for m in smollm2-135m-instruct:smollm2 qwen2.5-coder-1.5b-instruct:qwen15; do   # catalogue name:header name
   [ -s $H/${m#*:}.hdr ] || $PY scripts/shape_clone.py header "$($PY -c "from cera import catalogue; print(catalogue.fetch('${m%%:*}'))")" $H/${m#*:}.hdr
 done

@@ -1,7 +1,7 @@
 """The worker's Python side: one model on one WebDevice, driven by messages from worker.js.
 
 Requests come type-checked by cera.js and leave as ready OpenAI objects, shaped by
-cera.openai_shapes like the native server's; they run through cera.runner.run_job (stop
+cera.openai_shapes like the native server's; they run through cera.jobs.run_job (stop
 strings, cancelling) one at a time. Results and errors go back as plain dicts; errors carry
 the `name` of their cera.errors type, which the page turns into advice ("Error" alone is a bug).
 When the GPU device is lost, `recover` loads the same model on a new one and prefills the
@@ -21,7 +21,7 @@ from cera.errors import CeraError, InvalidArgument, Unsupported
 from cera.gpu.model import DEFAULT_CHUNK
 from cera.gpu.numerics import DEFAULT_CACHE_TYPE, Numerics
 from cera.openai_shapes import ChatCompletion, TextCompletion, chat_job, completion_job, embeddings
-from cera.runner import Job, run_job
+from cera.jobs import Job, run_job
 from js import Object
 from pyodide.ffi import to_js
 

@@ -13,9 +13,10 @@ short conv, then the FFN) and differ only in how a step runs for their row count
 With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
 gains two steps per adapter, t = A x' and out += s * B t (x' the input the projection read,
 normed), and an FFN with an adapted gate or up runs its GLU apart (`Builder.glu_apart`).
-A new fusion goes in the builder it applies to; a new kernel gets its dispatch builder in
-`matmul.py` (weights), `batched.py` (prefill) or `layers.py` (the rest); new per-sequence
-state goes in `state.py`.
+A new fusion goes in the builder it applies to; a new kernel gets its dispatch builder in the
+module of its family, as in shaders/: `matvec.py` (decode projections), `matmul.py` (prefill
+projections), `attention.py` (decode and prefill) or `ops.py` (the rest); weight-type facts are
+in `quant.py`; new per-sequence state goes in `state.py`.
 
 A Plan knows what each dispatch moves (`cera.device.Dispatch.reads` ...), so `table()` and
 `totals()` say how many bytes a token costs at a given KV length (`python -m cera plan`).

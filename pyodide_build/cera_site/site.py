@@ -16,7 +16,7 @@ from pyodide_lock.utils import package_spec_from_wheel
 
 from . import fetch, manifest, wheels
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]   # pyodide_build/cera_site/site.py -> the repository
 WEB = REPO / "web"
 PAGE_FILES = ("index.html", "app.js", "style.css", "example.html", "cera.js", "cera.d.ts", "errors.js",
               "worker.js", "gpu.js", "models.js", "grammar.js")

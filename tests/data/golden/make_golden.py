@@ -1,6 +1,6 @@
 """Golden data from llama.cpp (the external oracle), via llama-cpp-python.
 
-    python scripts/make_golden.py [--synth] [--lora] [--real] [--only NAME ...] --out tests/data/golden
+    python tests/data/golden/make_golden.py [--synth] [--lora] [--real] [--only NAME ...] --out tests/data/golden
 
 --synth: every variant in tests/synth.py VARIANTS is written to a temp dir and run:
   three fixed token sequences -> logits at chosen positions (all of the first), argmax
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]   # the repository
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "core")]
 
 import golden  # noqa: E402  (tests/golden.py)

@@ -1,1 +1,0 @@
-"""Builds cera's static web site (page + Pyodide + verified wheels): `python -m pyodide_build --help`."""
