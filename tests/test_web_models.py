@@ -222,25 +222,14 @@ def test_nomic_embeddings_match_llama_cpp(browser, server):
 
 
 @pytest.mark.parametrize("pooling", ["none", "mean"])
-def test_embeddings_equal_the_native_clis(page, models, pooling):
+@pytest.mark.parametrize("name, text", [("qwen2_q8_0", "The quick brown fox jumps over the lazy dog"),
+                                        ("nomic_bert_q8_0", "The quick brown fox jumps over the lazy dog!")])
+def test_embeddings_equal_the_native_clis(page, models, name, text, pooling):
     """window.cera.embed gives the rows `python -m cera embed` prints, within SwiftShader's
     rounding (in attention: the page's logits of the same tokens differ from lavapipe's by up to
-    2e-3 too)."""
-    path, url = models["qwen2_q8_0"]
-    text = "The quick brown fox jumps over the lazy dog"
-    want = native_cli("embed", "-m", str(path), "--text", text, "--pooling", pooling)
-    page.evaluate("(url) => window.cera.load(url)", url)
-    got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])
-    assert got["tokens"] == want["tokens"]
-    np.testing.assert_allclose(got["embeddings"], want["embeddings"], rtol=2e-3, atol=2e-3)
-
-
-@pytest.mark.parametrize("pooling", ["none", "mean"])
-def test_encoder_embeddings_equal_the_native_clis(page, models, pooling):
-    """An encoder (nomic-bert: WordPiece, bidirectional attention, LayerNorm) in the page:
-    window.cera.embed gives the rows `python -m cera embed` prints, within SwiftShader's rounding."""
-    path, url = models["nomic_bert_q8_0"]
-    text = "The quick brown fox jumps over the lazy dog!"
+    2e-3 too), for a decoder and an encoder (nomic-bert: WordPiece, bidirectional attention,
+    LayerNorm)."""
+    path, url = models[name]
     want = native_cli("embed", "-m", str(path), "--text", text, "--pooling", pooling)
     page.evaluate("(url) => window.cera.load(url)", url)
     got = page.evaluate("([t, p]) => window.cera.embed(t, {pooling: p})", [text, pooling])
