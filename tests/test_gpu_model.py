@@ -10,7 +10,7 @@ import pytest
 
 from cera.engine import Engine
 from cera.gguf_file import GGUFFile
-from cera.gpu import matvec
+from cera.gpu import attention, matvec
 from cera.gpu.model import greedy_batches
 from cera.gpu.numerics import Numerics
 from cera.gpu.state import GREEDY_BATCH
@@ -89,6 +89,30 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
         reference = asyncio.run(Engine.load(g, None, ctx=64, numerics=GOLDEN_NUMERICS))
         got, want = (asyncio.run(e.logits(tokens)) for e in (gpu, reference))
         assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["llama_q4_0", "qwen2_q4_k_m", "gemma2_f32", "phi3_f32"])
+def test_wide_attention_combines_before_the_projection(device, synth_gguf, monkeypatch, name):
+    """Decode's output projection merges attention's partials in a narrow model, and reads a
+    combine dispatch's output in a wide one (attention.merge_in_projection; here every model
+    made wide by lowering MERGE_IN_PROJECTION_MAX): both give the reference's per-token logits
+    to the tolerance decode holds prefill to, and llama.cpp's greedy tokens."""
+    golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
+    g = synth_gguf(name)
+    tokens = golden["sequences"][0]["tokens"]
+    reference = asyncio.run(Engine.load(g, None, ctx=64, numerics=GOLDEN_NUMERICS))
+    want = asyncio.run(reference.logits(tokens))
+    for wide in (False, True):
+        if wide:
+            monkeypatch.setattr(attention, "MERGE_IN_PROJECTION_MAX", 0)
+        gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=GOLDEN_NUMERICS))
+        labels = [s.label for s in gpu.backend.decode_plan.steps]
+        combines = [label for label in labels if label.endswith("attention.combine")]
+        merges = [label for label in labels if label.startswith("matvec") and "merge" in label]
+        assert (combines and not merges) if wide else (merges and not combines)
+        got = asyncio.run(gpu.logits(tokens))
+        assert float(np.max(np.abs(got - want)) / np.max(np.abs(want))) < 1e-4
+        check_greedy(gpu, golden, name)
 
 
 @pytest.mark.parametrize("name", ["qwen2_q4_k_m", "lfm2_q4_k"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cera.config import MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
+from cera.gpu.matvec import staged_x_fits
 from cera.gpu.numerics import F32_CACHE, cache_flags, value_bytes
 from cera.gpu.ops import Rope, check_heads
 from cera.kernels import flags
@@ -31,6 +32,11 @@ ATTENTION_SERIAL_KEYS = 8
 # key's bytes are loaded side by side, not a cache slot apart; docs/PERFORMANCE.md, decisions).
 ATTENTION_SCORE_LANES = 4
 WORKGROUP = 256                # invocations of the attention and combine workgroups (WG in the shaders)
+# The widest attention output (n_heads * head_dim) whose output projection merges the partials
+# itself: every one of its workgroups merges all of them, so the repeated reads grow with the
+# output's width times the projection's height, and past this a combine dispatch is faster
+# (docs/PERFORMANCE.md, decisions).
+MERGE_IN_PROJECTION_MAX = 2048
 
 
 def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
@@ -59,6 +65,14 @@ def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: 
         if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
             return hpw
     raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
+
+
+def merge_in_projection(device, head_dim: int, q_dim: int) -> bool:
+    """Whether decode's output projection merges attention's partials itself (matvec's MERGE)
+    rather than read a combine dispatch's output: for an output of at most
+    MERGE_IN_PROJECTION_MAX floats, of whole vec4 heads, that fits the projection's workgroup
+    memory (matvec.staged_x_fits, with any type's sums)."""
+    return q_dim <= MERGE_IN_PROJECTION_MAX and not head_dim % 4 and staged_x_fits(device, q_dim, sums=True)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ short conv, then the FFN) and differ only in how a step runs for their row count
 `Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
                       one type are one stacked matvec; attention is split-KV, its pass turning
-                      q and k (RoPE, QK-norm) and writing the cache itself, and the output
-                      projection merges its splits (no combine dispatch): 5 dispatches a layer
+                      q and k (RoPE, QK-norm) and writing the cache itself; a narrow
+                      attention's output projection merges its splits (no combine dispatch:
+                      5 dispatches a layer), a wide one's reads a combine's output
   prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; RoPE and
                       the cache write, then one flash-style attention dispatch over the chunk's rows
 With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
@@ -244,7 +245,7 @@ class Builder:
 
 class DecodeBuilder(Builder):
     """One token per step: fused-norm matvecs, stacked q/k/v, split-KV attention with RoPE fused,
-    its splits merged by the output projection."""
+    its splits merged by a narrow model's output projection."""
 
     def normed(self, x, norm):
         return [], x, norm   # each matvec fuses the norm
@@ -278,10 +279,10 @@ class DecodeBuilder(Builder):
 
     def attend(self, i, q, k, v):
         """Split-KV attention's first pass, its partials left for the output projection to
-        merge (no combine dispatch). Where q, k, v are ranges of one buffer (the stacked
-        matvec's), that pass turns q and k itself and writes the cache (attention.attention's
-        rope); else rope_kv first. A head_dim not a multiple of 4, or an attention output too big for
-        the projection's workgroup memory (matvec.staged_x_fits), keeps the combine."""
+        merge (no combine dispatch) where attention.merge_in_projection says so, else both
+        passes. Where q, k, v are ranges of one buffer (the stacked matvec's), the first pass
+        turns q and k itself and writes the cache (attention.attention's rope); else rope_kv
+        first."""
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
@@ -293,7 +294,7 @@ class DecodeBuilder(Builder):
             shape.update(rope=self.rope(i), kv_offsets=((k.offset - q.offset) // 4, (v.offset - q.offset) // 4))
         else:
             steps.append(self.rope_kv(i, q, k, v))
-        if cfg.head_dim % 4 or not matvec.staged_x_fits(self.device, cfg.q_dim, sums=True):   # any type's
+        if not attention.merge_in_projection(self.device, cfg.head_dim, cfg.q_dim):
             return steps + attention.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
                 self.act.att
         first, partials = attention.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
