@@ -36,7 +36,7 @@ WORKGROUP = 256                # invocations of the attention and combine workgr
 # itself: every one of its workgroups merges all of them, so the repeated reads grow with the
 # output's width times the projection's height, and past this a combine dispatch is faster
 # (docs/PERFORMANCE.md, decisions).
-MERGE_IN_PROJECTION_MAX = 2048
+MERGE_IN_PROJECTION_MAX = 1024
 
 
 def attention_splits(max_ctx: int, split: int = ATTENTION_SPLIT) -> int:
