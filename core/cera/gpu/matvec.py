@@ -30,7 +30,6 @@ STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory
 # backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8); 0: f32 x
 X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
-X_INT_WIDE = 1536                            # x_int_threads_per_row: x wider than this takes fewer threads
 
 
 def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> bool:
@@ -99,18 +98,16 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
 def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
     """Threads per row of an X_INT matvec of `bits`-bit x (items of quant.wgsl's ITEM_UNITS
     units): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
-    that for 24 (three bytes of x to convert for every element), and for x wider than
-    X_INT_WIDE that much less in proportion, where threads_per_row takes one item a thread and
-    2^19; but never under 2^13 threads (a short matrix keeps its workgroups). Every workgroup
-    converts all of x first, so fewer, fatter workgroups pay for it less often, the more so the
-    longer x is: the 8B's 4096-wide GLU runs best with 2 threads a row, not 4.
+    that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
+    item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
+    Every workgroup converts all of x first, so fewer, fatter workgroups pay for it less often.
 
     With 8 bits, 16 threads a row beat 32 for the GLU and the merging output projection, and a
     256-row v projection is slower with fewer threads, hence the floor; with 24 bits the GLU runs
     best with 8, the other projections with 16; the LM head (151936 rows of 24 Q6_K items) runs
     best with 2, the least this starts from (docs/PERFORMANCE.md, decisions)."""
     items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
-    most = (1 << 18) * 8 // bits * min(k, X_INT_WIDE) // k
+    most = (1 << 18) * 8 // bits
     tpr = 2
     while tpr < workgroup and tpr * 2 * m <= most and tpr * 4 <= items:
         tpr *= 2
