@@ -11,9 +11,9 @@
 //               block's RMSNorm fused in, so it costs no dispatch of its own. Every
 //               workgroup recomputes the (cheap) sum of squares of x.
 //   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
-//   X_STAGED    each workgroup first stages x as the dot products see it (normalized with
-//               NORM, merged with MERGE, which implies it) in workgroup memory, 16 *
-//               UNITS_PER_ROW floats: no storage loads of x or norm_w in the row loop.
+//   X_STAGED    with NORM or MERGE (which implies it): each workgroup first stages x as the
+//               dot products see it (normalized, or merged) in workgroup memory, XS_LEN vec4s
+//               (cera.gpu.matvec.x_staging): no storage loads of x or norm_w in the row loop.
 //   MERGE       x is decode attention's output, merged by each workgroup from the per-split
 //               partials attention.wgsl left (bound in x's place as `scratch`, with `step`
 //               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
