@@ -2,7 +2,7 @@
 // (+ bias[m]) for t < step.n_tokens, m < M, with x in 8-bit integers per 256-element block, as
 // llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K;
 // x_int.wgsl with X_PLANES 1, written by quantize_x.wgsl), and the weights as 8-bit quants
-// (quant.wgsl TILE_INT): every product of quants exact, four a dot4I8Packed.
+// (quant_subs_int.wgsl): every product of quants exact, four a dot4I8Packed.
 //
 // A workgroup owns TILE_T tokens x TILE_M weight rows and walks K in slices of BK elements
 // (within one 256-element block: x's integers share its step there, the weights their d). It
@@ -17,7 +17,7 @@
 // dmin and x's step. The next slice's loads are issued before the current slice's products and
 // stored after them, as in matmul.wgsl.
 //
-// Defines: a type flag with TILE_INT (cera.gpu.quant.INT_TILE_TYPES), K (a multiple of
+// Defines: a type flag (cera.gpu.quant.INT_TILE_TYPES), K (a multiple of
 // 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
 // (x_int_record.wgsl), OUT_STRIDE, SCALE, SPLIT and MAX_ROWS as matmul.wgsl, ROW0 (out bound from
 // token row ROW0 on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS
@@ -25,7 +25,7 @@
 // Bindings: w, [w_up], x (rows, X_STRIDE) u32 as vec4 (as quantize_x wrote it), out, [bias], step.
 // Dispatch: as matmul.wgsl.
 #include "common.wgsl"
-#include "quant.wgsl"
+#include "quant_subs_int.wgsl"
 #include "x_int_record.wgsl"
 #ifdef GLU
 #include "glu.wgsl"

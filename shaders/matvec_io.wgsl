@@ -7,7 +7,7 @@
 #ifdef SUBGROUPS
 enable subgroups;
 #endif
-#include "quant.wgsl"
+#include "quant_blocks.wgsl"
 #include "reduce.wgsl"
 #ifdef GLU
 #include "glu.wgsl"

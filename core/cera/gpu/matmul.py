@@ -316,7 +316,7 @@ def matmul_int(kernels, device, out, p: Projection, xi, step, *, max_rows: int, 
     tiles = tune.tiles or int_tiles(device.limits, p.glu, max_rows, p.m)
     return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, p, xi, step, max_rows=max_rows, tiles=tiles,
                           x_row_bytes=4 * x_int_stride(k), out_stride=out_stride, row0=row0, tag=" x8", split=split,
-                          TILE_INT=True, X_PLANES=1, X_STRIDE=x_int_stride(k))
+                          X_PLANES=1, X_STRIDE=x_int_stride(k))
 
 
 def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:

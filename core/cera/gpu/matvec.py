@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
 STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory at most: row_partial, reduce.wgsl
-# x's bits in X_INT's integer dots: 24 as precise as f32 x (the default), 8 as llama.cpp's CPU
+# x's bits in matvec_int.wgsl's integer dots: 24 as precise as f32 x (the default), 8 as llama.cpp's CPU
 # backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8); 0: f32 x
 X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
@@ -39,7 +39,7 @@ class XStaging:
     elements; the shaders declare them of these lengths (`defines`)."""
     xs: int = 0      # vec4<f32>: x as the dot products see it (X_STAGED), 4 a 16-element unit
     xsums: int = 0   # vec2<f32>: the sums of xs's vec4s, two to a vec2 (UNIT_AFFINE)
-    xq: int = 0      # vec4<u32>: x in integers (X_INT), X_PLANES bytes an element
+    xq: int = 0      # vec4<u32>: x in integers (matvec_int.wgsl), X_PLANES bytes an element
     xsum: int = 0    # i32: each 16-element group's sum of its integers
     xd: int = 0      # f32: each 256-element block's step
     gmax: int = 0    # vec4<f32>: each 16-element group's max |x|, four to a vec4
@@ -55,7 +55,7 @@ class XStaging:
 
 def x_staging(k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> XStaging:
     """What a matvec stages of a k-element x: as floats (X_STAGED), with the sums UNIT_AFFINE
-    reads, and/or in x_bits-bit integers (X_INT) with their sums, steps and group maxima."""
+    reads, and/or in x_bits-bit integers (matvec_int.wgsl) with their sums, steps and group maxima."""
     units = -(-k // UNIT_ELEMS)
     staged = XStaging(xs=4 * units, xsums=2 * units if sums else 0) if floats else XStaging()
     if not x_bits:
@@ -70,7 +70,7 @@ def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bit
 
 
 def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False) -> int:
-    """The bits of x's integers in a matvec's dot products (X_INT), or 0 for f32 x: `wanted`, or
+    """The bits of x's integers in a matvec's dot products (matvec_int.wgsl), or 0 for f32 x: `wanted`, or
     (None) 24 bits, 8 with `int8`, where x is staged as floats anyway (`floats`: a fused norm or
     a merge), the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and
     its workgroup memory allow.
@@ -121,7 +121,7 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
 
 
 def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
-    """Threads per row of an X_INT matvec of `bits`-bit x (items of ITEM_UNITS units,
+    """Threads per row of an integer-x matvec of `bits`-bit x (items of ITEM_UNITS units,
     quant_items_int.wgsl): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
     that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
     item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
@@ -198,11 +198,11 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
         defines["SCALE"] = float(p.scale)
     sums = not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     stage = floats and staged_x_fits(device, k, sums, x_bits=bits)
-    if (merge and not stage) or not staged_x_fits(device, k, sums, floats=stage, x_bits=bits):
+    staged = x_staging(k, stage and sums, floats=stage, x_bits=bits)
+    if (merge and not stage) or staged.nbytes + STAGE_SCRATCH > device.limits.max_compute_workgroup_storage_size:
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_INT=bool(bits)),
-                   **x_staging(k, stage and sums, floats=stage, x_bits=bits).defines())
+    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums), **staged.defines())
     if bits:
         defines.update(X_PLANES=bits // 8, ITEM_UNITS=X_INT_ITEM_UNITS[t])
     if merge:
