@@ -25,11 +25,12 @@ def test_page_is_ready_on_swiftshader_with_max_limits(page):
     got = python_in_worker(page, """
 import json
 from js import navigator
+from cera.device import PACKED_DOT
 from cera_web.session import sessions
 dev = sessions[0].device
 adapter = await navigator.gpu.requestAdapter()
 json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features),
-            "packed_dot": navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
+            "packed_dot": navigator.gpu.wgslLanguageFeatures.has(PACKED_DOT),
             "adapter": {k: getattr(adapter.limits, v) for k, v in {
                 "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
                 "max_compute_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
