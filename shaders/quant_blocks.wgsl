@@ -299,49 +299,34 @@ fn group_elem(u: u32, g: u32) -> u32 {
 }
 #endif
 
-// Float types: unit u is the groups u, u + UNITS_PER_ROW, ... of 4 elements, so that the
-// threads of a row read consecutive bytes; a row needs no whole number of units.
+// Float types (flag FLOAT_ROWS): unit u is the groups u, u + UNITS_PER_ROW, ... of 4 elements,
+// so that the threads of a row read consecutive bytes; a row needs no whole number of units.
 #ifdef F32
 const ROW_BYTES = K * 4u;
 const WORD_ALIGNED = true;
-const UNITS_PER_ROW = (K + 15u) / 16u;
-const ROW_TAIL = K % 16u != 0u;   // the last unit runs past the row
-
-fn group_elem(u: u32, g: u32) -> u32 {
-    return (u + g * UNITS_PER_ROW) * 4u;   // strided: adjacent units read adjacent bytes
-}
 #endif
 
 #ifdef F16
 const ROW_BYTES = K * 2u;
 const WORD_ALIGNED = ROW_BYTES % 4u == 0u;
-const UNITS_PER_ROW = (K + 15u) / 16u;
-const ROW_TAIL = K % 16u != 0u;   // the last unit runs past the row
-
-fn group_elem(u: u32, g: u32) -> u32 {
-    return (u + g * UNITS_PER_ROW) * 4u;   // strided: adjacent units read adjacent bytes
-}
 #endif
 
 #ifdef BF16
 const ROW_BYTES = K * 2u;
 const WORD_ALIGNED = ROW_BYTES % 4u == 0u;
+#endif
+
+#ifdef FLOAT_ROWS
 const UNITS_PER_ROW = (K + 15u) / 16u;
 const ROW_TAIL = K % 16u != 0u;   // the last unit runs past the row
 
 fn group_elem(u: u32, g: u32) -> u32 {
     return (u + g * UNITS_PER_ROW) * 4u;   // strided: adjacent units read adjacent bytes
 }
-#endif
-
+#else
 // ---- block types: whole blocks per row, 16 elements per unit ------------------------------
-#ifndef F32
-#ifndef F16
-#ifndef BF16
 const ROW_BYTES = K / BLOCK_ELEMS * BLOCK_BYTES;
 const UNITS_PER_ROW = K / 16u;
 const WORD_ALIGNED = BLOCK_BYTES % 4u == 0u;
 const ROW_TAIL = false;
-#endif
-#endif
 #endif

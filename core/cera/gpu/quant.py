@@ -41,9 +41,10 @@ def weight_flags(t: T) -> dict:
     """The defines naming a weight type for shaders/quant_*.wgsl: its flag, and WEIGHT_QUADS where
     its blocks are whole 16-byte words (the weights are then bound as array<vec4<u32>> and a
     block's fields arrive in 16-byte loads: fewer storage accesses, each bounds-checked in a
-    browser), and UNIT_WORDS where quant_units.wgsl splits its unit_values into unit_words and
-    unit_decode."""
-    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES})
+    browser), UNIT_WORDS where quant_units.wgsl splits its unit_values into unit_words and
+    unit_decode, and FLOAT_ROWS for the float types (rows of any length, strided units)."""
+    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES,
+                    "FLOAT_ROWS": GGML_QUANT_SIZES[t][0] == 1})
 
 
 def weight_type(wtype: int, kernel: str = "matvec") -> T:
