@@ -21,7 +21,8 @@
 // of 16 works for every type; the last slice of a row may be partial (masked to zero).
 //
 // Defines: a weight type flag and K (see quant_blocks.wgsl), M, TILE_M, TILE_T, BK (a multiple of
-// 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), OUT_STRIDE (floats between rows of out, default M:
+// 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), WS_LEN and XS_LEN (the staged tiles' vec4s:
+// cera.gpu.matmul.MatmulTiles.arrays), OUT_STRIDE (floats between rows of out, default M:
 // more when W is a row tile of a bigger matrix), ROW0 (default 0: x and out are bound from
 // token row ROW0 of the step on, a row block of an output bigger than a binding), optional
 // SCALE (f32), SPLIT and MAX_ROWS (K in parts, out (SPLIT, MAX_ROWS, M): matmul_io.wgsl); flags:
@@ -75,9 +76,10 @@ alias tile_t = f16;   // the staged tiles and a slice's partial dots
 alias tile_t = f32;
 #endif
 
-// k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]
-var<workgroup> ws: array<vec4<tile_t>, N_MATS * BK * M4>;
-var<workgroup> xs: array<vec4<tile_t>, BK * T4>;
+// k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]; their
+// lengths (N_MATS * BK * M4, BK * T4) from cera.gpu.matmul.MatmulTiles.arrays
+var<workgroup> ws: array<vec4<tile_t>, WS_LEN>;
+var<workgroup> xs: array<vec4<tile_t>, XS_LEN>;
 
 #include "weights.wgsl"
 #include "matmul_io.wgsl"

@@ -17,8 +17,9 @@
 // dmin and x's step. The next slice's loads are issued before the current slice's products and
 // stored after them, as in matmul.wgsl.
 //
-// Defines: a type flag (cera.gpu.quant.INT_TILE_TYPES), K (a multiple of
-// 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
+// Defines: a type flag (cera.gpu.quant.INT_TILE_TYPES) with SUB_SCALES (quant_subs_int.wgsl), K (a
+// multiple of 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), the workgroup
+// arrays' lengths (WS_LEN ..: cera.gpu.matmul.IntTiles.arrays), X_PLANES (1), X_STRIDE
 // (x_int_record.wgsl), OUT_STRIDE, SCALE, SPLIT and MAX_ROWS as matmul.wgsl, ROW0 (out bound from
 // token row ROW0 on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS
 // ACCUMULATE GLU GELU OUT_VEC4 as matmul.wgsl.
@@ -50,14 +51,15 @@ const N_MATS = 1u;
 
 alias XElem = vec4<u32>;   // x: (rows, X_STRIDE) records of integers (x_int_record.wgsl)
 
-// The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's)
-var<workgroup> ws: array<vec4<u32>, N_MATS * K4 * M4>;       // [mat][word][m]: 4 signed quants
-var<workgroup> wsc: array<vec4<i32>, N_MATS * SCALES * M4>;   // [mat][scale group][m]: scale
-var<workgroup> wmin: array<vec4<i32>, N_MATS * SUBS * M4>;   // [mat][sub-block][m]: min
-var<workgroup> wd: array<vec4<u32>, N_MATS * M4>;            // [mat][m]: d | dmin, f16
-var<workgroup> xs: array<vec4<u32>, K4 * T4>;                // [word][t]: 4 integers
-var<workgroup> xsub: array<vec4<i32>, SUBS * T4>;            // [sub-block][t]: sum of integers
-var<workgroup> xstep: array<vec4<f32>, T4>;                   // [t]: the block's step
+// The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's). The lengths (those
+// in the comments) come from cera.gpu.matmul.IntTiles.arrays.
+var<workgroup> ws: array<vec4<u32>, WS_LEN>;         // N_MATS * K4 * M4 [mat][word][m]: 4 signed quants
+var<workgroup> wsc: array<vec4<i32>, WSC_LEN>;       // N_MATS * SCALES * M4 [mat][scale group][m]: scale
+var<workgroup> wmin: array<vec4<i32>, WMIN_LEN>;     // N_MATS * SUBS * M4 [mat][sub-block][m]: min
+var<workgroup> wd: array<vec4<u32>, WD_LEN>;         // N_MATS * M4 [mat][m]: d | dmin, f16
+var<workgroup> xs: array<vec4<u32>, XS_LEN>;         // K4 * T4 [word][t]: 4 integers
+var<workgroup> xsub: array<vec4<i32>, XSUB_LEN>;     // SUBS * T4 [sub-block][t]: sum of integers
+var<workgroup> xstep: array<vec4<f32>, XSTEP_LEN>;   // T4 [t]: the block's step
 
 #include "weights.wgsl"
 #include "matmul_io.wgsl"

@@ -3,9 +3,10 @@
 //
 // Sub-block j of a row, elements 32j .. 32j+31 (within one 256-element block), as signed 8-bit
 // quants: element 32j + 16h + 4c + i is byte i of q[h][c], and its weight is
-// d.x * sc[h] * q - d.y * m. A type of cera.gpu.quant.INT_TILE_TYPES defines, its loads apart
-// from its arithmetic (as quant_units.wgsl's unit_words / unit_decode):
-//     const SUB_SCALES   1: one scale for the sub-block (sc.x == sc.y), 2: one per 16 elements
+// d.x * sc[h] * q - d.y * m. Defines: quant_blocks.wgsl's and SUB_SCALES (1: one scale for the
+// sub-block, sc.x == sc.y; 2: one per 16 elements; cera.gpu.quant.INT_SUB_SCALES). A type of
+// cera.gpu.quant.INT_TILE_TYPES defines, its loads apart from its arithmetic (as
+// quant_units.wgsl's unit_words / unit_decode):
 //     alias SubWords
 //     fn sub_words(src, row_byte, j) -> SubWords
 //     fn sub_decode(w: SubWords, j) -> SubInt
@@ -20,8 +21,7 @@ struct SubInt {
 
 #ifdef Q4_K
 // Sub-block j: s = j % 8 of its block, the low (s even) or high nibbles of qs[32 (s / 2) ..], two
-// quads; its block's first quad for d, dmin and the scales.
-const SUB_SCALES = 1u;
+// quads; its block's first quad for d, dmin and the scales (SUB_SCALES 1).
 alias SubWords = array<vec4<u32>, 3>;
 
 fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {
@@ -43,8 +43,7 @@ fn sub_decode(w: SubWords, j: u32) -> SubInt {
 #ifdef Q6_K
 // Sub-block j: s = j % 8 of its block, half h = s / 4, i = s % 4: elements 128h + 32i + l (l <
 // 32) from bytes l of ql[64h + 32 (i % 2) ..] (nibble i / 2) and of qh[32h ..] (bits 2i, 2i+1),
-// scales[8h + 2i + l / 16]: two 16-byte spans each, a word of scales and d.
-const SUB_SCALES = 2u;
+// scales[8h + 2i + l / 16]: two 16-byte spans each, a word of scales and d (SUB_SCALES 2).
 alias SubWords = array<vec4<u32>, 5>;   // ql, ql, qh, qh, (scales, d)
 
 fn sub_words(src: u32, row_byte: u32, j: u32) -> SubWords {

@@ -33,7 +33,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu.ops import grid
-from cera.gpu.quant import (INT_TILE_TYPES, WEIGHT_TYPES, aligned_rows, byte_range, row_bytes, row_tiles, weight_flags,
+from cera.gpu.quant import (INT_SUB_SCALES, INT_TILE_TYPES, WEIGHT_TYPES, aligned_rows, byte_range, row_bytes, row_tiles, weight_flags,
                             weight_type)
 from cera.gpu.spec import DEFAULT, Projection, Tuning
 from cera.kernels import flags
@@ -59,12 +59,17 @@ class MatmulTiles:
     def invocations(self) -> int:
         return (self.tile_m // self.rm) * (self.tile_t // self.rt)
 
-    def storage(self, glu: bool, half: bool = False) -> int:
-        """Workgroup memory in bytes: the weight slice(s) and the x slice, f32 or f16 (half)."""
-        return (2 if half else 4) * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
+    def arrays(self, glu: bool) -> dict:
+        """The lengths of matmul.wgsl's workgroup arrays, in vec4s of f32 (f16 with HALF): the
+        weight slice (of each matrix) and the x slice."""
+        return dict(WS_LEN=(2 if glu else 1) * self.bk * self.tile_m // 4, XS_LEN=self.bk * self.tile_t // 4)
 
-    def defines(self) -> dict:
-        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
+    def storage(self, glu: bool, half: bool = False) -> int:
+        """Workgroup memory in bytes (`arrays`), f32 or f16 (half)."""
+        return (8 if half else 16) * sum(self.arrays(glu).values())
+
+    def defines(self, glu: bool) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt, **self.arrays(glu))
 
 
 # Preferred first; bk is a multiple of 16 (a quant unit), and the 16 KiB entries are the fallback
@@ -162,7 +167,7 @@ def matmul(kernels, device, out, p: Projection, x, step, *, max_rows: int, out_s
     tiles = tune.tiles or matmul_tiles(device.limits, max_rows, p.glu, p.m, half, t)
     return _tile_dispatch(kernels, device, "matmul.wgsl", out, p, x, step, max_rows=max_rows, tiles=tiles,
                           x_row_bytes=4 * p.k, out_stride=out_stride, row0=row0, split=split,
-                          suffix=" f16" if half else "", **flags(X_VEC4=p.k % 4 == 0, HALF=half))
+                          suffix=" f16" if half else "", **tiles.defines(p.glu), **flags(X_VEC4=p.k % 4 == 0, HALF=half))
 
 
 # K parts (matmul_io.wgsl SPLIT) for a matmul with few workgroups and a long K: as many as keep
@@ -196,7 +201,7 @@ def _tile_dispatch(kernels, device, shader, out, p: Projection, x, step, *, max_
                    out_stride, row0, tag="", suffix="", split=1, **defines) -> Dispatch:
     """A dispatch of a prefill matmul kernel (matmul.wgsl, matmul_int.wgsl; shaders/matmul_io.wgsl
     their shared bindings and output): what `matmul` and `matmul_int` share, given the kernel's own
-    `defines`, x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
+    `defines` (its tiling's among them), x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
     the parts of K (`split`: as many times the workgroups along x)."""
     t, k, m = T(p.wtype), p.k, p.m
     if split > 1:
@@ -205,7 +210,7 @@ def _tile_dispatch(kernels, device, shader, out, p: Projection, x, step, *, max_
         defines.update(SPLIT=split, MAX_ROWS=max_rows)
         suffix += f" /{split}"
     stride = m if out_stride is None else out_stride
-    defines.update(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(), **weight_flags(t),
+    defines.update(K=k, M=m, OUT_STRIDE=stride, **weight_flags(t),
                    **flags(BIAS=p.bias is not None, ACCUMULATE=p.accumulate, GLU=p.glu, GELU=p.gelu,
                            OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
     if row0:
@@ -246,15 +251,23 @@ class IntTiles:
     def invocations(self) -> int:
         return self.tile_m * self.tile_t // 16
 
-    def storage(self, glu: bool) -> int:
-        """Workgroup memory in bytes, at most (Q6_K's scales; Q4_K has half as many): per matrix
-        the quants (a byte each), 16-element scales, mins and d | dmin of its rows; x's integers,
-        sub-block sums and steps."""
-        subs, mats = self.bk // 32, 2 if glu else 1
-        return mats * self.tile_m * (self.bk + 4 * (3 * subs + 1)) + self.tile_t * (self.bk + 4 * (subs + 1))
+    def arrays(self, glu: bool, sub_scales: int) -> dict:
+        """The lengths of matmul_int.wgsl's workgroup arrays, in vec4s, for a type of `sub_scales`
+        scales a 32-element sub-block (INT_SUB_SCALES): per matrix the quants (a byte each), the
+        scales, the sub-blocks' mins and d | dmin of its rows; x's integers, sub-block sums and
+        steps."""
+        mats, subs, m4, t4 = 2 if glu else 1, self.bk // 32, self.tile_m // 4, self.tile_t // 4
+        return dict(WS_LEN=mats * self.bk // 4 * m4, WSC_LEN=mats * subs * sub_scales * m4, WMIN_LEN=mats * subs * m4,
+                    WD_LEN=mats * m4, XS_LEN=self.bk // 4 * t4, XSUB_LEN=subs * t4, XSTEP_LEN=t4)
 
-    def defines(self) -> dict:
-        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk)
+    def storage(self, glu: bool) -> int:
+        """Workgroup memory in bytes (`arrays`), at most: for the type of the most scales a
+        sub-block (Q6_K's 2; Q4_K has 1)."""
+        return 16 * sum(self.arrays(glu, max(INT_SUB_SCALES.values())).values())
+
+    def defines(self, glu: bool, sub_scales: int) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, SUB_SCALES=sub_scales,
+                    **self.arrays(glu, sub_scales))
 
 
 # Preferred first, as _MATMUL_TILES: the GLU runs fastest in 128-element slices, the others in
@@ -316,7 +329,7 @@ def matmul_int(kernels, device, out, p: Projection, xi, step, *, max_rows: int, 
     tiles = tune.tiles or int_tiles(device.limits, p.glu, max_rows, p.m)
     return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, p, xi, step, max_rows=max_rows, tiles=tiles,
                           x_row_bytes=4 * x_int_stride(k), out_stride=out_stride, row0=row0, tag=" x8", split=split,
-                          X_PLANES=1, X_STRIDE=x_int_stride(k))
+                          X_PLANES=1, X_STRIDE=x_int_stride(k), **tiles.defines(p.glu, INT_SUB_SCALES[t]))
 
 
 def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:

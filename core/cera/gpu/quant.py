@@ -35,6 +35,7 @@ X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # units an item_dot_int takes (the I
 # logits differ from the f32 tiles' by llama.cpp's own activation rounding (a few percent of the
 # largest on the synthetic models), beyond the tolerance prefill is held to against decode.
 INT_TILE_TYPES = frozenset({T.Q4_K, T.Q6_K})
+INT_SUB_SCALES = {T.Q4_K: 1, T.Q6_K: 2}   # scales a 32-element sub-block has (the SUB_SCALES define)
 
 
 def weight_flags(t: T) -> dict:
