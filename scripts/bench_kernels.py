@@ -13,8 +13,8 @@ attention, at the real shapes and weight types of:
 Weights are random valid blocks (tests/quantdata.py): timing does not depend on values.
 Each kernel runs back to back in one submission, repeated until --min-time seconds pass (0:
 one run after the warm-up); the time per run is the wall time divided by the repeats (one
-4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and written once) and GFLOP/s.
-The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
+4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and
+written once) and GFLOP/s. The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
 --workgroup, --subgroups, --x-bits (the decode matvec) and --tiles (the prefill matmul); left
 out, the builder's rule chooses. The prefill matmul runs as each of --variants (f32; f16: f16
 tiles, where the adapter has shader-f16); with --tiles sweep, over a grid of tile shapes and K
