@@ -8,7 +8,8 @@ import time
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa's WSI probe on headless machines
 import wgpu  # noqa: E402
 
-from cera.device import KERNEL_FEATURES, PACKED_DOT, WANTED_FEATURES, Binding, Copy, Device, Flush, Limits, Pass  # noqa: E402
+from cera.device import (KERNEL_FEATURES, WANTED_FEATURES, WANTED_LANGUAGE_FEATURES, Binding, Copy, Device,  # noqa: E402
+                         Flush, Limits, Pass)
 from cera.errors import GpuError, NoGpu  # noqa: E402
 
 _USAGE = {"storage": wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
@@ -110,8 +111,9 @@ class NativeDevice(Device):
         self._device = adapter.request_device_sync(required_features=[_WGPU_FEATURE.get(f, f) for f in features],
                                                    required_limits=limits)
         info = adapter.info
+        language = list(WANTED_LANGUAGE_FEATURES)   # naga has each
         super().__init__(f"{info['device']} via {info['backend_type']}",
-                         Limits.read(lambda name: self._device.limits[_kebab(name)]), frozenset(features + [PACKED_DOT]))
+                         Limits.read(lambda name: self._device.limits[_kebab(name)]), frozenset(features + language))
 
     def _buffer(self, size, label, usage):
         return self._device.create_buffer(size=size, usage=_USAGE[usage], label=label)

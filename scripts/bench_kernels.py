@@ -8,15 +8,18 @@ attention, at the real shapes and weight types of:
   smollm2   SmolLM2-135M Q4_1: hidden 576, ff 1536, 9/3 heads of 64, vocab 49152 (Q8_0 head)
   qwen2.5   Qwen2.5-1.5B Q4_K_M: hidden 1536, ff 8960, 12/2 heads of 128, vocab 151936
             (Q4_K; ffn_down and the LM head Q6_K)
+  tiny      a few small matrices: the script's own test (tests/test_bench_kernels.py)
 
 Weights are random valid blocks (tests/quantdata.py): timing does not depend on values.
-Each kernel runs back to back in one submission, repeated until --min-time seconds pass; the
-time per run is the wall time divided by the repeats (one 4-byte readback closes each
-submission). Prints ms, GB/s (weights + activations read and written once) and GFLOP/s.
-The prefill matmul runs as each of --variants (f32; f16: f16 tiles, where the adapter has
-shader-f16); with --tiles sweep, over a grid of tile shapes and K slices per variant, then a
-table per matrix (weight type and shape) of GFLOP/s, tiling by variant, to choose the
-defaults in cera.gpu.matmul from.
+Each kernel runs back to back in one submission, repeated until --min-time seconds pass (0:
+one run after the warm-up); the time per run is the wall time divided by the repeats (one
+4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and
+written once) and GFLOP/s. The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
+--workgroup, --subgroups, --x-bits (the decode matvec) and --tiles (the prefill matmul); left
+out, the builder's rule chooses. The prefill matmul runs as each of --variants (f32; f16: f16
+tiles, where the adapter has shader-f16); with --tiles sweep, over a grid of tile shapes and K
+slices per variant, then a table per matrix (weight type and shape) of GFLOP/s, tiling by
+variant, to choose the defaults in cera.gpu.matmul from.
 
     python scripts/bench_kernels.py                        # both models, 512-row prefill
     python scripts/bench_kernels.py --model smollm2 --rows 128 --min-time 0.5
@@ -25,10 +28,12 @@ defaults in cera.gpu.matmul from.
     python scripts/bench_kernels.py --only matmul --variants f16    # the f16 variant only
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
     python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
+    python scripts/bench_kernels.py --model qwen2.5 --only matvec --x-bits 0,8,24
 
-A matvec sweep (--sweep, or lists given to --reduction, --tpr, --workgroup) times the
+A matvec sweep (--sweep, or lists given to --subgroups, --tpr, --workgroup, --x-bits) times the
 builder's choice, then every combination, and ends each model with a table: per matrix the
-builder's configuration and the fastest one.
+builder's configuration and the fastest one. A combination the builder refuses for a matrix
+(integer x for a type without it) is left out there, saying so.
 """
 from __future__ import annotations
 
@@ -47,7 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from quantdata import padded, random_rows  # noqa: E402
 
 from cera.device import Binding  # noqa: E402
+from cera.errors import InvalidArgument, Unsupported  # noqa: E402
 from cera.gpu import attention, matmul, matvec  # noqa: E402
+from cera.gpu.spec import Projection, Tuning  # noqa: E402
 from cera.gpu.state import STEP_BYTES, pack_step  # noqa: E402
 from cera.kernels import Kernels  # noqa: E402
 
@@ -81,27 +88,23 @@ MODELS = {
         Matrix("attn_v", T.Q6_K, 256, 1536), Matrix("attn_output", T.Q4_K, 1536, 1536),
         Matrix("ffn_gate+up", T.Q4_K, 8960, 1536, glu=True), Matrix("ffn_down", T.Q6_K, 1536, 8960),
         Matrix("lm_head", T.Q6_K, 151936, 1536)), n_heads=12, n_kv_heads=2, head_dim=128),
+    "tiny": Model("tiny", (
+        Matrix("attn_q", T.Q4_K, 96, 256), Matrix("ffn_gate+up", T.Q4_0, 40, 64, glu=True)),
+        n_heads=2, n_kv_heads=1, head_dim=32),
 }
+EVERY = ("smollm2", "qwen2.5")   # --model all
 
 
-@dataclass(frozen=True)
-class MatvecConfig:
-    """The matvec builder's tuning knobs (cera.gpu.matvec.matvec); None: the builder's choice."""
-    subgroups: bool | None = None
-    tpr: int | None = None
-    workgroup: int = matvec.WORKGROUP
-
-    def describe(self, device, mat: Matrix) -> str:
-        """The knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256"."""
-        subgroups = matvec.use_subgroups(device, self.subgroups)
-        tpr = self.tpr or matvec.threads_per_row(mat.wtype, mat.k, mat.m, self.workgroup)
-        return f"{'sg' if subgroups else 'wg'} tpr {tpr} wg {self.workgroup}"
+def describe(device, mat: Matrix, tune: Tuning) -> str:
+    """A matvec's knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x24"."""
+    t = matvec.tuned(device, Projection(None, mat.wtype, mat.k, mat.m), tune)
+    return f"{'sg' if t.subgroups else 'wg'} tpr {t.tpr} wg {t.workgroup}" + (f" x{t.x_bits}" if t.x_bits else "")
 
 
 @dataclass
 class Timing:
     matrix: Matrix
-    config: str      # MatvecConfig.describe
+    config: str      # describe()
     seconds: float
 
 
@@ -150,11 +153,13 @@ def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -
           f"{flops / seconds / 1e9:9.2f} GFLOP/s  {note}".rstrip(), flush=True)
 
 
-def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs, halves, rng) -> list[Timing]:
+def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs: list[Tuning], halves,
+                 rng) -> list[Timing]:
     """Time the kernels of `only` for one matrix; return the matvec timings (builder's first)."""
     dev = bench.device
     w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
     w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
+    p = Projection(Binding(w), mat.wtype, mat.k, mat.m, w_up=Binding(w_up) if mat.glu else None)
     n_mats = 2 if mat.glu else 1
     x = bench.buffer(rng.standard_normal((rows, mat.k)).astype(np.float32), "x")
     out = bench.zeros(4 * rows * mat.m, "out")
@@ -163,17 +168,19 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     timings = []
     if "matvec" in only:
         dev.write(step, pack_step(0, 1))
-        for config in configs:
-            if any(t.config == config.describe(dev, mat) for t in timings):
+        for tune in configs:
+            try:
+                config = describe(dev, mat, tune)
+                dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), p, Binding(x), tune=tune)
+            except (InvalidArgument, Unsupported) as e:
+                print(f"  matvec {tag}: {e}; left out")
+                continue
+            if any(t.config == config for t in timings):
                 continue   # the builder's choice again
-            dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), Binding(w), Binding(x),
-                                             wtype=mat.wtype, k=mat.k, m=mat.m,
-                                             w_up=Binding(w_up) if mat.glu else None, subgroups=config.subgroups,
-                                             tpr=config.tpr, workgroup=config.workgroup)
             seconds = bench.time(dispatches)
-            timings.append(Timing(mat, config.describe(dev, mat), seconds))
+            timings.append(Timing(mat, config, seconds))
             report(f"matvec {tag}", seconds, n_mats * wbytes + 4 * (mat.k + mat.m), 2 * n_mats * mat.m * mat.k,
-                   timings[-1].config + (" (builder)" if config == MatvecConfig() else ""))
+                   config + (" (builder)" if tune == Tuning() else ""))
     if "matmul" in only:
         dev.write(step, pack_step(0, rows))
         flops = 2 * n_mats * rows * mat.m * mat.k
@@ -181,15 +188,11 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
         for half in halves:
             variant = "f16" if half else "f32"
             for t in tilings(tiles, dev.limits, rows, mat, half):
-                if t is None:
-                    dispatches = matmul.matmul_tiled(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
-                                                      m=mat.m, max_rows=rows, w_up=w_up, half=half)
-                    t = matmul.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half, mat.wtype)
-                    name = "builder: " + tiles_name(t)
-                else:
-                    dispatches = [matmul.matmul(bench.kernels, dev, out, w, x, step, wtype=mat.wtype, k=mat.k,
-                                                 m=mat.m, max_rows=rows, w_up=w_up, tiles=t, half=half)]
-                    name = tiles_name(t)
+                dispatches = matmul.matmul_tiled(bench.kernels, dev, out, p, x, step, max_rows=rows, half=half,
+                                                 tune=Tuning(tiles=t))
+                name = "builder: " if t is None else ""
+                t = t or matmul.matmul_tiles(dev.limits, rows, mat.glu, mat.m, half, mat.wtype)
+                name += tiles_name(t)
                 seconds = bench.time(dispatches)
                 table[name, half] = flops / seconds / 1e9
                 report(f"matmul {rows} rows {tag} {variant}", seconds, n_mats * wbytes + 4 * rows * (mat.k + mat.m),
@@ -200,19 +203,20 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     return timings
 
 
-def matvec_configs(device, reductions: str, tprs: str, workgroups: str, sweep: bool) -> list[MatvecConfig]:
-    """The builder's choice, then every combination of the given knobs (--sweep: all of them),
-    less those with more threads per row than a workgroup has."""
+def matvec_configs(device, subgroups: str, tprs: str, workgroups: str, x_bits: str, sweep: bool) -> list[Tuning]:
+    """The builder's choice, then every combination of the given knobs (--sweep: all of them
+    but x's bits), less those with more threads per row than a workgroup has."""
     def ints(text: str, everything: list[int]) -> list[int]:
         return [int(v) for v in text.split(",") if v] or (everything if sweep else [])
     has = "subgroups" in device.features
-    named = {"sg": True, "wg": False}
-    chosen = [named[r] for r in reductions.split(",") if r] or ([True, False] if sweep and has else [None])
+    named = {"on": True, "off": False}
+    chosen = [named[r] for r in subgroups.split(",") if r] or ([True, False] if sweep and has else [None])
     tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
-    wg_list = ints(workgroups, [64, 128, 256]) or [matvec.WORKGROUP]
-    combos = [MatvecConfig(r, t, g) for r, t, g in product(chosen, tpr_list, wg_list)
-              if not t or t <= g]
-    return [MatvecConfig()] + [c for c in combos if c != MatvecConfig()]
+    wg_list = ints(workgroups, [64, 128, 256]) or [None]
+    bits_list = [int(v) for v in x_bits.split(",") if v] or [None]
+    combos = [Tuning(tpr=t, workgroup=g, subgroups=r, x_bits=b) for r, t, g, b in product(chosen, tpr_list, wg_list, bits_list)
+              if not t or t <= (g or matvec.WORKGROUP)]
+    return [Tuning()] + [c for c in combos if c != Tuning()]
 
 
 def sweep_table(timings: list[Timing]) -> None:
@@ -268,6 +272,7 @@ def tilings(tiles, limits, rows: int, mat: Matrix, half: bool) -> list:
 
 
 def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> None:
+    """Time the prefill attention of `rows` query rows at `pos` cached positions."""
     dev = bench.device
     hd, nh, nkv = model.head_dim, model.n_heads, model.n_kv_heads
     ctx = pos + rows
@@ -294,10 +299,12 @@ def parse_tiles(text: str | None):
     return matmul.MatmulTiles(tile_m=tile_m, tile_t=tile_t, bk=bk, rm=rm, rt=rt)
 
 
-def main(argv=None) -> None:
+def main(argv=None, device=None) -> None:
+    """The command line (argv: sys.argv's); device: the adapter's own (NativeDevice) unless given."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--model", choices=[*MODELS, "all"], default="all", help="which model's shapes")
+    ap.add_argument("--model", choices=[*MODELS, "all"], default="all",
+                    help=f"which model's shapes (all: {', '.join(EVERY)})")
     ap.add_argument("--rows", type=int, default=512, help="prefill chunk rows for matmul and attention")
     ap.add_argument("--pos", type=int, nargs="+", default=[0, 512],
                     help="positions of the prefill attention chunk (0: first chunk)")
@@ -311,18 +318,21 @@ def main(argv=None) -> None:
     ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
                     "of the model's")
     ap.add_argument("--tpr", default="", help="matvec threads per row, comma-separated (default: the builder's)")
-    ap.add_argument("--reduction", default="", help="matvec reductions, comma-separated: sg (subgroup operations), "
-                    "wg (workgroup memory); default: the device's choice")
     ap.add_argument("--workgroup", default="", help="matvec invocations per workgroup, comma-separated powers of two "
                     f"<= {matvec.WORKGROUP} (default: {matvec.WORKGROUP})")
+    ap.add_argument("--subgroups", default="", help="matvec reductions, comma-separated: on (subgroup operations), "
+                    "off (workgroup memory); default: on where the device has subgroups")
+    ap.add_argument("--x-bits", default="", help="matvec x's bits, comma-separated: 0 (f32 x), 8 or 24 (integers per "
+                    "256-element block; Q4_K, Q6_K); default: the builder's (f32 for these matvecs of a plain x)")
     ap.add_argument("--sweep", action="store_true", help="matvec: time every reduction the device has, TPR 4..256, "
                     "and workgroups 64, 128, 256 (a list given above replaces its part), "
                     "then print a table")
     ap.add_argument("--min-time", type=float, default=0.3, help="seconds of repeats per measurement")
     args = ap.parse_args(argv)
 
-    from cera.native.device import NativeDevice
-    device = NativeDevice()
+    if device is None:
+        from cera.native.device import NativeDevice
+        device = NativeDevice()
     lim = device.limits
     print(f"adapter: {device.adapter_name}; workgroup storage {lim.max_compute_workgroup_storage_size} B, "
           f"invocations {lim.max_compute_invocations_per_workgroup}, binding {lim.max_storage_buffer_binding_size} B")
@@ -333,11 +343,13 @@ def main(argv=None) -> None:
     halves = [v == "f16" for v in variants if v == "f32" or "shader-f16" in device.features]
     if "f16" in args.variants and "shader-f16" not in device.features:
         print("no shader-f16 on this adapter: the f16 variant is skipped")
-    configs = matvec_configs(device, args.reduction, args.tpr, args.workgroup, args.sweep)
+    if not set(filter(None, args.subgroups.split(","))) <= {"on", "off"}:
+        ap.error(f"--subgroups: on and/or off, not {args.subgroups!r}")
+    configs = matvec_configs(device, args.subgroups, args.tpr, args.workgroup, args.x_bits, args.sweep)
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))
-    for key in MODELS if args.model == "all" else [args.model]:
+    for key in EVERY if args.model == "all" else [args.model]:
         model = MODELS[key]
         print(f"{model.name}:")
         timings = []

@@ -8,7 +8,7 @@ each value as an index into a short list of levels (`grid_map`). The files keep 
 two 16-bit entries per u32, read by the file's `grid_entry(i)`:
   IQ2: 8 level indices of 2 bits, value j in bits 2j, 2j+1;
   IQ3: 4 level indices of 3 bits, value j in bits 3j .. 3j+2.
-quant.wgsl turns an index into its level (IQ2: 8 25 43; IQ3_XXS: 4 12 ... 52 62; IQ3_S: 1 3 ... 15).
+quant_units.wgsl turns an index into its level (IQ2: 8 25 43; IQ3_XXS: 4 12 ... 52 62; IQ3_S: 1 3 ... 15).
 
 The tables are `var<private>` with an initializer, never written, rather than `const`: naga
 compiles a dynamically indexed `const` array by copying it into a local variable at every

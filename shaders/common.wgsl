@@ -1,5 +1,5 @@
 // The per-step uniform every batch-aware kernel reads, and the sampler's settings (the byte
-// helpers for raw GGUF data live in quant.wgsl and weights.wgsl).
+// helpers for raw GGUF data live in quant_blocks.wgsl and weights.wgsl).
 
 // What changes from one submission to the next. Packed by cera.gpu.state.pack_step.
 struct Step {

@@ -1,11 +1,11 @@
 // out[t, :] = SCALE * E[tokens[t], :] for t < step.n_tokens; E is a raw GGUF table (rows, K).
 //
-// Defines: a weight type flag, K (see quant.wgsl), WG (invocations), ROW0 and N_ROWS (the table rows bound
+// Defines: a weight type flag, K (see quant_blocks.wgsl), WG (invocations), ROW0 and N_ROWS (the table rows bound
 // at `w`: a tile of a table too big for one binding; tokens outside it are left alone),
 // optional SCALE (f32). Bindings: w, tokens, out, step.
 // Dispatch: x covers the row's units (WG per workgroup), y the largest n_tokens.
 #include "common.wgsl"
-#include "quant.wgsl"
+#include "quant_units.wgsl"
 
 #ifndef SCALE
 const SCALE = 1.0f;

@@ -3,9 +3,9 @@
 //
 // Register-tiled. A workgroup owns a tile of TILE_T tokens x TILE_M weight rows and walks K in
 // slices of BK elements: it dequantizes the slice of its TILE_M rows into workgroup memory once
-// (each invocation decodes whole quant.wgsl units), stages the matching slice of its TILE_T
+// (each invocation decodes whole quant_units.wgsl units), stages the matching slice of its TILE_T
 // x rows next to it, and every invocation then accumulates an RT x RM block of outputs in
-// registers. The next slice's loads (weights: quant.wgsl's unit_words; x) are issued into
+// registers. The next slice's loads (weights: quant_units.wgsl's unit_words; x) are issued into
 // registers before the current slice's multiplications and stored after them (`fetch`,
 // `stage`): their latency hides behind the FMAs instead of stalling the workgroup at each
 // slice (staging without that overlap was a third of a 1.5B model's prefill: docs/PERFORMANCE.md).
@@ -16,12 +16,13 @@
 // RT are 4 or 8.
 //
 // A slice is a run of whole units (16 elements each), not of consecutive elements: a unit's
-// elements are spread over its block or row (quant.wgsl group_elem), and since a dot product
+// elements are spread over its block or row (quant_blocks.wgsl group_elem), and since a dot product
 // does not care about order, x is staged in the same order as W. So any BK that is a multiple
 // of 16 works for every type; the last slice of a row may be partial (masked to zero).
 //
-// Defines: a weight type flag and K (see quant.wgsl), M, TILE_M, TILE_T, BK (a multiple of
-// 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), OUT_STRIDE (floats between rows of out, default M:
+// Defines: a weight type flag and K (see quant_blocks.wgsl), M, TILE_M, TILE_T, BK (a multiple of
+// 16), RM, RT (4 or 8, dividing TILE_M, TILE_T), WS_LEN and XS_LEN (the staged tiles' vec4s:
+// cera.gpu.matmul.MatmulTiles.arrays), OUT_STRIDE (floats between rows of out, default M:
 // more when W is a row tile of a bigger matrix), ROW0 (default 0: x and out are bound from
 // token row ROW0 of the step on, a row block of an output bigger than a binding), optional
 // SCALE (f32), SPLIT and MAX_ROWS (K in parts, out (SPLIT, MAX_ROWS, M): matmul_io.wgsl); flags:
@@ -44,7 +45,7 @@
 enable f16;
 #endif
 #include "common.wgsl"
-#include "quant.wgsl"
+#include "quant_units.wgsl"
 #ifdef GLU
 #include "glu.wgsl"
 #endif
@@ -75,9 +76,10 @@ alias tile_t = f16;   // the staged tiles and a slice's partial dots
 alias tile_t = f32;
 #endif
 
-// k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]
-var<workgroup> ws: array<vec4<tile_t>, N_MATS * BK * M4>;
-var<workgroup> xs: array<vec4<tile_t>, BK * T4>;
+// k-major tiles: ws[(mat * BK + kk) * M4 + m / 4][m % 4], xs[kk * T4 + t / 4][t % 4]; their
+// lengths (N_MATS * BK * M4, BK * T4) from cera.gpu.matmul.MatmulTiles.arrays
+var<workgroup> ws: array<vec4<tile_t>, WS_LEN>;
+var<workgroup> xs: array<vec4<tile_t>, XS_LEN>;
 
 #include "weights.wgsl"
 #include "matmul_io.wgsl"

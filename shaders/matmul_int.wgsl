@@ -2,7 +2,7 @@
 // (+ bias[m]) for t < step.n_tokens, m < M, with x in 8-bit integers per 256-element block, as
 // llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K;
 // x_int.wgsl with X_PLANES 1, written by quantize_x.wgsl), and the weights as 8-bit quants
-// (quant.wgsl TILE_INT): every product of quants exact, four a dot4I8Packed.
+// (quant_subs_int.wgsl): every product of quants exact, four a dot4I8Packed.
 //
 // A workgroup owns TILE_T tokens x TILE_M weight rows and walks K in slices of BK elements
 // (within one 256-element block: x's integers share its step there, the weights their d). It
@@ -17,15 +17,16 @@
 // dmin and x's step. The next slice's loads are issued before the current slice's products and
 // stored after them, as in matmul.wgsl.
 //
-// Defines: a type flag with TILE_INT (cera.gpu.quant.INT_TILE_TYPES), K (a multiple of
-// 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), X_PLANES (1), X_STRIDE
+// Defines: a type flag (cera.gpu.quant.INT_TILE_TYPES) with SUB_SCALES (quant_subs_int.wgsl), K (a
+// multiple of 256), M, TILE_M, TILE_T (multiples of 4), BK (32, 64, 128 or 256), the workgroup
+// arrays' lengths (WS_LEN ..: cera.gpu.matmul.IntTiles.arrays), X_PLANES (1), X_STRIDE
 // (x_int_record.wgsl), OUT_STRIDE, SCALE, SPLIT and MAX_ROWS as matmul.wgsl, ROW0 (out bound from
 // token row ROW0 on, as matmul.wgsl's; x whole, token t's record at row ROW0 + t); flags BIAS
 // ACCUMULATE GLU GELU OUT_VEC4 as matmul.wgsl.
 // Bindings: w, [w_up], x (rows, X_STRIDE) u32 as vec4 (as quantize_x wrote it), out, [bias], step.
 // Dispatch: as matmul.wgsl.
 #include "common.wgsl"
-#include "quant.wgsl"
+#include "quant_subs_int.wgsl"
 #include "x_int_record.wgsl"
 #ifdef GLU
 #include "glu.wgsl"
@@ -50,14 +51,15 @@ const N_MATS = 1u;
 
 alias XElem = vec4<u32>;   // x: (rows, X_STRIDE) records of integers (x_int_record.wgsl)
 
-// The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's)
-var<workgroup> ws: array<vec4<u32>, N_MATS * K4 * M4>;       // [mat][word][m]: 4 signed quants
-var<workgroup> wsc: array<vec4<i32>, N_MATS * SCALES * M4>;   // [mat][scale group][m]: scale
-var<workgroup> wmin: array<vec4<i32>, N_MATS * SUBS * M4>;   // [mat][sub-block][m]: min
-var<workgroup> wd: array<vec4<u32>, N_MATS * M4>;            // [mat][m]: d | dmin, f16
-var<workgroup> xs: array<vec4<u32>, K4 * T4>;                // [word][t]: 4 integers
-var<workgroup> xsub: array<vec4<i32>, SUBS * T4>;            // [sub-block][t]: sum of integers
-var<workgroup> xstep: array<vec4<f32>, T4>;                   // [t]: the block's step
+// The staged slice; [.. m / 4][m % 4] is row m's (t / 4, t % 4: token t's). The lengths (those
+// in the comments) come from cera.gpu.matmul.IntTiles.arrays.
+var<workgroup> ws: array<vec4<u32>, WS_LEN>;         // N_MATS * K4 * M4 [mat][word][m]: 4 signed quants
+var<workgroup> wsc: array<vec4<i32>, WSC_LEN>;       // N_MATS * SCALES * M4 [mat][scale group][m]: scale
+var<workgroup> wmin: array<vec4<i32>, WMIN_LEN>;     // N_MATS * SUBS * M4 [mat][sub-block][m]: min
+var<workgroup> wd: array<vec4<u32>, WD_LEN>;         // N_MATS * M4 [mat][m]: d | dmin, f16
+var<workgroup> xs: array<vec4<u32>, XS_LEN>;         // K4 * T4 [word][t]: 4 integers
+var<workgroup> xsub: array<vec4<i32>, XSUB_LEN>;     // SUBS * T4 [sub-block][t]: sum of integers
+var<workgroup> xstep: array<vec4<f32>, XSTEP_LEN>;   // T4 [t]: the block's step
 
 #include "weights.wgsl"
 #include "matmul_io.wgsl"

@@ -2,7 +2,7 @@
 // stage of a 4 x 4 block of dot products (tokens x weight rows: scaled, activated (GLU), biased
 // or added into `out`, as the includer's flags say) and the tile and part of K a workgroup owns.
 // The includer defines M, TILE_T, TILE_M and `alias XElem` (an element of x's binding), and
-// includes common.wgsl and quant.wgsl first.
+// includes common.wgsl and a quant_*.wgsl first.
 //
 // SPLIT (default 1) cuts K into SPLIT parts, each summed by workgroups of its own (workgroup x =
 // part * token tiles + token tile), part p writing its dots into rows p * MAX_ROWS + t of `out`

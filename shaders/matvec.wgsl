@@ -1,6 +1,6 @@
 // out[r] = SCALE * dot(W[r, :], x) (+ bias[r]) for r < M; W is a raw GGUF matrix (M, K).
 //
-// Defines: a weight type flag and K (see quant.wgsl), M, ROWS (rows per workgroup), TPR
+// Defines: a weight type flag and K (see quant_blocks.wgsl), M, ROWS (rows per workgroup), TPR
 // (threads per row, a power of two; ROWS * TPR <= 256), optional SCALE (f32), flags:
 //   X_VEC4      x bound as array<vec4<f32>> (K a multiple of 4)
 //   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
@@ -11,9 +11,9 @@
 //               block's RMSNorm fused in, so it costs no dispatch of its own. Every
 //               workgroup recomputes the (cheap) sum of squares of x.
 //   SUBGROUPS   reduce with subgroup operations (the device has the `subgroups` feature)
-//   X_STAGED    each workgroup first stages x as the dot products see it (normalized with
-//               NORM, merged with MERGE, which implies it) in workgroup memory, 16 *
-//               UNITS_PER_ROW floats: no storage loads of x or norm_w in the row loop.
+//   X_STAGED    with NORM or MERGE (which implies it): each workgroup first stages x as the
+//               dot products see it (normalized, or merged) in workgroup memory, XS_LEN vec4s
+//               (cera.gpu.matvec.x_staging): no storage loads of x or norm_w in the row loop.
 //   MERGE       x is decode attention's output, merged by each workgroup from the per-split
 //               partials attention.wgsl left (bound in x's place as `scratch`, with `step`
 //               at @binding(STEP_BINDING); attention_merge.wgsl) into xs (X_STAGED): the
@@ -33,9 +33,10 @@
 // finite and leaves them alone, and guards every other loop with a 64-bit iteration counter,
 // which cost the page's decode kernels a measurable share of their time (docs/PERFORMANCE.md).
 #include "matvec_io.wgsl"
+#include "quant_units.wgsl"
 
 // dot(W[row, unit u], x[the unit's elements]); with UNIT_AFFINE (and X_STAGED) factored as
-// quant.wgsl's UnitAffine says, with the pairs' sums of x staged in xsums.
+// quant_units.wgsl's UnitAffine says, with the pairs' sums of x staged in xsums.
 #ifdef UNIT_AFFINE
 fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
     let v = unit_affine(src, row_byte, u);
@@ -53,7 +54,7 @@ fn unit_dot(src: u32, row_byte: u32, u: u32) -> f32 {
 }
 #endif
 
-// The work items a row's threads stride over: quant.wgsl's units (matvec_int.wgsl: its integer
+// The work items a row's threads stride over: quant_units.wgsl's units (matvec_int.wgsl: its integer
 // items), nothing staged for them beyond x
 const ITEMS_PER_ROW = UNITS_PER_ROW;
 

@@ -2,21 +2,22 @@
 // workgroup first turning x (as the dot products see it, from xs with X_STAGED) into integers
 // per 256-element block in workgroup memory, X_PLANES bytes an element (1: 8 bits, as llama.cpp's
 // CPU backend quantizes its activations (Q8_K); 3: 24 bits, as precise as f32 x), and the rows
-// taking quant.wgsl's integer dot products over items of ITEM_UNITS units (item_dot_int, K a
-// multiple of 256; cera.gpu.quant.X_INT_TYPES).
+// taking quant_items_int.wgsl's integer dot products over items of ITEM_UNITS units
+// (item_dot_int, K a multiple of 256; cera.gpu.quant.X_INT_TYPES).
 //
-// Defines: matvec.wgsl's, X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS)
-// and the flag X_INT (quant.wgsl's integer section). Bindings, dispatch: as matvec.wgsl.
+// Defines: matvec.wgsl's, X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS), and the
+// lengths of x's arrays (cera.gpu.matvec.x_staging). Bindings, dispatch: as matvec.wgsl.
 #include "matvec_io.wgsl"
 #include "x_int.wgsl"
+#include "quant_items_int.wgsl"
 
-// x as quant.wgsl's X_INT section reads it (x_int.wgsl): per 256-element block b its step xd[b];
+// x as quant_items_int.wgsl reads it (x_int.wgsl): per 256-element block b its step xd[b];
 // plane p of the integers of elements 16g .. 16g+15 in xq[p * K / 16 + g]; xsum[g] holds the
-// group's sum of q.
-var<workgroup> xq: array<vec4<u32>, X_PLANES * K / 16u>;
-var<workgroup> xsum: array<i32, K / 16u>;
-var<workgroup> xd: array<f32, K / 256u>;
-var<workgroup> gmax: array<vec4<f32>, K / 64u>;   // each 16-element group's max |x|, four to a vec4
+// group's sum of q. Their lengths come from cera.gpu.matvec.x_staging.
+var<workgroup> xq: array<vec4<u32>, XQ_LEN>;     // X_PLANES * K / 16
+var<workgroup> xsum: array<i32, XSUM_LEN>;       // K / 16
+var<workgroup> xd: array<f32, XD_LEN>;           // K / 256
+var<workgroup> gmax: array<vec4<f32>, GMAX_LEN>;   // each 16-element group's max |x|, four to a vec4
 
 // Turn x (x4: as the dot products see it) into xq, xsum, xd, a thread per 16-element group: first
 // each group's max |x|, then each group its block's step (the max of its 16 groups') and its

@@ -7,7 +7,7 @@
 #ifdef SUBGROUPS
 enable subgroups;
 #endif
-#include "quant.wgsl"
+#include "quant_blocks.wgsl"
 #include "reduce.wgsl"
 #ifdef GLU
 #include "glu.wgsl"
@@ -54,10 +54,11 @@ fn norm4(e: u32) -> vec4<f32> {
 // x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
 // factor is applied once, to the row sums). With X_STAGED each workgroup first stages it in
 // workgroup memory, zero past K: the row loops then read no x, nor norm weights, from storage.
+// The arrays' lengths come from cera.gpu.matvec.x_staging (XS_LEN: 4 a unit, XSUMS_LEN: 2).
 #ifdef X_STAGED
-var<workgroup> xs: array<vec4<f32>, UNITS_PER_ROW * 4u>;
+var<workgroup> xs: array<vec4<f32>, XS_LEN>;
 #ifdef UNIT_AFFINE
-var<workgroup> xsums: array<vec2<f32>, UNITS_PER_ROW * 2u>;   // sums of x[4i .. 4i+3] at [i / 2][i % 2]
+var<workgroup> xsums: array<vec2<f32>, XSUMS_LEN>;   // sums of x[4i .. 4i+3] at [i / 2][i % 2]
 #endif
 
 fn x4(e: u32) -> vec4<f32> {
@@ -196,9 +197,9 @@ fn main(@builtin(local_invocation_index) lid: u32,
     let live = split_range(0u);
 #endif
     var squares = 0.0;
-    for (var n = 0u; n < (UNITS_PER_ROW * 4u + WG - 1u) / WG; n++) {
+    for (var n = 0u; n < (XS_LEN + WG - 1u) / WG; n++) {
         let i = n * WG + lid;   // xs[i]: elements 4i .. 4i+3
-        if (i >= UNITS_PER_ROW * 4u) {
+        if (i >= XS_LEN) {
             break;
         }
 #ifdef MERGE
@@ -209,13 +210,9 @@ fn main(@builtin(local_invocation_index) lid: u32,
         }
         let staged = v;
 #else
-        let v = select(vec4<f32>(0.0), x_raw(4u * i), in_row(4u * i));
-#ifdef NORM
+        let v = select(vec4<f32>(0.0), x_raw(4u * i), in_row(4u * i));   // with NORM (X_STAGED's other case)
         squares += dot(v, v);
         let staged = v * norm4(4u * i);
-#else
-        let staged = v;
-#endif
 #endif
         xs[i] = staged;
 #ifdef UNIT_AFFINE

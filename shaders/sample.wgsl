@@ -12,7 +12,7 @@
 //   UNRESOLVED): the elements are z itself, all N = VOCAB of them.
 // A drawing form writes result[2 w] = the token (NONE: no candidate), result[2 w + 1] = n_kept,
 // for workgroup w, whose draw is step.draw + w (the decode plan runs one; the tests run many to
-// see the distribution). Defines: N, VOCAB, WG, IDX_DIGITS (bytes a token id needs), IDX_MASK
+// see the distribution). Defines: N, VOCAB, WG, LOADS, IDX_DIGITS (bytes a token id needs), IDX_MASK
 // (2^(8 IDX_DIGITS) - 1), flag SELECT or CANDIDATES.
 // Bindings: z (f32 bits; CANDIDATES: the keys), params (struct Sampling), step, then SELECT:
 // out, summary; CANDIDATES: result, summary; else result.
@@ -46,8 +46,8 @@ const LOG_WG = countTrailingZeros(WG);
 // Chromium's compiler guards every other loop with an iteration counter (matvec.wgsl).
 // A pass over the vocabulary is a loop of rounds, each loading LOADS keys at once (keys_of): one
 // workgroup walks all of it, so the latency of its loads, not bandwidth, sets a pass's time, and
-// independent loads in flight hide it (docs/PERFORMANCE.md, decisions).
-const LOADS = 8u;
+// independent loads in flight hide it (docs/PERFORMANCE.md, decisions). LOADS is a define
+// (cera.gpu.sample.LOADS: a SELECT workgroup's slice is LOADS rounds of WG keys).
 const ROUNDS = (N + LOADS * WG - 1u) / (LOADS * WG);   // elements (r LOADS + j) WG + lid, j < LOADS
 
 @group(0) @binding(1) var<uniform> params: Sampling;

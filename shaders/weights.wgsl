@@ -1,6 +1,6 @@
-// The weight fetches quant.wgsl decodes from: 0 is `w`, 1 is `w_up` (flag GLU, the SwiGLU's
+// The weight fetches quant_*.wgsl decode from: 0 is `w`, 1 is `w_up` (flag GLU, the SwiGLU's
 // second matrix). The including shader declares both bindings under those names, as
-// `array<WeightWords>` (quant.wgsl): u32 words, or with WEIGHT_QUADS (blocks of a multiple of
+// `array<WeightWords>` (quant_blocks.wgsl): u32 words, or with WEIGHT_QUADS (blocks of a multiple of
 // 16 bytes: Q4_K, Q5_K) vec4<u32>, so that a block's fields arrive in 16-byte loads, one
 // storage access (and one bounds check) for four words.
 #ifdef WEIGHT_QUADS

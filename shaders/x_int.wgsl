@@ -1,4 +1,4 @@
-// x in integers, as the integer dot products take it (quant.wgsl X_INT, matmul_int.wgsl): per
+// x in integers, as the integer dot products take it (quant_items_int.wgsl, matmul_int.wgsl): per
 // 256-element block a step d = max|x| / X_RANGE and integers q = round(x / d), ties to even, of
 // at most X_RANGE, in X_PLANES signed bytes: plane p holds byte p of q's signed digits of base
 // 256 (q = sum of 256^p times digit p). One plane is llama.cpp's CPU backend's Q8_K (the

@@ -20,6 +20,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import attention, matmul, ops as gpu_ops, quant
+from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F32_CACHE, MIXED_CACHES, as_cached, assert_close, cache_tolerance, glu_act,
                       read_cache, run, step_buffer, submit, upload, upload_cache, write_cache, zeros)
@@ -82,13 +83,12 @@ def matmul_case(gpu, t, m, k, n_tokens, max_rows, rng, *, scale=None, bias=False
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act,
-              half=half)
+    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, act=act)
     want, mag = expected(gpu, rng, t, w, x[:n_tokens].astype(np.float64), out0[:n_tokens], kw, glu=glu, act=act,
                          scale=scale, bias=bias, accumulate=accumulate)
     step = step_buffer(gpu, 3, n_tokens)
-    dispatch = matmul.matmul(gpu.kernels, device or gpu.device, out, upload(gpu, raw, "w"), upload(gpu, x, "x"),
-                              step, **kw)
+    dispatch = matmul.matmul(gpu.kernels, device or gpu.device, out, Projection(upload(gpu, raw, "w"), **kw),
+                              upload(gpu, x, "x"), step, max_rows=max_rows, half=half, tune=Tuning(tiles=tiles))
     got = run(gpu, [dispatch], out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
     assert dispatch.label.endswith(" f16") == half
@@ -215,10 +215,10 @@ def test_matmul_half_choice(gpu):
     assert not matmul.half_tiles(f16, T.F32) and not matmul.half_tiles(f16, T.BF16)
     assert not matmul.half_tiles(plain, T.Q4_K)
     buf, step = dev.buffer(4096, "x"), step_buffer(gpu, 0, 4)
-    d = matmul.matmul(gpu.kernels, plain, buf, buf, buf, step, wtype=T.Q8_0, k=32, m=4, max_rows=4)
+    d = matmul.matmul(gpu.kernels, plain, buf, Projection(buf, T.Q8_0, 32, 4), buf, step, max_rows=4)
     assert "f16" not in d.label
     with pytest.raises(ValueError, match="shader-f16"):
-        matmul.matmul(gpu.kernels, plain, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4, half=True)
+        matmul.matmul(gpu.kernels, plain, buf, Projection(buf, T.Q8_0, 32, 4), buf, buf, max_rows=4, half=True)
 
 
 def test_matmul_2d_dispatch(gpu):
@@ -242,6 +242,7 @@ def test_matmul_tiled(gpu, glu, act, half):
     t, m, k, n_tokens, max_rows = T.Q4_0, 320, 64, 7, 8     # 36-byte rows: tiles of 64 rows
     limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=4096,
                                  min_storage_buffer_offset_alignment=256)
+    small = types.SimpleNamespace(limits=limits, features=gpu.device.features)
     assert matmul.row_blocks(k, m, max_rows, limits) == [(0, 3), (3, 3), (6, 2)]   # 1280-byte out rows
     rng = np.random.default_rng(11)
     raw, w = random_rows(t, m, k, rng)
@@ -260,9 +261,8 @@ def test_matmul_tiled(gpu, glu, act, half):
         kw["bias"] = upload(gpu, b)
         want = want + b
     out = upload(gpu, np.zeros((max_rows, m), np.float32))
-    dispatches = matmul.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
-                                      step_buffer(gpu, 0, n_tokens), wtype=t, k=k, m=m, max_rows=max_rows,
-                                      limits=limits, half=half, **kw)
+    dispatches = matmul.matmul_tiled(gpu.kernels, small, out, Projection(upload(gpu, raw), t, k, m, **kw), upload(gpu, x),
+                                      step_buffer(gpu, 0, n_tokens), max_rows=max_rows, half=half)
     assert len(dispatches) == 3 * 5
     got = run(gpu, dispatches, out, (max_rows, m))
     bk = matmul.matmul_tiles(limits, 3, glu, 64, half).bk    # every block: at most 3 rows, 64 columns
@@ -289,8 +289,8 @@ def test_matmul_split(gpu, t, k, split, max_rows, accumulate, half):
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out, parts = upload(gpu, out0, "out"), zeros(gpu, (split, max_rows, m), "parts")
     step = step_buffer(gpu, 0, n_tokens)
-    mm = matmul.matmul(gpu.kernels, gpu.device, parts, upload(gpu, raw, "w"), upload(gpu, x, "x"), step, wtype=t,
-                        k=k, m=m, max_rows=max_rows, scale=scale, half=half, split=split)
+    mm = matmul.matmul(gpu.kernels, gpu.device, parts, Projection(upload(gpu, raw, "w"), t, k, m, scale=scale),
+                        upload(gpu, x, "x"), step, max_rows=max_rows, half=half, split=split)
     total = matmul.split_sum(gpu.kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
                               accumulate=accumulate, label="split_sum")
     assert mm.groups[0] == split * -(-max_rows // matmul.matmul_tiles(gpu.device.limits, max_rows, False, m, half, t).tile_t)
@@ -321,8 +321,8 @@ def test_matmul_tiled_splits_long_k(gpu, monkeypatch, integer):
     got = {}
     for parts in (None, zeros(gpu, (matmul.SPLIT_MAX, max_rows, m), "parts")):
         out = upload(gpu, out0, "out")
-        ds = matmul.matmul_tiled(gpu.kernels, gpu.device, out, bufs["w"], bufs["x"], bufs["step"], wtype=t, k=k,
-                                  m=m, max_rows=max_rows, accumulate=True, parts=parts, xi=xi)
+        ds = matmul.matmul_tiled(gpu.kernels, gpu.device, out, Projection(bufs["w"], t, k, m, accumulate=True),
+                                  bufs["x"], bufs["step"], max_rows=max_rows, parts=parts, xi=xi)
         assert [d.label for d in ds if not d.label.startswith("quantize_x")] == (
             [f"matmul Q4_K {m}x{k}{tag} +="] if parts is None else
             [f"matmul Q4_K {m}x{k}{tag} /4", f"split_sum 4x{m}"])
@@ -347,12 +347,18 @@ def test_row_blocks(gpu):
 def test_matmul_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="no batched matmul kernel"):
-        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.TQ1_0, k=256, m=4, max_rows=4)
+        matmul.matmul(gpu.kernels, gpu.device, buf, Projection(buf, T.TQ1_0, 256, 4), buf, buf, max_rows=4)
     with pytest.raises(ValueError, match="GLU with a bias"):
-        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, max_rows=4,
-                       bias=buf, w_up=buf)
+        matmul.matmul(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, 32, 4, bias=buf, w_up=buf), buf, buf,
+                      max_rows=4)
     with pytest.raises(ValueError, match="multiple"):
-        matmul.matmul(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+        matmul.matmul(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_K, 100, 4), buf, buf, max_rows=4)
+    with pytest.raises(ValueError, match="matmul: no tuning knob tpr"):
+        matmul.matmul(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, 32, 4), buf, buf, max_rows=4,
+                      tune=Tuning(tpr=4))
+    with pytest.raises(ValueError, match="not MatmulTiles"):
+        matmul.matmul(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, 32, 4), buf, buf, max_rows=4,
+                      tune=Tuning(tiles=matmul.IntTiles(64, 64, 64)))
 
 
 # --- matmul with x in integers ----------------------------------------------------------------
@@ -423,10 +429,11 @@ def matmul_int_case(gpu, t, m, k, n_tokens, max_rows, rng, *, glu=False, bias=Fa
     xi, _ = x_int_rows(gpu, x, step)
     out0 = rng.standard_normal((max_rows, m)).astype(np.float32)
     out = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows, scale=scale, accumulate=accumulate, tiles=tiles, act=act)
+    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, act=act)
     want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=glu,
                          act=act, scale=scale, bias=bias, accumulate=accumulate)
-    got = run(gpu, [matmul.matmul_int(gpu.kernels, gpu.device, out, upload(gpu, raw, "w"), xi, step, **kw)],
+    got = run(gpu, [matmul.matmul_int(gpu.kernels, gpu.device, out, Projection(upload(gpu, raw, "w"), **kw), xi, step,
+                                      max_rows=max_rows, tune=Tuning(tiles=tiles))],
               out, (max_rows, m))
     assert_close(got[n_tokens:], out0[n_tokens:], 0, 0, "rows past step.n_tokens must stay untouched")
     return got[:n_tokens], want, mag
@@ -470,16 +477,17 @@ def test_matmul_tiled_int(gpu, t, m, max_rows, binding):
     k, n_tokens = 256, max_rows - 5
     limits = dataclasses.replace(gpu.device.limits, max_storage_buffer_binding_size=binding,
                                  min_storage_buffer_offset_alignment=256)
+    small = types.SimpleNamespace(limits=limits, features=gpu.device.features)
     rng = np.random.default_rng(12)
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal((max_rows, k)).astype(np.float32)
     out0 = np.zeros((max_rows, m), np.float32)
-    kw = dict(wtype=t, k=k, m=m, max_rows=max_rows)
+    kw = dict(wtype=t, k=k, m=m)
     want, mag = expected(gpu, rng, t, w, ops.q8_k(x[:n_tokens]).astype(np.float64), out0[:n_tokens], kw, glu=False,
                          act=FFN_SILU, scale=None, bias=True, accumulate=False)
     out, xi = upload(gpu, out0), zeros(gpu, (max_rows, matmul.x_int_stride(k)), "xi")
-    dispatches = matmul.matmul_tiled(gpu.kernels, gpu.device, out, upload(gpu, raw), upload(gpu, x),
-                                      step_buffer(gpu, 0, n_tokens), limits=limits, xi=xi, **kw)
+    dispatches = matmul.matmul_tiled(gpu.kernels, small, out, Projection(upload(gpu, raw), **kw), upload(gpu, x),
+                                      step_buffer(gpu, 0, n_tokens), max_rows=max_rows, xi=xi)
     blocks, tiles = matmul.row_blocks(k, m, max_rows, limits), quant.row_tiles(t, k, m, limits)
     assert len(blocks) > 1 and len(tiles) > 1
     assert [d.label.split()[0] for d in dispatches] == ["quantize_x"] + ["matmul"] * len(blocks) * len(tiles)
@@ -492,9 +500,9 @@ def test_int_tile_choice(gpu):
     """Integer x for its types and K only, and only given room for it (xi: Numerics.int8 gives
     it); the GLU's tiling fits Chromium's 32 KiB of workgroup memory."""
     buf, step = gpu.device.buffer(1 << 16, "x"), step_buffer(gpu, 0, 4)
-    kw = dict(wtype=T.Q4_K, k=256, m=4, max_rows=4)
-    exact = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, **kw)
-    integer = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, buf, buf, step, xi=buf, **kw)
+    p = Projection(buf, T.Q4_K, 256, 4)
+    exact = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, p, buf, step, max_rows=4)
+    integer = matmul.matmul_tiled(gpu.kernels, gpu.device, buf, p, buf, step, max_rows=4, xi=buf)
     assert [d.label.split()[0] for d in exact] == ["matmul"] and " x8" not in exact[0].label
     assert [d.label.split()[0] for d in integer] == ["quantize_x", "matmul"] and " x8" in integer[1].label
     assert matmul.int_tile(gpu.device, T.Q4_K, 1536) and matmul.int_tile(gpu.device, T.Q6_K, 256)
@@ -507,9 +515,9 @@ def test_int_tile_choice(gpu):
 def test_matmul_int_errors(gpu):
     buf = gpu.device.buffer(4096, "x")
     with pytest.raises(ValueError, match="no integer matmul"):
-        matmul.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_0, k=256, m=4, max_rows=4)
+        matmul.matmul_int(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_0, 256, 4), buf, buf, max_rows=4)
     with pytest.raises(ValueError, match="no integer matmul"):
-        matmul.matmul_int(gpu.kernels, gpu.device, buf, buf, buf, buf, wtype=T.Q4_K, k=100, m=4, max_rows=4)
+        matmul.matmul_int(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_K, 100, 4), buf, buf, max_rows=4)
     with pytest.raises(ValueError, match="multiple of 256"):
         matmul.quantize_x(gpu.kernels, buf, buf, buf, k=100, max_rows=4)
 

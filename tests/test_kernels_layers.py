@@ -9,6 +9,7 @@ from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.errors import InvalidArgument
 from cera.gpu import attention, matvec, ops as gpu_ops
+from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, as_cached, assert_close, cache_tolerance,
                       glu_act, read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
@@ -290,7 +291,8 @@ def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_k
     first, partials = attention.attention_partials(kernels, device, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                                 n_kv_heads=n_kv_heads, max_ctx=max_ctx, split=split,
                                                 scratch=Binding(scratch, 0, scratch_bytes), window=window)
-    project = matvec.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim, m=m, subgroups=subgroups)
+    project = matvec.matvec(kernels, device, out, Projection(wb, T[wtype], q_dim, m), partials,
+                            tune=Tuning(subgroups=subgroups))
     assert "merge" in project.label.split()
     for pos in (400, 0, split - 1, split, 130):   # long first: shorter steps find stale records past them
         q = randn(1, n_heads, head_dim, scale=2.0)
@@ -305,7 +307,7 @@ def test_output_projection_merges_attention_partials(gpu, head_dim, n_heads, n_k
         att = ops.attention(q, k_cache[:pos + 1], v_cache[:pos + 1], np.array([pos]), 1.0 / np.sqrt(head_dim), window)
         assert_close(read(gpu, out, (m,)), w @ att.ravel(), 1e-4, 1e-4, f"merged projection pos {pos}")
     with pytest.raises(ValueError, match="merging attention's partials"):
-        matvec.matvec(kernels, device, out, wb, partials, wtype=T[wtype], k=q_dim + 4, m=m)
+        matvec.matvec(kernels, device, out, Projection(wb, T[wtype], q_dim + 4, m), partials)
 
 
 def test_attention_errors(gpu):

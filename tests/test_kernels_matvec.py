@@ -18,7 +18,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
-from cera.gpu import matvec, ops as gpu_ops, quant
+from cera.gpu import matmul, matvec, ops as gpu_ops, quant
+from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import pack_step
 from gpu_util import assert_close, glu_act, run, upload
 from quantdata import random_rows
@@ -54,8 +55,7 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=matvec.WORKGROUP,
-                stage=None, x_bits=None):
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=None, x_bits=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation; x_bits: matvec's knob (None: its default); with 8, want takes x quantized to
     8 bits as the kernel stages it (ops.q8_k of x, normed but for the 1 / rms factor the kernel
@@ -64,8 +64,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     x = rng.standard_normal(k).astype(np.float32) * 3
     out0 = rng.standard_normal(m).astype(np.float32)
     out_buf = upload(gpu, out0, "out")
-    kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, tpr=tpr, act=act, subgroups=subgroups,
-              workgroup=workgroup, stage=stage, x_bits=x_bits)
+    spec, kw = dict(wtype=t, k=k, m=m, scale=scale, accumulate=accumulate, act=act), {}
     x_gpu = x
     if norm:
         norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
@@ -79,24 +78,27 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     want = w.astype(np.float64) @ x
     if glu:
         raw_up, w_up = random_rows(t, m, k, rng)
-        kw["w_up"] = Binding(upload(gpu, raw_up, "w_up"))
+        spec["w_up"] = Binding(upload(gpu, raw_up, "w_up"))
         want = glu_act(want, act) * (w_up.astype(np.float64) @ x)
     if scale is not None:
         want = want * scale
     if bias:
         b = rng.standard_normal(m).astype(np.float32)
-        kw["bias"] = Binding(upload(gpu, b, "bias"))
+        spec["bias"] = Binding(upload(gpu, b, "bias"))
         want = want + b
     if accumulate:
         want = want + out0
-    dispatch = matvec.matvec(gpu.kernels, device or gpu.device, Binding(out_buf), Binding(upload(gpu, raw, "w")),
-                             Binding(upload(gpu, x_gpu, "x")), **kw)
+    device = device or gpu.device
+    dispatch = matvec.matvec(gpu.kernels, device, Binding(out_buf), Projection(Binding(upload(gpu, raw, "w")), **spec),
+                             Binding(upload(gpu, x_gpu, "x")), **kw,
+                             tune=Tuning(tpr=tpr, workgroup=workgroup, subgroups=subgroups, x_bits=x_bits))
     if subgroups is not None:
         assert ("sg" in dispatch.label.split(" ")) == subgroups
     default_int = norm and t in quant.X_INT_TYPES and m >= matvec.X_INT_MIN_ROWS \
-        and matvec.staged_x_fits(gpu.device, k, x_bits=24)
+        and matvec.staged_x_fits(device, k, x_bits=24)
     bits = x_bits if x_bits is not None else 24 if default_int else 0
-    staged = (norm and matvec.staged_x_fits(gpu.device, k, x_bits=bits)) if stage is None else stage
+    sums = not bits and t in quant.UNIT_AFFINE_TYPES
+    staged = norm and matvec.staged_x_fits(device, k, sums, x_bits=bits)
     assert dispatch.label.endswith(f" x{bits}") == bool(bits), dispatch.label
     assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
@@ -139,9 +141,9 @@ def test_matvec_variants(gpu, t, subgroups):
 def test_glu_activation_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     with pytest.raises(ValueError, match="GELU is the GLU's gate activation: it needs w_up"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, act=FFN_GELU)
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, k=32, m=4, act=FFN_GELU), buf)
     with pytest.raises(ValueError, match="GLU activation 'relu'"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, w_up=buf, act="relu")
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, k=32, m=4, w_up=buf, act="relu"), buf)
 
 
 @pytest.mark.parametrize("variant", ["bias", "accumulate", "scale"])
@@ -171,26 +173,31 @@ def test_matvec_workgroup_size(gpu, workgroup, tpr, subgroups):
     check_matvec(got, want, mag, f"workgroup={workgroup} tpr={tpr}")
 
 
-@pytest.mark.parametrize("stage", [False, True], ids=["storage", "staged"])
-def test_matvec_x_staging(gpu, stage, subgroups):
-    """x read from storage in the row loop, or staged per workgroup first (normalized, zero past
-    K): plain and fused-norm matvecs, a GLU, f16 rows of odd length (x bound as scalars, a
+def cramped(gpu, storage):
+    """The device, as a builder sees it, with `storage` bytes of workgroup memory."""
+    limits = dataclasses.replace(gpu.device.limits, max_compute_workgroup_storage_size=storage)
+    return types.SimpleNamespace(limits=limits, features=gpu.device.features)
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["storage", "staged"])
+def test_matvec_x_staging(gpu, staged, subgroups):
+    """A normed x staged per workgroup first (normalized, zero past K), or, where workgroup
+    memory is too small for it, read from storage in the row loop; and a plain x (read from
+    storage): a fused-norm GLU and plain matvecs, f16 rows of odd length (x bound as scalars, a
     ragged last unit) and 16-byte-block types (bound as vec4<u32>)."""
-    rng = np.random.default_rng(60 + stage)
+    rng = np.random.default_rng(60 + staged)
+    device = gpu.device if staged else cramped(gpu, matvec.STAGE_SCRATCH)
     for t, m, k in [(T.Q4_K, 67, 1536), (T.Q5_K, 9, 512), (T.Q8_0, 75, 1024), (T.F16, 67, 1001), (T.F32, 7, 13)]:
-        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, stage=stage)
-        check_matvec(got, want, mag, f"{t.name} k={k} stage={stage}")
-        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, stage=stage, norm=True, glu=True)
-        check_matvec(got, want, mag * mag, f"{t.name} k={k} stage={stage} norm+glu")
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, device=device)
+        check_matvec(got, want, mag, f"{t.name} k={k}")
+        got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, device=device, norm=True, glu=True)
+        check_matvec(got, want, mag * mag, f"{t.name} k={k} staged={staged} norm+glu")
 
 
 def test_matvec_staging_checked(gpu, subgroups):
-    """An x too big for workgroup memory: stage=True is refused, a fused norm reads storage."""
-    buf = Binding(gpu.device.buffer(4096, "x"))
+    """An x too big for workgroup memory: a fused norm reads storage."""
     k = gpu.device.limits.max_compute_workgroup_storage_size // 4 // 32 * 32
     assert not matvec.staged_x_fits(gpu.device, k) and matvec.staged_x_fits(gpu.device, 256)
-    with pytest.raises(ValueError, match="does not fit this device's workgroup memory"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=k, m=4, stage=True)
     got, want, mag = matvec_case(gpu, T.Q8_0, 5, k, np.random.default_rng(61), subgroups=subgroups, norm=True)
     check_matvec(got, want, mag, f"k={k} norm, unstaged")
 
@@ -199,13 +206,17 @@ def test_matvec_knobs_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     for workgroup, tpr in [(48, 4), (512, 4), (32, 64)]:
         with pytest.raises(ValueError, match="expected a power of two"):
-            matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, tpr=tpr,
-                          workgroup=workgroup)
+            matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, k=32, m=4), buf,
+                          tune=Tuning(tpr=tpr, workgroup=workgroup))
     no_subgroups = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
     with pytest.raises(ValueError, match="no subgroups"):
-        matvec.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4, subgroups=True)
-    d = matvec.matvec(gpu.kernels, no_subgroups, buf, buf, buf, wtype=T.Q8_0, k=32, m=4)
+        matvec.matvec(gpu.kernels, no_subgroups, buf, Projection(buf, T.Q8_0, k=32, m=4), buf,
+                      tune=Tuning(subgroups=True))
+    d = matvec.matvec(gpu.kernels, no_subgroups, buf, Projection(buf, T.Q8_0, k=32, m=4), buf)
     assert d.label == "matvec Q8_0 4x32"
+    with pytest.raises(ValueError, match="matvec: no tuning knob tiles"):
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, k=32, m=4), buf,
+                      tune=Tuning(tiles=matmul.matmul_tiles(gpu.device.limits, 64)))
 
 
 def test_matvec_2d_dispatch(gpu):
@@ -249,7 +260,7 @@ def test_row_tiles_too_small(gpu):
 def test_matvec_tiled(gpu, glu, act, subgroups):
     """A matrix bigger than a (forced small) binding limit, bound in aligned row tiles."""
     t, m, k = T.Q4_0, 300, 64                   # 36-byte rows: tiles of 64 rows
-    limits = small_limits(gpu, 4096)
+    small = types.SimpleNamespace(limits=small_limits(gpu, 4096), features=gpu.device.features)
     rng = np.random.default_rng(11)
     raw, w = random_rows(t, m, k, rng)
     x = rng.standard_normal(k).astype(np.float32)
@@ -264,9 +275,8 @@ def test_matvec_tiled(gpu, glu, act, subgroups):
         kw["bias"] = Binding(upload(gpu, b))
         want = want + b
     out = gpu.device.buffer(4 * m, "out")
-    dispatches = matvec.matvec_tiled(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw)),
-                                     Binding(upload(gpu, x)), wtype=t, k=k, m=m, limits=limits,
-                                     subgroups=subgroups, **kw)
+    dispatches = matvec.matvec_tiled(gpu.kernels, small, Binding(out), Projection(Binding(upload(gpu, raw)), t, k, m, **kw),
+                                     Binding(upload(gpu, x)), tune=Tuning(subgroups=subgroups))
     assert len(dispatches) == 5
     got = run(gpu, dispatches, out, m)
     mag = np.abs(w) @ np.abs(x)
@@ -274,6 +284,7 @@ def test_matvec_tiled(gpu, glu, act, subgroups):
 
 
 def embed_case(gpu, t, k, rows, tokens, n_tokens, max_rows, scale=None, limits=None, seed=0):
+    """limits: the device's as embed_tiled sees them (None: embed, one dispatch)."""
     rng = np.random.default_rng(seed)
     raw, table = random_rows(t, rows, k, rng)
     tokens_buf = upload(gpu, np.array(tokens + [0] * (max_rows - len(tokens)), np.uint32), "tokens")
@@ -281,13 +292,13 @@ def embed_case(gpu, t, k, rows, tokens, n_tokens, max_rows, scale=None, limits=N
     gpu.device.write(step_buf, pack_step(0, n_tokens))
     sentinel = np.full((max_rows, k), -7.0, np.float32)
     out = upload(gpu, sentinel, "out")
-    args = (gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "table")), Binding(tokens_buf),
+    device = types.SimpleNamespace(limits=limits, features=gpu.device.features) if limits else gpu.device
+    args = (gpu.kernels, device, Binding(out), Binding(upload(gpu, raw, "table")), Binding(tokens_buf),
             Binding(step_buf))
     if limits is None:
         dispatches = [gpu_ops.embed(*args, wtype=t, k=k, max_rows=max_rows, scale=scale)]
     else:
-        dispatches = gpu_ops.embed_tiled(*args, wtype=t, k=k, rows=rows, max_rows=max_rows, scale=scale,
-                                        limits=limits)
+        dispatches = gpu_ops.embed_tiled(*args, wtype=t, k=k, rows=rows, max_rows=max_rows, scale=scale)
     got = run(gpu, dispatches, out, max_rows * k).reshape(max_rows, k)
     want = sentinel.copy()
     want[:n_tokens] = table[tokens[:n_tokens]] * (1.0 if scale is None else scale)
@@ -366,8 +377,10 @@ def test_matvec_integer_x(gpu, t, m, k, bits, subgroups):
         with pytest.raises(ValueError, match=f"x of {k} elements does not fit"):
             matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits)
         return
+    # the last: a fused norm whose x, as floats, does not fit beside its integers (read from storage)
+    ints_only = cramped(gpu, matvec.STAGE_SCRATCH + matvec.x_staging(k, floats=False, x_bits=bits).nbytes)
     for kw in [{}, dict(norm=True, bias=True), dict(norm=True, glu=True), dict(glu=True),
-               dict(scale=0.375, bias=True, accumulate=True), dict(norm=True, stage=False)]:
+               dict(scale=0.375, bias=True, accumulate=True), dict(norm=True, device=ints_only)]:
         got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits, **kw)
         check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} {m}x{k} x{bits} {kw}")
 
@@ -407,8 +420,8 @@ def test_int8_x_moves_results_as_llama_cpp_does(gpu):
     got = {}
     for bits in (8, 24):
         out = upload(gpu, np.zeros(64, np.float32), "out")
-        d = matvec.matvec(gpu.kernels, gpu.device, Binding(out), Binding(upload(gpu, raw, "w")),
-                          Binding(upload(gpu, x, "x")), wtype=T.Q4_K, k=1536, m=64, x_bits=bits)
+        d = matvec.matvec(gpu.kernels, gpu.device, Binding(out), Projection(Binding(upload(gpu, raw, "w")), T.Q4_K, 1536, 64),
+                          Binding(upload(gpu, x, "x")), tune=Tuning(x_bits=bits))
         got[bits] = run(gpu, [d], out, 64)
     assert np.abs(got[8] - quantized).max() < 1e-4 * np.abs(exact).max()
     assert np.abs(got[8] - exact).max() > 1e-3 * np.abs(exact).max()
@@ -418,12 +431,12 @@ def test_int8_x_moves_results_as_llama_cpp_does(gpu):
 def test_integer_x_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     with pytest.raises(ValueError, match="no integer x dot product for Q8_0"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q8_0, k=256, m=4, x_bits=24)
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, 256, 4), buf, tune=Tuning(x_bits=24))
     with pytest.raises(ValueError, match="x_bits 16: expected one of 0, 8, 24"):
-        matvec.matvec(gpu.kernels, gpu.device, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=16)
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_K, 256, 4), buf, tune=Tuning(x_bits=16))
     no_dot = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)
     with pytest.raises(ValueError, match="packed_4x8_integer_dot_product"):
-        matvec.matvec(gpu.kernels, no_dot, buf, buf, buf, wtype=T.Q4_K, k=256, m=4, x_bits=8)
+        matvec.matvec(gpu.kernels, no_dot, buf, Projection(buf, T.Q4_K, 256, 4), buf, tune=Tuning(x_bits=8))
     assert matvec.x_int_bits(no_dot, T.Q4_K, 256, 4096, None, floats=True) == 0   # the default falls back to f32 x
     assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, 4096, None, floats=True) == 24
     assert matvec.x_int_bits(gpu.device, T.Q4_K, 256, matvec.X_INT_MIN_ROWS - 1, None, floats=True) == 0

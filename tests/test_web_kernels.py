@@ -25,11 +25,12 @@ def test_page_is_ready_on_swiftshader_with_max_limits(page):
     got = python_in_worker(page, """
 import json
 from js import navigator
+from cera.device import PACKED_DOT
 from cera_web.session import sessions
 dev = sessions[0].device
 adapter = await navigator.gpu.requestAdapter()
 json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features),
-            "packed_dot": navigator.gpu.wgslLanguageFeatures.has("packed_4x8_integer_dot_product"),
+            "packed_dot": navigator.gpu.wgslLanguageFeatures.has(PACKED_DOT),
             "adapter": {k: getattr(adapter.limits, v) for k, v in {
                 "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
                 "max_compute_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
@@ -99,6 +100,7 @@ def test_layer_kernels_on_the_pyodide_device(page, cache):
 import base64, json
 import numpy as np
 from cera.gpu import attention, matvec, ops
+from cera.gpu.spec import Projection
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.session import sessions
@@ -129,7 +131,7 @@ out["decode"] = await dev.read(att, 0, 4 * {heads * hd})
 first, partials = attention.attention_partials(kernels, dev, qkv7, kc, vc, step, max_ctx={ctx}, split=4, rope=rope,
                                             kv_offsets=({heads * hd}, {(heads + kv_heads) * hd}), **shape)
 w_o, merged = upload({b64(w_o)!r}), zeros(24)
-await dev.run(dev.schedule([first, matvec.matvec(kernels, dev, merged, w_o, partials, wtype=0, k={heads * hd}, m=24)]))
+await dev.run(dev.schedule([first, matvec.matvec(kernels, dev, merged, Projection(w_o, 0, {heads * hd}, 24), partials)]))
 out["merged"] = await dev.read(merged, 0, 4 * 24)
 out["cache"] = await dev.read(kc, 0, {cache_bytes} * 8 * {kv_heads * hd})
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
@@ -182,6 +184,7 @@ import base64, json
 import numpy as np
 from cera.device import Binding
 from cera.gpu import matmul, matvec, ops
+from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import pack_step
 from cera.kernels import Kernels
 from cera_web.session import sessions
@@ -200,15 +203,15 @@ vec, mat = dev.buffer(4 * {m}, "vec"), dev.buffer(4 * {n_tokens * m}, "mat")
 emb, vec8, vec24 = dev.buffer(4 * {n_tokens * k}, "emb"), dev.buffer(4 * {m}, "vec8"), dev.buffer(4 * {m}, "vec24")
 mat8, xi = dev.buffer(4 * {n_tokens * m}, "mat8"), dev.buffer(4 * {n_tokens} * matmul.x_int_stride({k}), "xi")
 mats, parts = dev.buffer(4 * {n_tokens * m}, "mats"), dev.buffer(3 * 4 * {n_tokens * m}, "parts")
-integer = [matvec.matvec(kernels, dev, Binding(out), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}, x_bits=bits)
+p = Projection(Binding(w), {int(t)}, {k}, {m})
+integer = [matvec.matvec(kernels, dev, Binding(out), p, Binding(x), tune=Tuning(x_bits=bits))
            for out, bits in ((vec8, 8), (vec24, 24))] if {integer} else []
 integer += [matmul.quantize_x(kernels, xi, x, step, k={k}, max_rows={n_tokens}),
-            matmul.matmul_int(kernels, dev, mat8, w, xi, step, wtype={int(t)}, k={k}, m={m},
-                               max_rows={n_tokens})] if {tiled} else []
+            matmul.matmul_int(kernels, dev, mat8, p, xi, step, max_rows={n_tokens})] if {tiled} else []
 schedule = dev.schedule(integer + [
-    matvec.matvec(kernels, dev, Binding(vec), Binding(w), Binding(x), wtype={int(t)}, k={k}, m={m}),
-    matmul.matmul(kernels, dev, mat, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}),
-    matmul.matmul(kernels, dev, parts, w, x, step, wtype={int(t)}, k={k}, m={m}, max_rows={n_tokens}, split=3),
+    matvec.matvec(kernels, dev, Binding(vec), p, Binding(x)),
+    matmul.matmul(kernels, dev, mat, p, x, step, max_rows={n_tokens}),
+    matmul.matmul(kernels, dev, parts, p, x, step, max_rows={n_tokens}, split=3),
     matmul.split_sum(kernels, mats, parts, step, m={m}, split=3, max_rows={n_tokens}, accumulate=False, label="sum"),
     ops.embed(kernels, dev, Binding(emb), Binding(w), Binding(tokens), Binding(step), wtype={int(t)}, k={k},
                  max_rows={n_tokens})])

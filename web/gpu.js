@@ -19,8 +19,10 @@ export function lostError(info) {
   return new CeraError("DeviceLost", `the GPU device was lost (${info.reason || "unknown"}: ${info.message})`);
 }
 
-// A device with every adapter limit at its maximum and the wanted features it has.
-export async function openGpu(wantedFeatures) {
+// A device with every adapter limit at its maximum and the wanted features it has; its features
+// as the core sees them name the wanted WGSL language features the browser's compiler has too
+// (both lists are cera.device's: WANTED_FEATURES, WANTED_LANGUAGE_FEATURES).
+export async function openGpu(wantedFeatures, wantedLanguageFeatures = []) {
   if (!("gpu" in navigator)) {
     throw new CeraError("NoGpu", "This browser does not expose WebGPU (navigator.gpu is missing). " +
       "Use a recent Chrome or Edge (113+), or Firefox 141+ / Safari 26+; on Linux Chrome, enable " +
@@ -41,9 +43,7 @@ export async function openGpu(wantedFeatures) {
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "unknown GPU";
-  // a WGSL language feature the core plans with, beside the device features (cera.device.PACKED_DOT)
-  const packedDot = "packed_4x8_integer_dot_product";
-  const languageFeatures = navigator.gpu.wgslLanguageFeatures?.has(packedDot) ? [packedDot] : [];
+  const languageFeatures = wantedLanguageFeatures.filter((f) => navigator.gpu.wgslLanguageFeatures?.has(f));
   return new GpuHost(device, name, [...requiredFeatures, ...languageFeatures]);
 }
 

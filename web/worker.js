@@ -30,10 +30,10 @@ function boot(id, simulate) {
     await pyodide.loadPackage(["cera-web"], { messageCallback: () => {}, errorCallback: (m) => console.warn(m) });
     const sessions = pyodide.pyimport("cera_web.session");
     post({ id, kind: "progress", phase: "webgpu", done: 0, total: 0 });
-    const features = sessions.WANTED_FEATURES.toJs();
-    const gpu = await openGpu(features);
+    const wanted = [sessions.WANTED_FEATURES.toJs(), sessions.WANTED_LANGUAGE_FEATURES.toJs()];
+    const gpu = await openGpu(...wanted);
     const session = sessions.Session(gpu, post, simulate ? pyodide.toPy(simulate) : null, GrammarHost);
-    survive(gpu, session, features);
+    survive(gpu, session, wanted);
     return { pyodide, session };
   })();
   return booted;
@@ -41,18 +41,18 @@ function boot(id, simulate) {
 
 // When the device is lost: say so, and have the session reload its model and conversation on a
 // new device (requests wait for it). Failing that, or losing that device too meanwhile, ends the engine.
-function survive(gpu, session, features) {
+function survive(gpu, session, wanted) {
   gpu.lost.then(async (info) => {
     const lost = lostError(info);
     post({ kind: "lost", name: lost.name, message: `${lost.message}: reloading the model on a new device` });
-    const next = openGpu(features);
+    const next = openGpu(...wanted);
     const result = await session.recover(next);
     if (result.ok === false) {
       post({ kind: "error", name: result.error.name, message: `${result.error.message} (recovering from a lost ` +
         "GPU device). Reload the page; if it happens again the model may be too large for this GPU's memory." });
       return;
     }
-    survive(await next, session, features);
+    survive(await next, session, wanted);
     post({ kind: "recovered", result });
   });
 }

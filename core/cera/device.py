@@ -25,6 +25,7 @@ WANTED_FEATURES = KERNEL_FEATURES + ("timestamp-query",)   # requested where the
 # The WGSL language feature of dot4I8Packed and pack4xI8, named in Device.features where the
 # host's shader compiler has it (Chromium: navigator.gpu.wgslLanguageFeatures; naga: always)
 PACKED_DOT = "packed_4x8_integer_dot_product"
+WANTED_LANGUAGE_FEATURES = (PACKED_DOT,)   # the page's gpu.js names those its compiler has (openGpu)
 DEFAULT_WORKGROUP_STORAGE = 16384   # bytes of workgroup memory every WebGPU device grants (Apple, SwiftShader: no more)
 MAX_QUERIES = 4096   # timestamps one query set may hold (WebGPU's limit): two per timed pass
 

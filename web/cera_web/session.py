@@ -15,7 +15,7 @@ import json
 import time
 
 from cera import hub
-from cera.device import WANTED_FEATURES
+from cera.device import WANTED_FEATURES, WANTED_LANGUAGE_FEATURES
 from cera.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS
 from cera.errors import CeraError, InvalidArgument, Unsupported
 from cera.gpu.model import DEFAULT_CHUNK
@@ -29,7 +29,8 @@ from .grammar import XGrammar
 from .host import WebDevice, settle
 from .sources import BlobSource
 
-__all__ = ["Session", "WANTED_FEATURES"]   # worker.js opens the GPU with these features
+# worker.js opens the GPU with these features, and names these WGSL language features where it has them
+__all__ = ["Session", "WANTED_FEATURES", "WANTED_LANGUAGE_FEATURES"]
 
 _POST_EVERY_S = 0.03     # stream chunks to the page at most this often (one postMessage each)
 sessions: list = []      # every Session made (one per worker): tests and benchmarks reach the device through it

@@ -4,7 +4,7 @@ a split K's parts (split_sum.wgsl).
 
 A prefill chunk is up to `max_rows` tokens: a dispatch is sized for `max_rows` and the
 kernels read `Step.n_tokens`, so one dispatch serves every chunk length. Weights are raw
-GGUF bytes bound as `array<u32>` (decoded by shaders/quant.wgsl); activations are f32,
+GGUF bytes bound as `array<u32>` (decoded by shaders/quant_units.wgsl, quant_subs_int.wgsl); activations are f32,
 row-major, one row per token. Outputs come first, as in cera.gpu.matvec and ops.
 
 Tile choice (`matmul_tiles`). Workgroup memory is budgeted at the WebGPU
@@ -30,12 +30,12 @@ from dataclasses import dataclass, replace
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from cera.config import FFN_SILU
 from cera.device import DEFAULT_WORKGROUP_STORAGE, PACKED_DOT, Binding, Dispatch
-from cera.errors import TooLarge, Unsupported
-from cera.gpu.ops import gelu_flag, grid
-from cera.gpu.quant import (INT_TILE_TYPES, WEIGHT_TYPES, aligned_rows, byte_range, row_bytes, row_tiles, weight_flags,
+from cera.errors import InvalidArgument, TooLarge, Unsupported
+from cera.gpu.ops import grid
+from cera.gpu.quant import (INT_SUB_SCALES, INT_TILE_TYPES, WEIGHT_TYPES, aligned_rows, byte_range, row_bytes, row_tiles, weight_flags,
                             weight_type)
+from cera.gpu.spec import DEFAULT, Projection, Tuning
 from cera.kernels import flags
 
 
@@ -59,12 +59,17 @@ class MatmulTiles:
     def invocations(self) -> int:
         return (self.tile_m // self.rm) * (self.tile_t // self.rt)
 
-    def storage(self, glu: bool, half: bool = False) -> int:
-        """Workgroup memory in bytes: the weight slice(s) and the x slice, f32 or f16 (half)."""
-        return (2 if half else 4) * self.bk * ((2 if glu else 1) * self.tile_m + self.tile_t)
+    def arrays(self, glu: bool) -> dict:
+        """The lengths of matmul.wgsl's workgroup arrays, in vec4s of f32 (f16 with HALF): the
+        weight slice (of each matrix) and the x slice."""
+        return dict(WS_LEN=(2 if glu else 1) * self.bk * self.tile_m // 4, XS_LEN=self.bk * self.tile_t // 4)
 
-    def defines(self) -> dict:
-        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt)
+    def storage(self, glu: bool, half: bool = False) -> int:
+        """Workgroup memory in bytes (`arrays`), f32 or f16 (half)."""
+        return (8 if half else 16) * sum(self.arrays(glu).values())
+
+    def defines(self, glu: bool) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, RM=self.rm, RT=self.rt, **self.arrays(glu))
 
 
 # Preferred first; bk is a multiple of 16 (a quant unit), and the 16 KiB entries are the fallback
@@ -140,30 +145,29 @@ def matmul_tiles(limits, max_rows: int, glu: bool = False, m: int | None = None,
     return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
 
 
-def matmul(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
-           scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-           out_stride: int | None = None, row0: int = 0, tiles: MatmulTiles | None = None,
-           label: str | None = None, act: str = FFN_SILU, half: bool = False, split: int = 1) -> Dispatch:
-    """out (rows, m) = scale * x (rows, k) @ W (m, k)^T [+ bias] [+ out] for rows =
-    step.n_tokens <= max_rows; with w_up, the SwiGLU out = scale * silu(x @ W^T) * (x @ W_up^T),
-    or with act=FFN_GELU the GeGLU (tanh GELU). half: f16 tiles and slice dots (needs the
-    device's shader-f16); the label ends in "f16" then. split > 1: K in `split` parts, part p's
-    dots into rows p * max_rows + t of out (split, max_rows, m) (k_parts, split_sum; no bias, GLU or
-    accumulate).
+def matmul(kernels, device, out, p: Projection, x, step, *, max_rows: int, out_stride: int | None = None,
+           row0: int = 0, half: bool = False, split: int = 1, tune: Tuning = DEFAULT) -> Dispatch:
+    """out (rows, m) = the projection `p` (cera.gpu.spec.Projection) of each row of x (rows, k) f32,
+    for rows = step.n_tokens <= max_rows: x @ W^T, or the GLU's act(x @ W^T) * (x @ W_up^T). half:
+    f16 tiles and slice dots (needs the device's shader-f16); the label ends in "f16" then. split
+    > 1: K in `split` parts, part p's dots into rows p * max_rows + t of out (split, max_rows, m)
+    (k_parts, split_sum; no bias, GLU or accumulate).
 
-    W, W_up: raw GGUF rows of `wtype`; x (max_rows, k) f32; bias (m,) f32. out_stride: floats
-    between rows of out (default m; the full width when W is a row tile). row0: x and out are
-    bound from token row row0 on and this dispatch covers rows row0..row0+max_rows-1 of the
-    step (a row block; see matmul_tiled). `tiles` overrides the tiling (benchmarks)."""
-    t = weight_type(wtype, "batched matmul")
-    row_bytes(t, k)   # checks k against the block size
+    out_stride: floats between rows of out (default m; the full width when W is a row tile).
+    row0: x and out are bound from token row row0 on and this dispatch covers rows
+    row0..row0+max_rows-1 of the step (a row block; see matmul_tiled). `tune.tiles` overrides
+    the tiling (`matmul_tiles`)."""
+    tune.check("matmul", "tiles")
+    t = weight_type(p.wtype, "batched matmul")
+    row_bytes(t, p.k)   # checks k against the block size
     if half and "shader-f16" not in device.features:
         raise Unsupported("matmul: f16 tiles need the device feature shader-f16")
-    tiles = tiles or matmul_tiles(device.limits, max_rows, w_up is not None, m, half, t)
-    return _tile_dispatch(kernels, device, "matmul.wgsl", out, w, x, step, t=t, k=k, m=m, max_rows=max_rows,
-                          tiles=tiles, x_row_bytes=4 * k, scale=scale, bias=bias, accumulate=accumulate, w_up=w_up,
-                          out_stride=out_stride, row0=row0, act=act, label=label, split=split,
-                          suffix=" f16" if half else "", **flags(X_VEC4=k % 4 == 0, HALF=half))
+    if tune.tiles is not None and not isinstance(tune.tiles, MatmulTiles):
+        raise InvalidArgument(f"matmul: tiles {tune.tiles} are not MatmulTiles")
+    tiles = tune.tiles or matmul_tiles(device.limits, max_rows, p.glu, p.m, half, t)
+    return _tile_dispatch(kernels, device, "matmul.wgsl", out, p, x, step, max_rows=max_rows, tiles=tiles,
+                          x_row_bytes=4 * p.k, out_stride=out_stride, row0=row0, split=split,
+                          suffix=" f16" if half else "", **tiles.defines(p.glu), **flags(X_VEC4=p.k % 4 == 0, HALF=half))
 
 
 # K parts (matmul_io.wgsl SPLIT) for a matmul with few workgroups and a long K: as many as keep
@@ -193,35 +197,30 @@ def split_sum(kernels, out, parts, step, *, m: int, split: int, max_rows: int, a
                             M=m, SPLIT=split, MAX_ROWS=max_rows, **flags(ACCUMULATE=accumulate))
 
 
-def _tile_dispatch(kernels, device, shader, out, w, x, step, *, t, k, m, max_rows, tiles, x_row_bytes, scale, bias,
-                   accumulate, w_up, out_stride, row0, act, label, tag="", suffix="", split=1,
-                   **defines) -> Dispatch:
+def _tile_dispatch(kernels, device, shader, out, p: Projection, x, step, *, max_rows, tiles, x_row_bytes,
+                   out_stride, row0, tag="", suffix="", split=1, **defines) -> Dispatch:
     """A dispatch of a prefill matmul kernel (matmul.wgsl, matmul_int.wgsl; shaders/matmul_io.wgsl
     their shared bindings and output): what `matmul` and `matmul_int` share, given the kernel's own
-    `defines`, x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
+    `defines` (its tiling's among them), x's bytes a row, `tag` / `suffix` for the label (after the shape, at the end) and
     the parts of K (`split`: as many times the workgroups along x)."""
-    if w_up is not None and bias is not None:
-        raise Unsupported("matmul: GLU with a bias is not supported")
+    t, k, m = T(p.wtype), p.k, p.m
     if split > 1:
-        if accumulate or bias is not None or w_up is not None or row0:
+        if p.accumulate or p.bias is not None or p.glu or row0:
             raise Unsupported("matmul: a split K takes no bias, GLU, accumulation or row block")
         defines.update(SPLIT=split, MAX_ROWS=max_rows)
         suffix += f" /{split}"
-    glu, gelu = w_up is not None, gelu_flag(act, w_up)
     stride = m if out_stride is None else out_stride
-    defines.update(K=k, M=m, OUT_STRIDE=stride, **tiles.defines(), **weight_flags(t),
-                   **flags(BIAS=bias is not None, ACCUMULATE=accumulate, GLU=glu, GELU=gelu,
+    defines.update(K=k, M=m, OUT_STRIDE=stride, **weight_flags(t),
+                   **flags(BIAS=p.bias is not None, ACCUMULATE=p.accumulate, GLU=p.glu, GELU=p.gelu,
                            OUT_VEC4=m % 4 == 0 and stride % 4 == 0))
     if row0:
         defines["ROW0"] = row0
-    if scale is not None and scale != 1.0:
-        defines["SCALE"] = float(scale)
-    bindings = [w] + ([w_up] if glu else []) + [x, out] + ([bias] if bias is not None else []) + [step]
+    if p.scale is not None and p.scale != 1.0:
+        defines["SCALE"] = float(p.scale)
+    bindings = [p.w] + ([p.w_up] if p.glu else []) + [x, out] + ([p.bias] if p.bias is not None else []) + [step]
     y, z = grid(-(-m // tiles.tile_m), device.limits)
-    label = label or (f"matmul {t.name} {m}x{k}{tag}" + (" glu" if glu else "") + (" gelu" if gelu else "")
-                      + (" +=" if accumulate else "") + suffix)
-    weight_bytes = m * row_bytes(t, k) * (2 if glu else 1)
-    reads = weight_bytes + max_rows * (x_row_bytes + 4 * m * accumulate) + 4 * m * (bias is not None)
+    label = f"matmul {t.name} {m}x{k}{tag}" + p.tags() + suffix
+    reads = p.weight_bytes + max_rows * (x_row_bytes + 4 * m * p.accumulate) + 4 * m * (p.bias is not None)
     return kernels.dispatch(shader, bindings, (split * -(-max_rows // tiles.tile_t), y, z), label, reads=reads,
                             writes=4 * split * max_rows * m, **defines)
 
@@ -252,15 +251,23 @@ class IntTiles:
     def invocations(self) -> int:
         return self.tile_m * self.tile_t // 16
 
-    def storage(self, glu: bool) -> int:
-        """Workgroup memory in bytes, at most (Q6_K's scales; Q4_K has half as many): per matrix
-        the quants (a byte each), 16-element scales, mins and d | dmin of its rows; x's integers,
-        sub-block sums and steps."""
-        subs, mats = self.bk // 32, 2 if glu else 1
-        return mats * self.tile_m * (self.bk + 4 * (3 * subs + 1)) + self.tile_t * (self.bk + 4 * (subs + 1))
+    def arrays(self, glu: bool, sub_scales: int) -> dict:
+        """The lengths of matmul_int.wgsl's workgroup arrays, in vec4s, for a type of `sub_scales`
+        scales a 32-element sub-block (INT_SUB_SCALES): per matrix the quants (a byte each), the
+        scales, the sub-blocks' mins and d | dmin of its rows; x's integers, sub-block sums and
+        steps."""
+        mats, subs, m4, t4 = 2 if glu else 1, self.bk // 32, self.tile_m // 4, self.tile_t // 4
+        return dict(WS_LEN=mats * self.bk // 4 * m4, WSC_LEN=mats * subs * sub_scales * m4, WMIN_LEN=mats * subs * m4,
+                    WD_LEN=mats * m4, XS_LEN=self.bk // 4 * t4, XSUB_LEN=subs * t4, XSTEP_LEN=t4)
 
-    def defines(self) -> dict:
-        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk)
+    def storage(self, glu: bool) -> int:
+        """Workgroup memory in bytes (`arrays`), at most: for the type of the most scales a
+        sub-block (Q6_K's 2; Q4_K has 1)."""
+        return 16 * sum(self.arrays(glu, max(INT_SUB_SCALES.values())).values())
+
+    def defines(self, glu: bool, sub_scales: int) -> dict:
+        return dict(TILE_M=self.tile_m, TILE_T=self.tile_t, BK=self.bk, SUB_SCALES=sub_scales,
+                    **self.arrays(glu, sub_scales))
 
 
 # Preferred first, as _MATMUL_TILES: the GLU runs fastest in 128-element slices, the others in
@@ -307,21 +314,22 @@ def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows
                             X_STRIDE=x_int_stride(n))
 
 
-def matmul_int(kernels, device, out, w, xi, step, *, wtype: int, k: int, m: int, max_rows: int,
-               scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-               out_stride: int | None = None, row0: int = 0, tiles: IntTiles | None = None, act: str = FFN_SILU,
-               label: str | None = None, split: int = 1) -> Dispatch:
+def matmul_int(kernels, device, out, p: Projection, xi, step, *, max_rows: int, out_stride: int | None = None,
+               row0: int = 0, split: int = 1, tune: Tuning = DEFAULT) -> Dispatch:
     """batched `matmul` with x in 8-bit integers: xi (rows, x_int_stride(k)) as quantize_x wrote
-    it, W of INT_TILE_TYPES; the other arguments as matmul's, but for row0: out is bound from
-    token row row0 on (as matmul's) and xi whole, its rows read from row0 on."""
-    t = T(wtype)
+    it, W of INT_TILE_TYPES; the other arguments as matmul's (`tune.tiles`: IntTiles, else
+    `int_tiles`), but for row0: out is bound from token row row0 on (as matmul's) and xi whole,
+    its rows read from row0 on."""
+    tune.check("matmul_int", "tiles")
+    t, k = T(p.wtype), p.k
     if t not in INT_TILE_TYPES or k % 256:
         raise Unsupported(f"no integer matmul for {t.name} rows of {k}")
-    tiles = tiles or int_tiles(device.limits, w_up is not None, max_rows, m)
-    return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, w, xi, step, t=t, k=k, m=m, max_rows=max_rows,
-                          tiles=tiles, x_row_bytes=4 * x_int_stride(k), scale=scale, bias=bias, accumulate=accumulate,
-                          w_up=w_up, out_stride=out_stride, row0=row0, act=act, label=label, tag=" x8", split=split,
-                          TILE_INT=True, X_PLANES=1, X_STRIDE=x_int_stride(k))
+    if tune.tiles is not None and not isinstance(tune.tiles, IntTiles):
+        raise InvalidArgument(f"matmul_int: tiles {tune.tiles} are not IntTiles")
+    tiles = tune.tiles or int_tiles(device.limits, p.glu, max_rows, p.m)
+    return _tile_dispatch(kernels, device, "matmul_int.wgsl", out, p, xi, step, max_rows=max_rows, tiles=tiles,
+                          x_row_bytes=4 * x_int_stride(k), out_stride=out_stride, row0=row0, tag=" x8", split=split,
+                          X_PLANES=1, X_STRIDE=x_int_stride(k), **tiles.defines(p.glu, INT_SUB_SCALES[t]))
 
 
 def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
@@ -338,49 +346,48 @@ def row_blocks(k: int, m: int, max_rows: int, limits) -> list[tuple[int, int]]:
     return [(r0, min(per_block, max_rows - r0)) for r0 in range(0, max_rows, per_block)]
 
 
-def _k_split(limits, parts, *, wtype: int, k: int, m: int, max_rows: int, integer: bool, half: bool) -> int:
-    """k_parts of the one dispatch of an (integer or f32) matmul of this shape, if its parts fit in
-    `parts` (a buffer or Binding); else 1."""
-    tiles = int_tiles(limits, False, max_rows, m) if integer else matmul_tiles(limits, max_rows, False, m, half, wtype)
-    split = k_parts(k, _workgroups(tiles, m, max_rows))
+def _k_split(limits, parts, p: Projection, *, max_rows: int, integer: bool, half: bool, tiles) -> int:
+    """k_parts of the one dispatch of an (integer or f32) matmul of `p`, if its parts fit in
+    `parts` (a buffer or Binding); else 1. tiles: the tiling it takes (None: the table's)."""
+    tiles = tiles or (int_tiles(limits, False, max_rows, p.m) if integer
+                      else matmul_tiles(limits, max_rows, False, p.m, half, p.wtype))
+    split = k_parts(p.k, _workgroups(tiles, p.m, max_rows))
     room = (parts if isinstance(parts, Binding) else Binding(parts)).nbytes
-    return split if 4 * split * max_rows * m <= room else 1
+    return split if 4 * split * max_rows * p.m <= room else 1
 
 
-def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int, max_rows: int,
-                 scale: float | None = None, bias=None, accumulate: bool = False, w_up=None,
-                 out_stride: int | None = None, limits=None, act: str = FFN_SILU,
-                 half: bool = False, xi=None, x_ready: bool = False, parts=None) -> list[Dispatch]:
-    """matmul split so that every binding fits (an LM head over a whole chunk, for scoring):
-    W in row tiles (cera.gpu.quant.row_tiles), each writing a column block of out, and token
-    rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride: floats
-    between rows of out (default m). `limits` defaults to the device's; W, W_up, x, out and
-    bias must start at aligned offsets. `half`: as in matmul. Given `xi` (room for x in
-    integers), one that fits in a dispatch and takes integer x (`int_tile`) is quantize_x into
-    xi (unless `x_ready`: an earlier dispatch left this x there), then matmul_int. Given
-    `parts` (room for K's parts), one whose K is worth splitting (`k_parts`) is a matmul of each
-    part into it, then split_sum into out."""
-    limits = limits or device.limits
+def matmul_tiled(kernels, device, out, p: Projection, x, step, *, max_rows: int, out_stride: int | None = None,
+                 half: bool = False, xi=None, x_ready: bool = False, parts=None,
+                 tune: Tuning = DEFAULT) -> list[Dispatch]:
+    """matmul split so that every binding of the device fits (an LM head over a whole chunk, for
+    scoring): W in row tiles (cera.gpu.quant.row_tiles), each writing a column block of out, and
+    token rows in blocks (`row_blocks`) when x or out is bigger than a binding. out_stride:
+    floats between rows of out (default m); W, W_up, x, out and bias must start at aligned
+    offsets. `half`, `tune`: as in matmul. Given `xi` (room for x in integers), one that fits in
+    a dispatch and takes integer x (`int_tile`) is quantize_x into xi (unless `x_ready`: an
+    earlier dispatch left this x there), then matmul_int. Given `parts` (room for K's parts), one
+    whose K is worth splitting (`k_parts`) is a matmul of each part into it, then split_sum into
+    out."""
+    limits, k, m = device.limits, p.k, p.m
     stride = m if out_stride is None else out_stride
-    col_tiles = row_tiles(wtype, k, m, limits)
+    col_tiles = row_tiles(p.wtype, k, m, limits)
     blocks = row_blocks(k, stride, max_rows, limits)
-    integer = (xi is not None and int_tile(device, wtype, k)   # xi is bound whole: rows of k bytes and a bit
+    integer = (xi is not None and int_tile(device, p.wtype, k)   # xi is bound whole: rows of k bytes and a bit
                and 4 * max_rows * x_int_stride(k) <= limits.max_storage_buffer_binding_size)
     if len(col_tiles) == 1 and len(blocks) == 1:
-        splittable = parts is not None and w_up is None and bias is None and stride == m
-        split = _k_split(limits, parts, wtype=wtype, k=k, m=m, max_rows=max_rows, integer=integer,
-                         half=half) if splittable else 1
-        kw = dict(wtype=wtype, k=k, m=m, max_rows=max_rows, scale=scale, bias=bias, accumulate=accumulate and split == 1,
-                  w_up=w_up, out_stride=out_stride, act=act, split=split)
+        splittable = parts is not None and not p.glu and p.bias is None and stride == m
+        split = _k_split(limits, parts, p, max_rows=max_rows, integer=integer, half=half,
+                         tiles=tune.tiles) if splittable else 1
+        kw = dict(max_rows=max_rows, out_stride=out_stride, split=split, tune=tune)
+        one = replace(p, accumulate=p.accumulate and split == 1)
         target = parts if split > 1 else out
         dispatches = ([quantize_x(kernels, xi, x, step, k=k, max_rows=max_rows)] * (not x_ready)
-                      + [matmul_int(kernels, device, target, w, xi, step, **kw)] if integer else
-                      [matmul(kernels, device, target, w, x, step, half=half, **kw)])
+                      + [matmul_int(kernels, device, target, one, xi, step, **kw)] if integer else
+                      [matmul(kernels, device, target, one, x, step, half=half, **kw)])
         if split > 1:
             dispatches.append(split_sum(kernels, out, parts, step, m=m, split=split, max_rows=max_rows,
-                                        accumulate=accumulate, label=f"split_sum {split}x{m}"))
+                                        accumulate=p.accumulate, label=f"split_sum {split}x{m}"))
         return dispatches
-    rb = row_bytes(wtype, k)
 
     def part(b, start, size):
         return byte_range(b, start, size, limits)
@@ -392,10 +399,9 @@ def matmul_tiled(kernels, device, out, w, x, step, *, wtype: int, k: int, m: int
         for start, n in col_tiles:
             # columns start..start+n of rows r0..r0+rows-1: from (r0, start) to the block's last row
             out_tile = part(out, 4 * (r0 * stride + start), 4 * ((rows - 1) * stride + n))
-            tile = dict(wtype=wtype, k=k, m=n, max_rows=rows, scale=scale, bias=part(bias, 4 * start, 4 * n),
-                        accumulate=accumulate, w_up=part(w_up, start * rb, n * rb), out_stride=stride, row0=r0,
-                        act=act)
-            w_tile = part(w, start * rb, n * rb)
-            dispatches.append(matmul_int(kernels, device, out_tile, w_tile, xi, step, **tile) if integer else
-                              matmul(kernels, device, out_tile, w_tile, x_block, step, **tile, half=half))
+            tile = dict(max_rows=rows, out_stride=stride, row0=r0, tune=tune)
+            dispatches.append(matmul_int(kernels, device, out_tile, p.rows(start, n, limits), xi, step, **tile)
+                              if integer else
+                              matmul(kernels, device, out_tile, p.rows(start, n, limits), x_block, step, half=half,
+                                     **tile))
     return dispatches

@@ -2,22 +2,23 @@
 matvec_int.wgsl).
 
 Weights are raw GGUF bytes bound as `array<u32>` and decoded in the shader
-(shaders/quant.wgsl, cera.gpu.quant); activations are f32. The builders hide the defines,
+(shaders/quant_units.wgsl, quant_items_int.wgsl; cera.gpu.quant); activations are f32. The builders hide the defines,
 binding order and workgroup geometry. A matrix too big for one storage binding (the tied LM
 head) is split into row tiles bound at aligned offsets: `matvec_tiled`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from cera.config import FFN_SILU
 from cera.device import PACKED_DOT, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu.ops import gelu_flag, grid
-from cera.gpu.quant import (UNIT_AFFINE_TYPES, UNIT_ELEMS, X_INT_ITEM_UNITS, X_INT_TYPES, byte_range, row_bytes,
-                            row_tiles, units_per_row, weight_flags, weight_type)
+from cera.gpu.ops import grid
+from cera.gpu.quant import (UNIT_AFFINE_TYPES, UNIT_ELEMS, X_INT_ITEM_UNITS, X_INT_TYPES, byte_range, row_tiles,
+                            units_per_row, weight_flags, weight_type)
+from cera.gpu.spec import DEFAULT, Projection, Tuning
 from cera.kernels import flags
 
 if TYPE_CHECKING:
@@ -26,26 +27,50 @@ if TYPE_CHECKING:
 
 WORKGROUP = 256          # invocations per matvec workgroup (SwiftShader's maximum)
 STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory at most: row_partial, reduce.wgsl
-# x's bits in X_INT's integer dots: 24 as precise as f32 x (the default), 8 as llama.cpp's CPU
+# x's bits in matvec_int.wgsl's integer dots: 24 as precise as f32 x (the default), 8 as llama.cpp's CPU
 # backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8); 0: f32 x
 X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
 
 
-def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> bool:
-    """Whether matvec.wgsl can stage a k-element x in workgroup memory beside its reductions'
-    own (at most STAGE_SCRATCH bytes): as floats (X_STAGED: 16 a unit, 2 more with the sums
-    UNIT_AFFINE reads) and/or in integers (X_INT: x_bits / 8 bytes an element, a sum and a max
-    per 16, a float per 256)."""
+@dataclass(frozen=True)
+class XStaging:
+    """The workgroup arrays a matvec stages its x in (shaders/matvec_io.wgsl, matvec_int.wgsl), in
+    elements; the shaders declare them of these lengths (`defines`)."""
+    xs: int = 0      # vec4<f32>: x as the dot products see it (X_STAGED), 4 a 16-element unit
+    xsums: int = 0   # vec2<f32>: the sums of xs's vec4s, two to a vec2 (UNIT_AFFINE)
+    xq: int = 0      # vec4<u32>: x in integers (matvec_int.wgsl), X_PLANES bytes an element
+    xsum: int = 0    # i32: each 16-element group's sum of its integers
+    xd: int = 0      # f32: each 256-element block's step
+    gmax: int = 0    # vec4<f32>: each 16-element group's max |x|, four to a vec4
+
+    @property
+    def nbytes(self) -> int:
+        return 16 * self.xs + 8 * self.xsums + 16 * self.xq + 4 * (self.xsum + self.xd) + 16 * self.gmax
+
+    def defines(self) -> dict:
+        """The lengths of the arrays staged, as the shaders' XS_LEN, XSUMS_LEN, ... defines."""
+        return {f"{name.upper()}_LEN": n for name, n in vars(self).items() if n}
+
+
+def x_staging(k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> XStaging:
+    """What a matvec stages of a k-element x: as floats (X_STAGED), with the sums UNIT_AFFINE
+    reads, and/or in x_bits-bit integers (matvec_int.wgsl) with their sums, steps and group maxima."""
     units = -(-k // UNIT_ELEMS)
-    size = 4 * (UNIT_ELEMS + (2 if sums else 0)) * units if floats else 0
-    if x_bits:
-        size += k * x_bits // 8 + 8 * units + 4 * -(-k // 256)
-    return size + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
+    staged = XStaging(xs=4 * units, xsums=2 * units if sums else 0) if floats else XStaging()
+    if not x_bits:
+        return staged
+    return replace(staged, xq=x_bits // 8 * units, xsum=units, xd=-(-k // 256), gmax=-(-k // 64))
+
+
+def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bits: int = 0) -> bool:
+    """Whether matvec.wgsl can stage a k-element x (`x_staging`) in workgroup memory beside its
+    reductions' own (at most STAGE_SCRATCH bytes)."""
+    return x_staging(k, sums, floats, x_bits).nbytes + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
 def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False) -> int:
-    """The bits of x's integers in a matvec's dot products (X_INT), or 0 for f32 x: `wanted`, or
+    """The bits of x's integers in a matvec's dot products (matvec_int.wgsl), or 0 for f32 x: `wanted`, or
     (None) 24 bits, 8 with `int8`, where x is staged as floats anyway (`floats`: a fused norm or
     a merge), the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and
     its workgroup memory allow.
@@ -96,8 +121,8 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
 
 
 def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
-    """Threads per row of an X_INT matvec of `bits`-bit x (items of quant.wgsl's ITEM_UNITS
-    units): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
+    """Threads per row of an integer-x matvec of `bits`-bit x (items of ITEM_UNITS units,
+    quant_items_int.wgsl): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
     that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
     item a thread and 2^19; but never under 2^13 threads (a short matrix keeps its workgroups).
     Every workgroup converts all of x first, so fewer, fatter workgroups pay for it less often.
@@ -125,67 +150,68 @@ def use_subgroups(device, wanted: bool | None) -> bool:
     return has if wanted is None else wanted
 
 
-def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
-           scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-           w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-           tpr: int | None = None, act: str = FFN_SILU, subgroups: bool | None = None,
-           workgroup: int = WORKGROUP, stage: bool | None = None, x_bits: int | None = None, int8: bool = False) -> Dispatch:
-    """out (m,) = scale * W (m, k) @ x (k,) [+ bias] [+ out]; with w_up, the SwiGLU
-    out = scale * silu(W @ x) * (W_up @ x), or with act=FFN_GELU the GeGLU (tanh GELU).
-    W and W_up: raw GGUF rows of `wtype`.
+def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False, int8: bool = False) -> Tuning:
+    """`tune` with every knob a matvec of `p` reads resolved, as `matvec` resolves them: the
+    reduction (`use_subgroups`), x's bits (`x_int_bits`; floats: x is staged as floats, normed or
+    merged), the workgroup size (WORKGROUP) and the threads per row (`threads_per_row`,
+    `x_int_threads_per_row`)."""
+    tune.check("matvec", "tpr", "workgroup", "subgroups", "x_bits")
+    t, k, m = weight_type(p.wtype), p.k, p.m
+    subgroups = use_subgroups(device, tune.subgroups)
+    bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats, int8=int8)
+    workgroup = tune.workgroup or WORKGROUP
+    tpr = tune.tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
+    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
+        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
+                              f"(expected a power of two from {tpr} to {WORKGROUP})")
+    return Tuning(tpr=tpr, workgroup=workgroup, subgroups=subgroups, x_bits=bits)
+
+
+def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, *, norm: Binding | None = None,
+           eps: float | None = None, int8: bool = False, tune: Tuning = DEFAULT) -> Dispatch:
+    """out (m,) = the projection `p` of x (k,) (cera.gpu.spec.Projection: W and W_up raw GGUF rows).
     With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
     block fused into its first matvec. x may instead be decode attention's `attention.Partials`:
     each workgroup merges them into attention's output first (the output projection with
     attention's combine folded in; not with w_up or norm), in workgroup memory.
 
-    Tuning knobs: `tpr` overrides the threads per row (a power of two <= workgroup);
-    `subgroups` picks the reduction: subgroup operations (True) or workgroup memory (False),
-    None: subgroups where the device has them; `workgroup`: invocations per workgroup (a
-    power of two <= 256; workgroup / tpr rows each); `stage`: each workgroup stages x
-    (normalized) in workgroup memory first, None: with a norm, where it fits (`staged_x_fits`; a
-    merge always stages); a staged matvec of a UNIT_AFFINE_TYPES type takes quant.wgsl's factored
-    dot (unit_affine); `x_bits` 8 or 24 (X_INT_TYPES, a device with PACKED_DOT): each workgroup
-    turns x (normalized or merged as it is staged) into integers of that many bits per
-    256-element block, and the rows take integer dot products; 0: f32 x; None: `x_int_bits`'
-    default (in 8 bits with `int8`: cera.gpu.numerics).
+    A normed or merged x is staged: each workgroup first writes it (normalized or merged) into
+    workgroup memory, where it fits (`staged_x_fits`; a merge must); a staged matvec of a
+    UNIT_AFFINE_TYPES type takes quant_units.wgsl's factored dot (unit_affine). With x in integers
+    (`x_int_bits`: 24 bits by default where it pays, 8 with `int8`: cera.gpu.numerics) each
+    workgroup turns x (normalized or merged as it is staged) into integers per 256-element
+    block, and the rows take integer dot products. `tune` overrides the threads per row, the
+    workgroup size, the reduction and x's bits (cera.gpu.spec.Tuning).
 
     Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot each made
     Qwen2.5-1.5B's decode faster (docs/PERFORMANCE.md, decisions)."""
-    t = weight_type(wtype)
-    if w_up is not None and bias is not None:
-        raise Unsupported("matvec: GLU with a bias is not supported")
-    gelu = gelu_flag(act, w_up)
-    subgroups = use_subgroups(device, subgroups)
+    t, k, m = weight_type(p.wtype), p.k, p.m
     merge = not isinstance(x, Binding)   # attention.Partials
-    bits = x_int_bits(device, t, k, m, x_bits, floats=merge or norm is not None, int8=int8)
-    tpr = tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
-    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
-        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
-                              f"(expected a power of two from {tpr} to {WORKGROUP})")
-    rows = workgroup // tpr
+    floats = merge or norm is not None    # x staged as floats, where it fits: merged or normalized
+    knobs = tuned(device, p, tune, floats=floats, int8=int8)
+    subgroups, bits, tpr = knobs.subgroups, knobs.x_bits, knobs.tpr
+    rows = knobs.workgroup // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
-                   **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=bias is not None, ACCUMULATE=accumulate,
-                                              GLU=w_up is not None, GELU=gelu, SUBGROUPS=subgroups))
-    if scale is not None and scale != 1.0:
-        defines["SCALE"] = float(scale)
+                   **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=p.bias is not None, ACCUMULATE=p.accumulate,
+                                              GLU=p.glu, GELU=p.gelu, SUBGROUPS=subgroups))
+    if p.scale is not None and p.scale != 1.0:
+        defines["SCALE"] = float(p.scale)
     sums = not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
-    if stage is None:
-        stage = (merge or norm is not None) and staged_x_fits(device, k, sums, x_bits=bits)
-    if merge and not stage:
-        raise InvalidArgument("matvec: merging attention's partials stages them (stage=True)")
-    if not staged_x_fits(device, k, sums, floats=stage, x_bits=bits):
+    stage = floats and staged_x_fits(device, k, sums, x_bits=bits)
+    staged = x_staging(k, stage and sums, floats=stage, x_bits=bits)
+    if (merge and not stage) or staged.nbytes + STAGE_SCRATCH > device.limits.max_compute_workgroup_storage_size:
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
-    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums, X_INT=bool(bits)))
+    defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums), **staged.defines())
     if bits:
         defines.update(X_PLANES=bits // 8, ITEM_UNITS=X_INT_ITEM_UNITS[t])
     if merge:
-        if w_up is not None or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
+        if p.glu or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
-                              f"into a {m}x{k} matvec" + (" with a GLU or a norm" if w_up or norm else ""))
+                              f"into a {m}x{k} matvec" + (" with a GLU or a norm" if p.glu or norm else ""))
         defines.update(MERGE=True, **x.defines())
-    bindings = [w] + ([w_up] if w_up is not None else []) + [x.scratch if merge else x, out] \
-        + ([bias] if bias is not None else [])
+    bindings = [p.w] + ([p.w_up] if p.glu else []) + [x.scratch if merge else x, out] \
+        + ([p.bias] if p.bias is not None else [])
     if merge:
         defines["STEP_BINDING"] = len(bindings)
         bindings.append(x.step)
@@ -194,38 +220,24 @@ def matvec(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, 
             raise Unsupported("matvec: a fused RMSNorm needs eps")
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
-    label = f"matvec {t.name} {m}x{k}" + (" glu" if w_up is not None else "") + (" gelu" if gelu else "") \
-        + (" +=" if accumulate else "") + (" xs" if stage and not merge else "") + (" sg" if subgroups else "") \
-        + (" merge" if merge else "") + (f" x{bits}" if bits else "")
-    weight_bytes = m * row_bytes(t, k) * (2 if w_up is not None else 1)
+    label = f"matvec {t.name} {m}x{k}" + p.tags() + (" xs" if stage and not merge else "") \
+        + (" sg" if subgroups else "") + (" merge" if merge else "") + (f" x{bits}" if bits else "")
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
-    reads = weight_bytes + x_bytes + 4 * m * ((bias is not None) + accumulate)
+    reads = p.weight_bytes + x_bytes + 4 * m * ((p.bias is not None) + p.accumulate)
     shader = "matvec_int.wgsl" if bits else "matvec.wgsl"
     return kernels.dispatch(shader, bindings, (*grid(-(-m // rows), device.limits), 1), label,
                             reads=reads, writes=4 * m, **defines)
 
 
-def matvec_tiled(kernels, device, out: Binding, w: Binding, x: Binding | Partials, *, wtype: int, k: int, m: int,
-                 scale: float | None = None, bias: Binding | None = None, accumulate: bool = False,
-                 w_up: Binding | None = None, norm: Binding | None = None, eps: float | None = None,
-                 limits=None, act: str = FFN_SILU, subgroups: bool | None = None, tpr: int | None = None,
-                 workgroup: int = WORKGROUP, stage: bool | None = None,
-                 x_bits: int | None = None, int8: bool = False) -> list[Dispatch]:
-    """matvec over row tiles (`row_tiles`): one dispatch per tile, W, W_up, out and bias
-    bound at the tile's rows. `limits` defaults to the device's; the tuning knobs are matvec's."""
-    limits = limits or device.limits
-    tiles = row_tiles(wtype, k, m, limits)
-    knobs = dict(act=act, subgroups=subgroups, tpr=tpr, workgroup=workgroup, stage=stage,
-                 x_bits=x_bits, int8=int8)
+def matvec_tiled(kernels, device, out: Binding, p: Projection, x: Binding | Partials, *,
+                 norm: Binding | None = None, eps: float | None = None, int8: bool = False,
+                 tune: Tuning = DEFAULT) -> list[Dispatch]:
+    """matvec over row tiles (`row_tiles`) of the device's storage bindings: one dispatch per
+    tile, W, W_up, out and bias bound at the tile's rows."""
+    tiles = row_tiles(p.wtype, p.k, p.m, device.limits)
+    knobs = dict(norm=norm, eps=eps, int8=int8, tune=tune)
     if len(tiles) == 1:
-        return [matvec(kernels, device, out, w, x, wtype=wtype, k=k, m=m, scale=scale, bias=bias,
-                       accumulate=accumulate, w_up=w_up, norm=norm, eps=eps, **knobs)]
-    rb = row_bytes(wtype, k)
-
-    def rows(b, start, n, size):
-        return byte_range(b, start * size, n * size, limits)
-
-    return [matvec(kernels, device, rows(out, start, n, 4), rows(w, start, n, rb), x, wtype=wtype, k=k, m=n,
-                   scale=scale, bias=rows(bias, start, n, 4), accumulate=accumulate, w_up=rows(w_up, start, n, rb),
-                   norm=norm, eps=eps, **knobs)
+        return [matvec(kernels, device, out, p, x, **knobs)]
+    return [matvec(kernels, device, byte_range(out, 4 * start, 4 * n, device.limits), p.rows(start, n, device.limits),
+                   x, **knobs)
             for start, n in tiles]

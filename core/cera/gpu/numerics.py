@@ -14,7 +14,7 @@ the numpy reference, and prefill equals the per-token path to 1e-4 of the larges
 - `int8`: the matrices of Q4_K and Q6_K weights take x quantized per 256-element block to 8 bits,
   as llama.cpp's CPU backend quantizes the activations of its k-quant dot products (Q8_K), and
   sum integer products: prefill through shaders/matmul_int.wgsl (cera.gpu.matmul.matmul_int),
-  decode through matvec.wgsl's X_INT in 8 bits instead of 24: prefill and decode are
+  decode through matvec_int.wgsl in 8 bits instead of 24: prefill and decode are
   faster (docs/PERFORMANCE.md has the figures); the synthetic k-quant models' logits then equal llama.cpp's to ~1e-12 NMSE, but
   the real Qwen2.5-Coder-1.5B's perplexity moves 0.58% off the exact path's (to the other side of
   llama.cpp's) and depends on the prefill chunk by 0.1%.

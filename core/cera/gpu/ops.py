@@ -239,10 +239,10 @@ def embed(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Bind
 
 
 def embed_tiled(kernels, device, out: Binding, w: Binding, tokens: Binding, step: Binding, *,
-                wtype: int, k: int, rows: int, max_rows: int, scale: float | None = None,
-                limits=None) -> list[Dispatch]:
-    """embed from a table of `rows` rows, one dispatch per row tile (`row_tiles`)."""
-    limits = limits or device.limits
+                wtype: int, k: int, rows: int, max_rows: int, scale: float | None = None) -> list[Dispatch]:
+    """embed from a table of `rows` rows, one dispatch per row tile (`row_tiles`) of the device's
+    storage bindings."""
+    limits = device.limits
     tiles = row_tiles(wtype, k, rows, limits)
     rb = row_bytes(wtype, k)
     return [embed(kernels, device, out, byte_range(w, start * rb, n * rb, limits) if len(tiles) > 1 else w, tokens,

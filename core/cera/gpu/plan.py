@@ -97,7 +97,8 @@ class Builder:
 
     # --- what differs by row count ---------------------------------------------------------
     def proj(self, out: Binding, m: Matrix, x: Binding, *, norm: str | None = None, **kw) -> list[Step]:
-        """out = m x (after RMSNorm with weight `norm`); kw: scale, bias, accumulate, w_up, act."""
+        """out = m x (after RMSNorm with weight `norm`); kw: the rest of its cera.gpu.spec.Projection
+        (scale, bias, accumulate, w_up, act)."""
         raise NotImplementedError
 
     def normed(self, x: Binding, norm: str | None) -> tuple[list[Step], Binding, str | None]:
@@ -253,8 +254,8 @@ class DecodeBuilder(Builder):
     def proj(self, out, m, x, *, norm=None, **kw):
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
         with _naming(m.name):
-            steps = matvec.matvec_tiled(self.kernels, self.device, out, m.binding, x, wtype=m.wtype, k=m.cols,
-                                        m=m.rows, int8=self.numerics.int8, **fused, **kw)
+            steps = matvec.matvec_tiled(self.kernels, self.device, out, m.projection(**kw), x,
+                                        int8=self.numerics.int8, **fused)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 
     def qkv(self, i):
@@ -327,15 +328,15 @@ class PrefillBuilder(Builder):
         256-element blocks, packed dot products."""
         return self.act.xbi if self.numerics.int8 and PACKED_DOT in self.device.features else None
 
-    def proj(self, out, m, x, *, norm=None, **kw):
+    def proj(self, out, m, x, *, norm=None, out_stride=None, **kw):
         steps, x, _ = self.normed(x, norm)
         ready = x is self.act.xb and self.xb_ints is not None   # its integers are in xbi
         xi = self.xb_ints if ready else self.act.xi if self.numerics.int8 else None
         with _naming(m.name):
             half = self.numerics.f16 and matmul.half_tiles(self.device, m.wtype)
-            steps += matmul.matmul_tiled(self.kernels, self.device, out, m.binding, x, self.state.step,
-                                          wtype=m.wtype, k=m.cols, m=m.rows, max_rows=self.rows, xi=xi,
-                                          x_ready=ready, half=half, parts=self.act.parts, **kw)
+            steps += matmul.matmul_tiled(self.kernels, self.device, out, m.projection(**kw), x, self.state.step,
+                                          max_rows=self.rows, out_stride=out_stride, xi=xi, x_ready=ready, half=half,
+                                          parts=self.act.parts)
         return steps + self.adapt(out, m.name, x, scale=kw.get("scale"))
 
     def qkv(self, i):

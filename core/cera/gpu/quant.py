@@ -1,5 +1,5 @@
-"""What the kernels know of the GGUF weight types (shaders/quant.wgsl decodes them): the types
-they decode and their sets by what quant.wgsl offers each, the defines naming a type, a row's
+"""What the kernels know of the GGUF weight types (shaders/quant_*.wgsl decode them): the types
+they decode and their sets by what those offer each, the defines naming a type, a row's
 bytes and units, and the row tiles a matrix too big for one storage binding is split into
 (bound at aligned offsets: `row_tiles`, `byte_range`).
 """
@@ -13,41 +13,43 @@ from cera.device import Binding
 from cera.errors import TooLarge, Unsupported
 from cera.kernels import flags
 
-# Every type quant.wgsl decodes: the matvec, the prefill matmul (it stages whole units) and the
+# Every type quant_units.wgsl decodes: the matvec, the prefill matmul (it stages whole units) and the
 # embedding lookup take each of them.
 WEIGHT_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
                           T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
                           T.IQ3_XXS, T.IQ3_S, T.IQ4_NL, T.IQ4_XS})
-UNIT_ELEMS = 16          # elements per work item (a "unit" in shaders/quant.wgsl)
+UNIT_ELEMS = 16          # elements per work item (a "unit" in shaders/quant_blocks.wgsl)
 QUAD_TYPES = frozenset({T.Q4_K, T.Q5_K})   # blocks of a multiple of 16 bytes: bound as vec4<u32>
-# Types whose quant.wgsl section splits a unit's loads from its arithmetic (unit_words, unit_decode)
+# Types whose quant_units.wgsl section splits a unit's loads from its arithmetic (unit_words, unit_decode)
 UNIT_WORDS_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
-# Types quant.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
+# Types quant_units.wgsl also gives as affine maps of exact floats (unit_affine): a staged matvec's
 # dot then needs no conversion per element (matvec.wgsl UNIT_AFFINE)
 UNIT_AFFINE_TYPES = frozenset({T.Q4_K})
-# Types quant.wgsl also dots with x in integers per 256 elements (item_dot_int: integer products,
-# dot4I8Packed; matvec.wgsl X_INT; cera.gpu.matvec.x_int_bits)
+# Types dotted with x in integers per 256 elements (quant_items_int.wgsl's item_dot_int: integer
+# products, dot4I8Packed; matvec_int.wgsl; cera.gpu.matvec.x_int_bits)
 X_INT_TYPES = frozenset({T.Q4_K, T.Q6_K})
 X_INT_ITEM_UNITS = {T.Q4_K: 2, T.Q6_K: 4}   # units an item_dot_int takes (the ITEM_UNITS define)
-# Weight types with an integer prefill matmul (shaders/matmul_int.wgsl; quant.wgsl TILE_INT): x
+# Weight types with an integer prefill matmul (shaders/matmul_int.wgsl; quant_subs_int.wgsl): x
 # in 8 bits per 256-element block, as llama.cpp's CPU backend quantizes the activations of its
 # k-quant dot products (Q8_K). Opt-in (cera.gpu.numerics' int8, with decode's 8-bit x): its
 # logits differ from the f32 tiles' by llama.cpp's own activation rounding (a few percent of the
 # largest on the synthetic models), beyond the tolerance prefill is held to against decode.
 INT_TILE_TYPES = frozenset({T.Q4_K, T.Q6_K})
+INT_SUB_SCALES = {T.Q4_K: 1, T.Q6_K: 2}   # scales a 32-element sub-block has (the SUB_SCALES define)
 
 
 def weight_flags(t: T) -> dict:
-    """The defines naming a weight type for shaders/quant.wgsl: its flag, and WEIGHT_QUADS where
+    """The defines naming a weight type for shaders/quant_*.wgsl: its flag, and WEIGHT_QUADS where
     its blocks are whole 16-byte words (the weights are then bound as array<vec4<u32>> and a
     block's fields arrive in 16-byte loads: fewer storage accesses, each bounds-checked in a
-    browser), and UNIT_WORDS where quant.wgsl splits its unit_values into unit_words and
-    unit_decode."""
-    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES})
+    browser), UNIT_WORDS where quant_units.wgsl splits its unit_values into unit_words and
+    unit_decode, and FLOAT_ROWS for the float types (rows of any length, strided units)."""
+    return flags(**{t.name: True, "WEIGHT_QUADS": t in QUAD_TYPES, "UNIT_WORDS": t in UNIT_WORDS_TYPES,
+                    "FLOAT_ROWS": GGML_QUANT_SIZES[t][0] == 1})
 
 
 def weight_type(wtype: int, kernel: str = "matvec") -> T:
-    """wtype as a GGML type that quant.wgsl decodes (else Unsupported, naming `kernel`)."""
+    """wtype as a GGML type that quant_units.wgsl decodes (else Unsupported, naming `kernel`)."""
     t = T(wtype)
     if t not in WEIGHT_TYPES:
         raise Unsupported(f"no {kernel} kernel for weight type {t.name}")
@@ -63,7 +65,7 @@ def row_bytes(wtype: int, k: int) -> int:
 
 
 def units_per_row(wtype: int, k: int) -> int:
-    """Work items per row in shaders/quant.wgsl: 16 elements each (the last one of a
+    """Work items per row in shaders/quant_blocks.wgsl: 16 elements each (the last one of a
     float row may be partial)."""
     weight_type(wtype)
     return -(-k // UNIT_ELEMS)

@@ -23,6 +23,7 @@ from cera.config import ModelConfig
 from cera.device import Binding, Device
 from cera.errors import TooLarge
 from cera.gpu.quant import WEIGHT_TYPES
+from cera.gpu.spec import Projection
 
 F16, F32 = GGMLQuantizationType.F16, GGMLQuantizationType.F32
 VECTOR_SUFFIXES = ("norm.weight", ".bias", "shortconv.conv.weight", "rope_freqs.weight", "rope_factors_long.weight",
@@ -100,6 +101,10 @@ class Matrix:
     wtype: int
     rows: int
     cols: int
+
+    def projection(self, **kw) -> Projection:
+        """out = this matrix times x, with kw the rest of the Projection (w_up, bias, scale, ...)."""
+        return Projection(self.binding, self.wtype, k=self.cols, m=self.rows, **kw)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,11 @@ from cera.sampling import Sampler, as_words
 
 SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
 WG = 256                 # sample.wgsl's workgroup; a top_k up to it is selected and sorted in workgroup memory
-# Tokens a SELECT workgroup takes: one round of 8 loads an invocation (sample.wgsl's LOADS). A pass of
-# one workgroup over a whole vocabulary is bound by its loads' latency, which the slices spread over
-# the GPU: SmolLM2's 49,152 in 24 workgroups, Qwen2.5's 151,936 in 75.
-SLICE = 8 * WG
+LOADS = 8                # keys an invocation of sample.wgsl loads at once (its LOADS)
+# Tokens a SELECT workgroup takes: one round of LOADS loads an invocation. A pass of one workgroup
+# over a whole vocabulary is bound by its loads' latency, which the slices spread over the GPU:
+# SmolLM2's 49,152 in 24 workgroups, Qwen2.5's 151,936 in 75.
+SLICE = LOADS * WG
 WINDOW_ALL = 0xFFFFFFFF  # Sampling.window: the whole sequence
 NO_TOKEN = 0xFFFFFFFF    # result[0] when no token is a candidate
 MIN_P_OFF = -1e30        # Sampling.log_min_p when min-p is off: every finite z is above z_best - 1e30
@@ -143,7 +144,7 @@ def sample(kernels, buffers: SamplerBuffers, z: Binding, step: Binding, result: 
         raise Unsupported(f"the GPU sampler takes vocabularies of up to {WG * SLICE} tokens, and one draw at a "
                           f"time for top-k 0 (asked: {vocab}, {draws})")
     digits = max(1, -(-(vocab - 1).bit_length() // 8))
-    ids = dict(VOCAB=vocab, WG=WG, IDX_DIGITS=digits, IDX_MASK=(1 << 8 * digits) - 1)
+    ids = dict(VOCAB=vocab, WG=WG, LOADS=LOADS, IDX_DIGITS=digits, IDX_MASK=(1 << 8 * digits) - 1)
     b = buffers
     steps = [kernels.dispatch("sample.wgsl", [z, b.params, step, b.candidates, b.summary], (slices, 1, 1),
                               f"sample select {vocab}", reads=4 * vocab, writes=b.candidates.nbytes + b.summary.nbytes,

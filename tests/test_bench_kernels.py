@@ -1,0 +1,22 @@
+"""scripts/bench_kernels.py, the one maintained A/B script of the weight kernels, on its tiny
+shapes: the builders' knobs from its command line (two matvec thread counts, a matmul tiling),
+one timed run each, so that it cannot rot."""
+import re
+
+from script_module import load
+
+bench_kernels = load("bench_kernels")
+FIGURES = r" +\d+\.\d+ ms +\d+\.\d+ GB/s +\d+\.\d+ GFLOP/s"
+
+
+def test_bench_kernels_prints_its_figures(gpu, capsys):
+    bench_kernels.main(["--model", "tiny", "--rows", "8", "--pos", "0", "--tpr", "4,16", "--tiles", "64x32x32x4x4",
+                        "--variants", "f32", "--min-time", "0"], device=gpu.device)
+    out = capsys.readouterr().out
+    tprs = re.findall(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) tpr (\d+) wg 256", out, re.M)
+    assert {"4", "16"} <= set(tprs), out   # and the builder's, where it is neither
+    assert re.search(rf"^  matvec ffn_gate\+up Q4_0 40x64{FIGURES}  (?:sg|wg) tpr \d+ wg 256 \(builder\)$", out, re.M), out
+    for name in ("attn_q Q4_K 96x256", r"ffn_gate\+up Q4_0 40x64"):
+        assert re.search(rf"^  matmul 8 rows {name} f32{FIGURES}  tiles 64x32x32x4x4, \d+ B$", out, re.M), out
+        assert re.search(rf"^  {name} +(?:sg|wg) tpr \d+ wg 256 +\d+\.\d   (?:sg|wg) tpr \d+ wg 256", out, re.M), out
+    assert re.search(rf"^  prefill attention 8 rows at pos 0 \(2/1x32\){FIGURES}$", out, re.M), out
