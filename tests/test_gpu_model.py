@@ -14,7 +14,8 @@ from cera.gpu import attention, matvec
 from cera.gpu.model import greedy_batches
 from cera.gpu.numerics import Numerics
 from cera.gpu.state import GREEDY_BATCH
-from gpu_util import NMSE_F16_CACHE
+from cera.ops import Q8_0_BLOCK
+from gpu_util import NMSE_F16_CACHE, NMSE_Q8_CACHE, Q8_CACHE, cache_numerics
 from golden import EXACT_TYPES, GOLDEN, GOLDEN_NUMERICS, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
 
@@ -158,6 +159,32 @@ def test_f16_cache_matches_the_reference(device, synth_gguf, name):
         got, want = (asyncio.run(e.logits(seq["tokens"])) for e in (gpu, ref))
         print(f"{name}: f16 cache, NMSE vs reference {nmse(got, want):.2e}")
         assert nmse(got, want) < NMSE_F16_CACHE
+        runs = [asyncio.run(e.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False)).tokens for e in (gpu, ref)]
+        assert runs[0] == runs[1]
+
+
+# Variants whose head_dim is whole q8_0 blocks, each arch's path: NORM and NEOX RoPE, QK-norm,
+# gemma's window and soft-cap, LFM2's conv blocks, a partial rotation; with (K's, V's) cache types
+Q8_VARIANTS = [("llama_q4_k", Q8_CACHE), ("qwen2_q4_k_m", Q8_CACHE), ("qwen3_f32", Q8_CACHE),
+               ("gemma2_f32", Q8_CACHE), ("gemma3_f32", Q8_CACHE), ("lfm2_q4_k", Q8_CACHE),
+               ("phi3_q8_0_partial", Q8_CACHE), ("qwen3_f32", ("q8_0", "f16")), ("llama_q4_k", ("f32", "q8_0"))]
+
+
+@pytest.mark.parametrize("name,cache", Q8_VARIANTS)
+def test_q8_0_cache_matches_the_reference(device, synth_gguf, name, cache):
+    """llama.cpp's q8_0 cache for K, V or both against the numpy reference with the same cache
+    (cera.ops.quantize_q8_0 on write, dequantized on read): after each golden sequence, the same
+    greedy tokens, and logits within NMSE_Q8_CACHE (gpu_util says why)."""
+    g, numerics = synth_gguf(name), cache_numerics(cache)
+    gpu, ref = (asyncio.run(Engine.load(g, d, ctx=64, numerics=numerics)) for d in (device, None))
+    layer = ref.cfg.attention_layers[0]
+    assert [c[layer].dtype == Q8_0_BLOCK for c in (ref.backend.model.key_cache, ref.backend.model.value_cache)] == \
+        [t == "q8_0" for t in cache]
+    golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
+    for seq in golden["sequences"]:
+        got, want = (asyncio.run(e.logits(seq["tokens"])) for e in (gpu, ref))
+        print(f"{name}: {numerics.cache} cache, NMSE vs reference {nmse(got, want):.2e}")
+        assert nmse(got, want) < NMSE_Q8_CACHE
         runs = [asyncio.run(e.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False)).tokens for e in (gpu, ref)]
         assert runs[0] == runs[1]
 
