@@ -54,7 +54,7 @@ class Reference:
         cached = () if cfg.encoder else cfg.attention_layers    # an encoder keeps nothing between calls
         if ops.Q8_0_BLOCK in map(np.dtype, (self.k_dtype, self.v_dtype)) and cached and cfg.head_dim % ops.Q8_0:
             raise Unsupported(f"a q8_0 KV cache needs a head_dim that is a multiple of {ops.Q8_0}, "
-                              f"not {cfg.head_dim} (use an f16 or f32 cache)")
+                              f"not {cfg.head_dim} (use the f32 or f16 cache)")
         # layer -> (ctx, KVH, hd), or (ctx, KVH, hd/32) blocks of a q8_0 cache
         self.key_cache = {il: np.zeros(shape(il, self.k_dtype), self.k_dtype) for il in cached}
         self.value_cache = {il: np.zeros(shape(il, self.v_dtype), self.v_dtype) for il in cached}
