@@ -150,7 +150,10 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
     pos = np.arange(8)
     q_ref = ops.rope(ops.rms_norm(q, qn, eps), pos, theta, True)
     k_ref = ops.rope(ops.rms_norm(k, kn, eps), pos, theta, True)
-    att = ops.attention(q_ref, k_ref, v, pos, 1.0 / np.sqrt(hd))                  # (8, heads, hd)
+    # over the keys as the cache holds them (numpy's own rounding may part from them by an f16 ulp
+    # or a q8_0 step) and the values as the cache type holds them (bit for bit)
+    att = ops.attention(q_ref, cached("cache", 8, kv_heads, hd), ops.from_cache(ops.to_cache(v, dtype)), pos,
+                        1.0 / np.sqrt(hd))                                         # (8, heads, hd)
     # WGSL lets sin and cos be off by 2^-11 (absolute); SwiftShader's are (lavapipe's are closer)
     tol = dict(atol=2e-3, rtol=1e-3)
     assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
