@@ -117,7 +117,7 @@ def test_a_cache_type_cera_lacks_is_refused_by_name():
                           "--cache-type-v", "q4_0"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 5
     assert json.loads(out.stdout)["error"] == {"type": "unsupported",
-                                               "message": "V cache type 'q4_0': the KV cache holds f32 or f16 or q8_0"}
+                                               "message": "V cache type 'q4_0': the KV cache holds f32, f16 or q8_0"}
 
 
 def test_a_q8_0_cache_needs_whole_blocks_of_a_head(device, tmp_path):

@@ -70,7 +70,8 @@ def check_cache_type(name: str, which: str) -> None:
     if name in CACHE_TYPES:
         return
     error = Unsupported if name in LLAMA_CACHE_TYPES else InvalidArgument
-    raise error(f"{which} cache type {name!r}: the KV cache holds {' or '.join(CACHE_TYPES)}")
+    *others, last = CACHE_TYPES
+    raise error(f"{which} cache type {name!r}: the KV cache holds {', '.join(others)} or {last}")
 
 
 @dataclass(frozen=True)
