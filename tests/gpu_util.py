@@ -135,10 +135,12 @@ def read_cache(gpu, buffer, shape, cache_type):
 # where an f32 cache holds ~1e-12).
 F16_CACHE_TOLERANCE = 1e-3
 NMSE_F16_CACHE = 1e-7
-# Likewise a q8_0 cache can hold such a value a q8_0 step (max |x| / 127 of its block) apart, or
-# its block's scale an f16 ulp apart: rarer (the steps are coarser) but larger (measured <= 6.4e-9 on
-# the synthetic models, most ~1e-12; the q8_0 cache itself moves them ~5e-5 from an f32 one).
-NMSE_Q8_CACHE = 1e-7
+# Likewise a q8_0 cache can hold such a value a q8_0 step (max |x| / 127 of its block) apart:
+# rarer (the steps are coarser) but larger, and the flip moves the next layers' blocks (their
+# amax, so their scales) too. Measured NMSE up to 6.4e-9 on the synthetic models (most ~1e-12),
+# 1.4e-6 with a LoRA adapter (one value's flip in layer 1 of 4); the q8_0 cache itself moves
+# them ~5e-5 from an f32 one.
+NMSE_Q8_CACHE = 1e-5
 # ... and the logits of two such paths then part by up to ~5e-4 of the largest (measured 4.7e-4 on
 # the synthetic models, an f16 cache's 7e-5)
 Q8_CACHE_TOLERANCE = 3e-3
