@@ -176,21 +176,26 @@ fn rot4(r: u32, c: u32) -> vec4<f32> {
     return v;
 }
 
-// max |x| of the q8_0 block (32 values) holding column 4c of staged row r, and of the head at
-// float `base` of qkv: what a q8_0 cache's scale is made of (unused by the other types).
+// max |x| of the q8_0 block (32 values) holding column 4c of staged row r (the key), and of the
+// head at float `base` of qkv (the value): what a q8_0 cache's scale is made of (0 for the other
+// types, which never read it).
 fn block_amax_rot(r: u32, c: u32) -> f32 {
     var m = 0.0;
-    for (var e = 0u; e < 32u; e++) {
-        m = max(m, abs(rot[r * HEAD_DIM + (4u * c) / 32u * 32u + e]));
+#ifdef K_Q8
+    for (var e = 0u; e < Q8_VALUES; e++) {
+        m = max(m, abs(rot[r * HEAD_DIM + (4u * c) / Q8_VALUES * Q8_VALUES + e]));
     }
+#endif
     return m;
 }
 
 fn block_amax_raw(base: u32, c: u32) -> f32 {
     var m = 0.0;
-    for (var e = 0u; e < 32u; e++) {
-        m = max(m, abs(qkv[base + (4u * c) / 32u * 32u + e]));
+#ifdef V_Q8
+    for (var e = 0u; e < Q8_VALUES; e++) {
+        m = max(m, abs(qkv[base + (4u * c) / Q8_VALUES * Q8_VALUES + e]));
     }
+#endif
     return m;
 }
 
