@@ -8,9 +8,10 @@
 // Writes quantize as llama.cpp's quantize_row_q8_0_ref: per block amax = max |x|, d = amax / 127,
 // id = 1 / d (0 where d is 0), q = roundf(x * id) (ties away from zero), d stored as f16 rounded
 // to nearest even (half.wgsl). WGSL's division may be 2.5 ulp off, so d and id are corrected to
-// the correctly rounded quotients by an exact integer residual (q8_quotient): the cache holds
-// the bytes numpy's quantize_q8_0 gives. (Not for amax below 127 * 2^-126, where d is
-// subnormal: d is stored as 0 there either way, and every value reads back 0.)
+// the correctly rounded quotients by an exact integer residual (q8_quotient, q8_rounded; tested
+// from quotients 3 ulp off, test_kernels_layers.py): the cache holds the bytes numpy's
+// quantize_q8_0 gives. (Not for amax below 127 * 2^-126, where d is subnormal: d is stored as 0
+// there either way, and every value reads back 0.)
 // The includer declares the cache arrays (array<u32>) and does the reads and writes with these.
 
 #include "half.wgsl"
@@ -42,7 +43,12 @@ fn q8_unpack4(scale: u32, w: u32) -> vec4<f32> {
 // |R| <= mb / 2 (the float below c is half as far when c is a power of two: |R| <= mb / 4 on
 // that side); a quotient of floats is never a tie.
 fn q8_quotient(a: f32, b: f32) -> f32 {
-    var c = a / b;
+    return q8_rounded(a, b, a / b);
+}
+
+// a / b rounded, from a quotient c0 within a few ulp of it (q8_quotient).
+fn q8_rounded(a: f32, b: f32, c0: f32) -> f32 {
+    var c = c0;
     let ea = i32(bitcast<u32>(a) >> 23u);
     let eb = i32(bitcast<u32>(b) >> 23u);
     if (ea == 0 || eb == 0 || ea >= 255 || eb >= 255) {

@@ -157,6 +157,53 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
     assert not k_cache[untouched].any() and not v_cache[untouched].any(), "only slots pos..pos+n-1 are written"
 
 
+# --- q8_0 cache: the scale's division ----------------------------------------------------------
+
+# A kernel of the test's own: q8_cache.wgsl's q8_rounded on given quotients (WGSL's own division
+# here is exact, an NVIDIA driver's need not be: the correction must hold wherever it starts).
+Q8_ROUNDED_TEST = """#include "q8_cache.wgsl"
+@group(0) @binding(0) var<storage, read> abc: array<vec4<f32>>;   // (a, b, a candidate quotient, 0)
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&out)) {
+        let x = abc[id.x];
+        out[id.x] = q8_rounded(x.x, x.y, x.z);
+    }
+}
+"""
+
+
+def test_q8_0_scale_quotients_are_rounded_as_f32_division(gpu):
+    """d = amax / 127 and id = 1 / d as llama.cpp's f32 division rounds them, from candidates up to
+    3 ulp off either way (WGSL allows its division 2.5 ulp): amax over 60 binades, d near powers of
+    two and exact ones, and quotients just below a power of two started from it (the float below
+    is half an ulp away there)."""
+    from cera import kernels
+    rng = np.random.default_rng(3)
+    amax = np.exp(rng.uniform(-40, 40, 600)).astype(np.float32)
+    d = np.concatenate([amax / np.float32(127),
+                        np.float32(2.0) ** rng.integers(-30, 30, 200).astype(np.float32)
+                        * (1 + rng.integers(-2, 3, 200) * np.float32(2 ** -23)).astype(np.float32)]).astype(np.float32)
+    a = np.concatenate([amax, np.ones(len(d), np.float32)])
+    b = np.concatenate([np.full(len(amax), 127, np.float32), d])
+    want = (a / b).astype(np.float32)
+    off = rng.integers(-3, 4, len(a)).astype(np.int64)
+    start = (want.view(np.uint32).astype(np.int64) + off).astype(np.uint32).view(np.float32)
+    # quotients just below a power of two, from the power of two: the float below is half an ulp away
+    below = np.array([1 - 2 ** -24, 2 - 2 ** -23, 0.5 - 2 ** -25], np.float32)
+    a, b = np.concatenate([a, below]), np.concatenate([b, np.ones(3, np.float32)])
+    want = np.concatenate([want, below])
+    start = np.concatenate([start, np.array([1.0, 2.0, 0.5], np.float32)])
+    kernels.override({"q8_rounded_test.wgsl": Q8_ROUNDED_TEST})
+    out = zeros(gpu, len(a))
+    abc = upload(gpu, np.stack([a, b, start, np.zeros_like(a)], axis=1))
+    submit(gpu, gpu.kernels.dispatch("q8_rounded_test.wgsl", [abc, out], (-(-len(a) // 64), 1, 1), "q8_rounded"))
+    got = read(gpu, out, (len(a),))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        f"{int((got != want).sum())} of {len(a)} quotients not rounded: first at {np.argmax(got != want)}"
+
+
 # --- attention --------------------------------------------------------------------------------
 
 ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split, window
