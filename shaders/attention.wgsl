@@ -29,7 +29,8 @@
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
 // HPW, SCORE_LANES, optional WINDOW, optional SOFTCAP (gemma2); flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
-// flags K_F16, V_F16: that cache holds f16 halves (half.wgsl), else f32.
+// flags K_F16, V_F16: that cache holds f16 halves (half.wgsl); K_Q8, V_Q8: q8_0 blocks
+// (q8_cache.wgsl; HEAD_DIM % 32 == 0); else f32.
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
 // to k and to v in the first binding), optional flag QK_NORM with EPS, and ROPE_BINDING, the
 // first of [freq_factors] then [qk_norm] (Rope.bindings).
@@ -50,32 +51,14 @@ const PSLOTS = max(1u, min(WG, (PARTS - 1u) * WG));   // parts' sums (WG when PA
 const KEY_TRIPS = (SPLIT + PARTS - 1u) / PARTS;       // keys one invocation of the value pass takes at most
 const NEG_BIG = -3.0e38;
 
-#ifdef VEC4
-alias Elem = vec4<f32>;
-#else
-alias Elem = f32;
-#endif
-#ifdef K_F16
-#include "half.wgsl"
-#endif
+#include "attention_load.wgsl"
 #ifdef SOFTCAP
 #include "soft_cap.wgsl"
 #endif
-#ifdef V_F16
-#include "half.wgsl"
-#endif
 #ifdef ROPE
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
-#ifdef K_F16
-@group(0) @binding(1) var<storage, read_write> k_cache: array<Halves>;
-#else
-@group(0) @binding(1) var<storage, read_write> k_cache: array<Elem>;
-#endif
-#ifdef V_F16
-@group(0) @binding(2) var<storage, read_write> v_cache: array<Halves>;
-#else
-@group(0) @binding(2) var<storage, read_write> v_cache: array<Elem>;
-#endif
+@group(0) @binding(1) var<storage, read_write> k_cache: array<KWord>;
+@group(0) @binding(2) var<storage, read_write> v_cache: array<VWord>;
 #ifdef FREQ_FACTORS
 @group(0) @binding(ROPE_BINDING) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 const NORM_BINDING = ROPE_BINDING + 1u;
@@ -87,16 +70,8 @@ const NORM_BINDING = ROPE_BINDING;
 #endif
 #else
 @group(0) @binding(0) var<storage, read> q: array<Elem>;
-#ifdef K_F16
-@group(0) @binding(1) var<storage, read> k_cache: array<Halves>;
-#else
-@group(0) @binding(1) var<storage, read> k_cache: array<Elem>;
-#endif
-#ifdef V_F16
-@group(0) @binding(2) var<storage, read> v_cache: array<Halves>;
-#else
-@group(0) @binding(2) var<storage, read> v_cache: array<Elem>;
-#endif
+@group(0) @binding(1) var<storage, read> k_cache: array<KWord>;
+@group(0) @binding(2) var<storage, read> v_cache: array<VWord>;
 #endif
 @group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> step: Step;
@@ -115,7 +90,6 @@ var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factor
 #include "rope_rotate.wgsl"
 #endif
 
-#include "attention_load.wgsl"
 #include "attention_window.wgsl"
 
 #ifdef ROPE
@@ -183,8 +157,8 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
             if (c >= D4) {
                 break;
             }
-            store_cache(false, slot, c, rot4(HPW, c));
-            store_cache(true, slot, c, raw4(V_OFF + kv_off, c));
+            store_cache(false, slot, c, rot4(HPW, c), block_amax_rot(HPW, c));
+            store_cache(true, slot, c, raw4(V_OFF + kv_off, c), block_amax_raw(V_OFF + kv_off, c));
         }
     }
     storageBarrier();     // slot p as written, for this workgroup's loads
@@ -200,6 +174,29 @@ fn rot4(r: u32, c: u32) -> vec4<f32> {
         }
     }
     return v;
+}
+
+// max |x| of the q8_0 block (32 values) holding column 4c of staged row r (the key), and of the
+// head at float `base` of qkv (the value): what a q8_0 cache's scale is made of (0 for the other
+// types, which never read it).
+fn block_amax_rot(r: u32, c: u32) -> f32 {
+    var m = 0.0;
+#ifdef K_Q8
+    for (var e = 0u; e < Q8_VALUES; e++) {
+        m = max(m, abs(rot[r * HEAD_DIM + (4u * c) / Q8_VALUES * Q8_VALUES + e]));
+    }
+#endif
+    return m;
+}
+
+fn block_amax_raw(base: u32, c: u32) -> f32 {
+    var m = 0.0;
+#ifdef V_Q8
+    for (var e = 0u; e < Q8_VALUES; e++) {
+        m = max(m, abs(qkv[base + (4u * c) / Q8_VALUES * Q8_VALUES + e]));
+    }
+#endif
+    return m;
 }
 
 fn raw4(base: u32, c: u32) -> vec4<f32> {

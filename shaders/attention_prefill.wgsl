@@ -25,7 +25,7 @@
 // row; BQ * TPQ <= 256, TPQ * 16 >= HEAD_DIM: an invocation holds at most 4 vec4 of output,
 // named o0..o3, never a dynamically indexed array, which NVIDIA puts in local memory);
 // flag VEC4 (HEAD_DIM % 4 == 0: q, the caches and out move as vec4); flags K_F16, V_F16: that
-// cache holds f16 halves (half.wgsl), else f32.
+// cache holds f16 halves (half.wgsl); K_Q8, V_Q8: q8_0 blocks (q8_cache.wgsl); else f32.
 // Loops count up by one to a constant (matvec.wgsl says why), but the one over key tiles.
 // Bindings: q (rows, N_HEADS*HEAD_DIM), k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // out (rows, N_HEADS*HEAD_DIM), step.
@@ -39,33 +39,11 @@ const OC = (D4 + TPQ - 1u) / TPQ;       // vec4 output columns per invocation, a
 const SLOT = N_KV_HEADS * HEAD_DIM;     // floats per cache slot
 const NEG_BIG = -3.0e38;
 
-#ifdef VEC4
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-#ifndef K_F16
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
-#endif
-#ifndef V_F16
-@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
-#endif
-@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
-#else
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-#ifndef K_F16
-@group(0) @binding(1) var<storage, read> k_cache: array<f32>;
-#endif
-#ifndef V_F16
-@group(0) @binding(2) var<storage, read> v_cache: array<f32>;
-#endif
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-#endif
-#ifdef K_F16
-#include "half.wgsl"
-@group(0) @binding(1) var<storage, read> k_cache: array<Halves>;
-#endif
-#ifdef V_F16
-#include "half.wgsl"
-@group(0) @binding(2) var<storage, read> v_cache: array<Halves>;
-#endif
+#include "attention_load.wgsl"
+@group(0) @binding(0) var<storage, read> q: array<Elem>;
+@group(0) @binding(1) var<storage, read> k_cache: array<KWord>;
+@group(0) @binding(2) var<storage, read> v_cache: array<VWord>;
+@group(0) @binding(3) var<storage, read_write> out: array<Elem>;
 @group(0) @binding(4) var<uniform> step: Step;
 
 var<workgroup> qs: array<vec4<f32>, BQ * D4>;     // q rows * SCALE, zero-padded to D4 vec4
@@ -73,7 +51,6 @@ var<workgroup> ks: array<vec4<f32>, BKV * KS4>;   // the key tile
 var<workgroup> vs: array<vec4<f32>, BKV * KS4>;   // the value tile
 var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
-#include "attention_load.wgsl"
 #include "attention_window.wgsl"
 #ifdef SOFTCAP
 #include "soft_cap.wgsl"

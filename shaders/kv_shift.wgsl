@@ -5,8 +5,10 @@
 // (kv head, row j): dispatch (N_KV_HEADS, max rows, 1); rows j >= shift.n do nothing.
 //
 // Defines: HEAD_DIM, N_KV_HEADS, N_ROT, THETA; flags NEOX, FREQ_FACTORS (see rope_rotate.wgsl);
-// K_F16, V_F16: that cache and its scratch hold f16 halves (half.wgsl; HEAD_DIM even): values
-// move as words, keys are turned in workgroup memory and rounded again.
+// K_F16, V_F16: that cache and its scratch hold f16 halves (half.wgsl; HEAD_DIM even); K_Q8,
+// V_Q8: q8_0 blocks (q8_cache.wgsl; HEAD_DIM % 32 == 0). Values move as the cache's words; keys
+// are read to f32 in workgroup memory, turned, and stored again in the cache's type (an f16 key
+// rounded again, a q8_0 key requantized, as llama.cpp's context shift does).
 // Bindings: k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM), k_out, v_out (rows, N_KV_HEADS,
 // HEAD_DIM), shift, then [freq_factors].
 // Loops count up by one to a constant (matvec.wgsl says why).
@@ -19,40 +21,55 @@ struct Shift {
 }
 
 const WG = 64u;
-const SLOT = N_KV_HEADS * HEAD_DIM;   // floats per cache row
 
 #ifdef K_F16
 #include "half.wgsl"
-@group(0) @binding(0) var<storage, read> k_cache: array<u32>;
-#else
-@group(0) @binding(0) var<storage, read> k_cache: array<f32>;
 #endif
 #ifdef V_F16
 #include "half.wgsl"
-@group(0) @binding(1) var<storage, read> v_cache: array<u32>;
-#else
-@group(0) @binding(1) var<storage, read> v_cache: array<f32>;
+#endif
+#ifdef K_Q8
+#include "q8_cache.wgsl"
+#endif
+#ifdef V_Q8
+#include "q8_cache.wgsl"
 #endif
 #ifdef K_F16
-@group(0) @binding(2) var<storage, read_write> k_out: array<u32>;
+alias KWord = u32;
+const K_ROW = HEAD_DIM / 2u;                      // words of a head's key row
 #else
-@group(0) @binding(2) var<storage, read_write> k_out: array<f32>;
+#ifdef K_Q8
+alias KWord = u32;
+const K_ROW = HEAD_DIM / Q8_VALUES * Q8_WORDS;
+#else
+alias KWord = f32;
+const K_ROW = HEAD_DIM;
+#endif
 #endif
 #ifdef V_F16
-@group(0) @binding(3) var<storage, read_write> v_out: array<u32>;
+alias VWord = u32;
+const V_ROW = HEAD_DIM / 2u;                      // ... and value row
 #else
-@group(0) @binding(3) var<storage, read_write> v_out: array<f32>;
+#ifdef V_Q8
+alias VWord = u32;
+const V_ROW = HEAD_DIM / Q8_VALUES * Q8_WORDS;
+#else
+alias VWord = f32;
+const V_ROW = HEAD_DIM;
 #endif
+#endif
+@group(0) @binding(0) var<storage, read> k_cache: array<KWord>;
+@group(0) @binding(1) var<storage, read> v_cache: array<VWord>;
+@group(0) @binding(2) var<storage, read_write> k_out: array<KWord>;
+@group(0) @binding(3) var<storage, read_write> v_out: array<VWord>;
 @group(0) @binding(4) var<uniform> shift: Shift;
 #ifdef FREQ_FACTORS
 @group(0) @binding(5) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 #endif
 
 #include "rope_rotate.wgsl"
-#ifdef K_F16
 
 var<workgroup> row: array<f32, HEAD_DIM>;   // the key being turned
-#endif
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -60,34 +77,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (j >= shift.n) {
         return;
     }
-    let src = (shift.keep + shift.dropped + j) * SLOT + wid.x * HEAD_DIM;
-    let dst = j * SLOT + wid.x * HEAD_DIM;
-#ifdef V_F16
-    for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
+    let src = (shift.keep + shift.dropped + j) * N_KV_HEADS + wid.x;   // head rows
+    let dst = j * N_KV_HEADS + wid.x;
+    for (var n = 0u; n < (V_ROW + WG - 1u) / WG; n++) {
         let w = n * WG + lid;
-        if (w >= HEAD_DIM / 2u) {
+        if (w >= V_ROW) {
             break;
         }
-        v_out[dst / 2u + w] = v_cache[src / 2u + w];
+        v_out[dst * V_ROW + w] = v_cache[src * V_ROW + w];
     }
-#else
     for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
         if (i >= HEAD_DIM) {
             break;
         }
-        v_out[dst + i] = v_cache[src + i];
-    }
-#endif
-#ifdef K_F16
-    for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
-        let w = n * WG + lid;
-        if (w >= HEAD_DIM / 2u) {
-            break;
-        }
-        let x = unpack2x16float(k_cache[src / 2u + w]);
-        row[2u * w] = x.x;
-        row[2u * w + 1u] = x.y;
+        row[i] = load_key(src * HEAD_DIM + i);
     }
     workgroupBarrier();
     for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
@@ -101,32 +105,48 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         row[pair.x] = y.x;
         row[pair.y] = y.y;
     }
-    workgroupBarrier();   // NEOX pairs straddle words
-    for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
+    workgroupBarrier();   // NEOX pairs straddle words and blocks
+    for (var n = 0u; n < (K_ROW + WG - 1u) / WG; n++) {
         let w = n * WG + lid;
-        if (w >= HEAD_DIM / 2u) {
+        if (w >= K_ROW) {
             break;
         }
-        k_out[dst / 2u + w] = pack_half2(vec2<f32>(row[2u * w], row[2u * w + 1u]));
+        k_out[dst * K_ROW + w] = key_word(w);
     }
+}
+
+// Element e (a float index) of the key cache, in f32.
+fn load_key(e: u32) -> f32 {
+#ifdef K_F16
+    return unpack2x16float(k_cache[e / 2u])[e % 2u];
 #else
-    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= N_ROT / 2u) {
-            break;
-        }
-        let pair = rope_pair(i);
-        let cs = rope_cos_sin(i, -f32(shift.dropped));
-        let y = rope_turn(vec2<f32>(k_cache[src + pair.x], k_cache[src + pair.y]), cs);
-        k_out[dst + pair.x] = y.x;
-        k_out[dst + pair.y] = y.y;
+#ifdef K_Q8
+    return q8_unpack4(k_cache[q8_scale_word(e)], k_cache[q8_word(e)])[e % 4u];
+#else
+    return k_cache[e];
+#endif
+#endif
+}
+
+// Word w of the turned key's row (in `row`) as the cache holds it.
+fn key_word(w: u32) -> KWord {
+#ifdef K_F16
+    return pack_half2(vec2<f32>(row[2u * w], row[2u * w + 1u]));
+#else
+#ifdef K_Q8
+    let b = w / Q8_WORDS * Q8_VALUES;   // the block's first value
+    var amax = 0.0;
+    for (var e = 0u; e < Q8_VALUES; e++) {
+        amax = max(amax, abs(row[b + e]));
     }
-    for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
-        let i = N_ROT + n * WG + lid;
-        if (i >= HEAD_DIM) {
-            break;
-        }
-        k_out[dst + i] = k_cache[src + i];
+    let scale = q8_scale(amax);
+    if (w % Q8_WORDS == 0u) {
+        return scale.word;
     }
+    let i = b + 4u * (w % Q8_WORDS - 1u);
+    return q8_pack4(vec4<f32>(row[i], row[i + 1u], row[i + 2u], row[i + 3u]), scale.inv);
+#else
+    return row[w];
+#endif
 #endif
 }

@@ -11,7 +11,8 @@
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
 // [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM; K_F16, V_F16: that cache holds f16 halves
-// (half.wgsl; HEAD_DIM even), each word written whole by one invocation.
+// (half.wgsl; HEAD_DIM even); K_Q8, V_Q8: q8_0 blocks (q8_cache.wgsl; HEAD_DIM % 32 == 0); each
+// word written whole by one invocation, the key once the whole row is turned.
 // Bindings: q, k, v, q_out, k_cache, v_cache, step, then [freq_factors] then [qk_norm]
 // (at most 8 storage buffers: WebGPU's default limit).
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
@@ -39,13 +40,23 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 #include "half.wgsl"
 @group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
 #else
+#ifdef K_Q8
+#include "q8_cache.wgsl"
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
+#else
 @group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
+#endif
 #endif
 #ifdef V_F16
 #include "half.wgsl"
 @group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
 #else
+#ifdef V_Q8
+#include "q8_cache.wgsl"
+@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+#else
 @group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
+#endif
 #endif
 @group(0) @binding(6) var<uniform> step: Step;
 #ifdef FREQ_FACTORS
@@ -88,13 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             value = q[q_in + i];
         } else {
             value = k[k_in + i];
-#ifdef V_F16
-            if (i % 2u == 0u) {
-                v_cache[(cache_base + i) / 2u] = pack_half2(vec2<f32>(v[k_in + i], v[k_in + i + 1u]));
-            }
-#else
-            v_cache[cache_base + i] = v[k_in + i];
-#endif
+            store_value(cache_base, k_in, i);
         }
         row[i] = value;
         sum += value * value;
@@ -111,30 +116,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     workgroupBarrier();
 
-    // Rotate pairs; each invocation writes only its pair's two elements.
+    // Rotate pairs; each invocation turns only its pair's two elements (q straight to q_out).
     for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
         if (i >= N_ROT / 2u) {
             break;
         }
         let pair = rope_pair(i);
-        let i0 = pair.x;
-        let i1 = pair.y;
         let cs = rope_cos_sin(i, f32(p));
-        let y = rope_turn(vec2<f32>(row[i0], row[i1]), cs);
-        let y0 = y.x;
-        let y1 = y.y;
+        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
         if (is_q) {
-            q_out[q_base + i0] = y0;
-            q_out[q_base + i1] = y1;
+            q_out[q_base + pair.x] = y.x;
+            q_out[q_base + pair.y] = y.y;
         } else {
-#ifdef K_F16
-            row[i0] = y0;   // packed below, when the row is whole
-            row[i1] = y1;
-#else
-            k_cache[cache_base + i0] = y0;
-            k_cache[cache_base + i1] = y1;
-#endif
+            row[pair.x] = y.x;   // written to the cache below, when the row is whole
+            row[pair.y] = y.y;
         }
     }
     for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
@@ -142,27 +138,80 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (i >= HEAD_DIM) {
             break;
         }
-#ifdef K_F16
         if (is_q) {
             q_out[q_base + i] = row[i];
         }
-#else
-        if (is_q) {
-            q_out[q_base + i] = row[i];
-        } else {
-            k_cache[cache_base + i] = row[i];
-        }
-#endif
     }
-#ifdef K_F16
-    // NEOX pairs straddle words: the key is packed once every pair is turned
+    // NEOX pairs straddle words and blocks: the key is stored once every pair is turned
     workgroupBarrier();
+    if (!is_q) {
+        store_key(lid, cache_base);
+    }
+}
+
+// The value's element i at cache_base (f32, f16: the word starting there), read from v at k_in.
+fn store_value(cache_base: u32, k_in: u32, i: u32) {
+#ifdef V_F16
+    if (i % 2u == 0u) {
+        v_cache[(cache_base + i) / 2u] = pack_half2(vec2<f32>(v[k_in + i], v[k_in + i + 1u]));
+    }
+#else
+#ifdef V_Q8
+    if (i % 4u == 0u) {   // a word of quants: values i..i+3, and at a block's start its scale
+        let b = k_in + i / Q8_VALUES * Q8_VALUES;
+        var amax = 0.0;
+        for (var e = 0u; e < Q8_VALUES; e++) {
+            amax = max(amax, abs(v[b + e]));
+        }
+        let scale = q8_scale(amax);
+        let x = vec4<f32>(v[k_in + i], v[k_in + i + 1u], v[k_in + i + 2u], v[k_in + i + 3u]);
+        v_cache[q8_word(cache_base + i)] = q8_pack4(x, scale.inv);
+        if (i % Q8_VALUES == 0u) {
+            v_cache[q8_scale_word(cache_base + i)] = scale.word;
+        }
+    }
+#else
+    v_cache[cache_base + i] = v[k_in + i];
+#endif
+#endif
+}
+
+// The turned key in `row` to the cache at cache_base, a word an invocation.
+fn store_key(lid: u32, cache_base: u32) {
+#ifdef K_F16
     for (var n = 0u; n < (HEAD_DIM / 2u + WG - 1u) / WG; n++) {
         let w = n * WG + lid;
-        if (is_q || w >= HEAD_DIM / 2u) {
+        if (w >= HEAD_DIM / 2u) {
             break;
         }
         k_cache[cache_base / 2u + w] = pack_half2(vec2<f32>(row[2u * w], row[2u * w + 1u]));
     }
+#else
+#ifdef K_Q8
+    for (var n = 0u; n < (HEAD_DIM / 4u + WG - 1u) / WG; n++) {
+        let i = 4u * (n * WG + lid);
+        if (i >= HEAD_DIM) {
+            break;
+        }
+        let b = i / Q8_VALUES * Q8_VALUES;
+        var amax = 0.0;
+        for (var e = 0u; e < Q8_VALUES; e++) {
+            amax = max(amax, abs(row[b + e]));
+        }
+        let scale = q8_scale(amax);
+        k_cache[q8_word(cache_base + i)] = q8_pack4(vec4<f32>(row[i], row[i + 1u], row[i + 2u], row[i + 3u]), scale.inv);
+        if (i % Q8_VALUES == 0u) {
+            k_cache[q8_scale_word(cache_base + i)] = scale.word;
+        }
+    }
+#else
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
+        if (i >= HEAD_DIM) {
+            break;
+        }
+        k_cache[cache_base + i] = row[i];
+    }
+#endif
 #endif
 }

@@ -56,6 +56,21 @@ def test_generate_json_gpu_equals_reference(model):
     assert gpu["dispatches_per_token"] > 0 and gpu["adapter"]
 
 
+def test_q8_0_cache_gpu_equals_reference(model, tmp_path):
+    """--cache-type-k/-v q8_0 on either backend (the reference quantizes its cache alike): the same
+    greedy tokens; a model whose heads are not whole q8_0 blocks is refused as unsupported,
+    naming the caches it can take."""
+    flags = ("--cache-type-k", "q8_0", "--cache-type-v", "q8_0")
+    gpu, ref = (cera_json("generate", "-m", model, "-p", "hello world", "-n", "12", "--ctx", "64", "--backend", b,
+                          *flags) for b in ("gpu", "reference"))
+    assert gpu["tokens"] == ref["tokens"]
+    small = str(write_variant(tmp_path / "llama.gguf", "llama_f32"))   # head_dim 16
+    proc = cera("generate", "-m", small, "-p", "x", "--ctx", "16", "--json", "--cache-type-v", "q8_0", ok=False)
+    assert proc.returncode == 5 and json.loads(proc.stdout)["error"] == {
+        "type": "unsupported", "message": "a q8_0 KV cache needs a head_dim that is a multiple of 32, not 16 (use "
+                                          "the f32 or f16 cache: --cache-type-k/-v)"}
+
+
 def test_chat_uses_the_template(model):
     out = cera_json("generate", "-m", model, "-p", "hi", "-n", "2", "--chat", "--ctx", "64")
     meta = GGUFFile.open(model).metadata

@@ -7,16 +7,19 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from cera import catalogue
 from cera.config import ModelConfig
 from cera.device import buffer_size
-from cera.errors import TooLarge
+from cera.errors import TooLarge, Unsupported
 from cera.gguf_file import GGUFFile
 from cera.gpu.footprint import footprint
 from cera.gpu.model import GpuModel
-from cera.gpu.numerics import EXACT, value_bytes
+from cera.gpu.numerics import EXACT
+from cera.ops import Q8_0_BLOCK
+from cera.reference import Reference
 from gpu_util import CACHES, MIXED_CACHES, cache_numerics
 from synth import VARIANTS, write_model, write_variant
 
@@ -60,13 +63,17 @@ def test_a_type_without_a_kernel_is_listed_at_its_f16_cost(device, allocations, 
     assert all(f.gpu_bytes == 2 * 256 * 512 > f.file_bytes for f in fp.fallbacks)
 
 
-@pytest.mark.parametrize("kv", CACHES + MIXED_CACHES)
+# Bytes a KV cache of each type holds a value in: q8_0 36 bytes a block of 32 (cera.ops.Q8_0_BLOCK)
+VALUE_BYTES = {"f32": 4, "f16": 2, "q8_0": 36 / 32}
+
+
+@pytest.mark.parametrize("kv", CACHES + MIXED_CACHES + [("q8_0", "f16")])
 @pytest.mark.parametrize("ctx", [256, 2048])
 def test_smollm2(device, allocations, ctx, kv):
-    """The KV cache at each of K's and V's cache types (f16: 2 bytes a value, f32: 4)."""
+    """The KV cache at each of K's and V's cache types (f32: 4 bytes a value, f16: 2, q8_0: 1.125)."""
     fp, cfg = check_footprint(device, allocations, GGUFFile.open(catalogue.fetch("smollm2-135m-instruct")), 512, ctx,
                               cache_numerics(kv))
-    assert fp.kv_cache == cfg.n_layers * sum(map(value_bytes, kv)) * ctx * cfg.kv_dim(0)
+    assert fp.kv_cache == cfg.n_layers * sum(VALUE_BYTES[t] for t in kv) * ctx * cfg.kv_dim(0)
     d = fp.to_dict()
     assert (d["cache_type_k"], d["cache_type_v"]) == kv
 
@@ -86,7 +93,7 @@ def test_too_large_is_refused_before_any_buffer(device, allocations, tmp_path):
     assert not allocations
 
 
-@pytest.mark.parametrize("kv", [None, ("f32", "f32"), ("f32", "f16")])
+@pytest.mark.parametrize("kv", [None, ("f32", "f32"), ("f32", "f16"), ("q8_0", "q8_0")])
 def test_info_cli_reports_what_the_gpu_model_allocates(device, kv):
     """By default (kv None) the f16 cache: 2 bytes a value; --cache-type-k/-v as asked."""
     path = catalogue.fetch("smollm2-135m-instruct")
@@ -99,7 +106,7 @@ def test_info_cli_reports_what_the_gpu_model_allocates(device, kv):
     model = GpuModel(ModelConfig.from_gguf(g), g, device, 1024, numerics=cache_numerics(kv))
     assert memory["weights"] == model.weights.nbytes
     assert memory["total"] == model.footprint.total and memory["fits"]
-    assert memory["kv_cache"] == 30 * sum(map(value_bytes, kv)) * 1024 * 192 and memory["fallbacks"] == []
+    assert memory["kv_cache"] == 30 * sum(VALUE_BYTES[t] for t in kv) * 1024 * 192 and memory["fallbacks"] == []
     assert (memory["cache_type_k"], memory["cache_type_v"]) == kv
 
 
@@ -107,10 +114,24 @@ def test_a_cache_type_cera_lacks_is_refused_by_name():
     """llama.cpp's quantized cache types are Unsupported (exit 5), naming those there are."""
     path = catalogue.fetch("smollm2-135m-instruct")
     out = subprocess.run([sys.executable, "-m", "cera", "info", "-m", str(path), "--no-gpu", "--json",
-                          "--cache-type-v", "q8_0"], capture_output=True, text=True, timeout=600)
+                          "--cache-type-v", "q4_0"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 5
     assert json.loads(out.stdout)["error"] == {"type": "unsupported",
-                                               "message": "V cache type 'q8_0': the KV cache holds f32 or f16"}
+                                               "message": "V cache type 'q4_0': the KV cache holds f32, f16 or q8_0"}
+
+
+def test_a_q8_0_cache_needs_whole_blocks_of_a_head(device, tmp_path):
+    """q8_0 blocks are 32 values of a head's row: a head_dim of 16 is refused, naming the caches
+    that fit; the reference refuses it too."""
+    g = GGUFFile.open(write_variant(tmp_path / "m.gguf", "llama_f32"))
+    cfg = ModelConfig.from_gguf(g)
+    assert cfg.head_dim == 16
+    for kv in (("q8_0", "f16"), ("f16", "q8_0")):
+        with pytest.raises(Unsupported, match="a q8_0 KV cache needs a head_dim that is a multiple of 32, not 16 "
+                                              r"\(use the f32 or f16 cache"):
+            footprint(cfg, g, CTX, 32, device.limits, cache_numerics(kv))
+    with pytest.raises(Unsupported, match="multiple of 32, not 16"):
+        Reference(g, CTX, (np.float16, Q8_0_BLOCK))
 
 
 def q3_k_m_types(name: str, shape: tuple[int, ...], layer: int | None, n_layers: int) -> str:

@@ -12,9 +12,9 @@ from cera.engine import Engine
 from cera.gguf_file import GGUFFile
 from cera.gpu import attention, matvec
 from cera.gpu.model import greedy_batches
-from cera.gpu.numerics import Numerics
+from cera.gpu.numerics import CACHE_TYPES, Numerics
 from cera.gpu.state import GREEDY_BATCH
-from gpu_util import NMSE_F16_CACHE
+from gpu_util import F16_CACHE, NMSE_F16_CACHE, NMSE_Q8_CACHE, Q8_CACHE, cache_numerics
 from golden import EXACT_TYPES, GOLDEN, GOLDEN_NUMERICS, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
 from synth import VARIANTS, sha256_file, write_variant
 
@@ -144,20 +144,31 @@ def test_int8_prefill_matches_llama_cpp(device, synth_gguf, name):
     assert all(e8 < 0.1 * e32 for e8, e32 in zip(int8, f32))
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_f16_cache_matches_the_reference(device, synth_gguf, name):
-    """cera's default cache, f16 (packed two to a u32, rounded as numpy casts), against the numpy
-    reference with the same cache (kv_dtype float16): after each golden sequence, the same greedy
-    tokens, and logits within NMSE_F16_CACHE (gpu_util says why)."""
-    g, numerics = synth_gguf(name), Numerics()
-    assert numerics.cache_types == ("f16", "f16")
+# Variants whose head_dim is whole q8_0 blocks, each arch's path: NORM and NEOX RoPE, QK-norm,
+# gemma's window and soft-cap, LFM2's conv blocks, a partial rotation; with (K's, V's) cache types
+Q8_VARIANTS = [("llama_q4_k", Q8_CACHE), ("qwen2_q4_k_m", Q8_CACHE), ("qwen3_f32", Q8_CACHE),
+               ("gemma2_f32", Q8_CACHE), ("gemma3_f32", Q8_CACHE), ("lfm2_q4_k", Q8_CACHE),
+               ("phi3_q8_0_partial", Q8_CACHE), ("qwen3_f32", ("q8_0", "f16")), ("llama_q4_k", ("f32", "q8_0"))]
+
+
+@pytest.mark.parametrize("name,cache", [(name, F16_CACHE) for name in sorted(VARIANTS)] + Q8_VARIANTS)
+def test_cache_matches_the_reference(device, synth_gguf, name, cache):
+    """cera's default cache, f16 (packed two to a u32, rounded as numpy casts), on every variant,
+    and llama.cpp's q8_0 for K, V or both (cera.ops.quantize_q8_0 on write, dequantized on read),
+    against the numpy reference with the same cache (kv_dtype float16, Q8_0_BLOCK): after each
+    golden sequence, the same greedy tokens, and logits within NMSE_F16_CACHE or NMSE_Q8_CACHE
+    (gpu_util says why)."""
+    g, numerics = synth_gguf(name), cache_numerics(cache)
+    assert cache != F16_CACHE or numerics == Numerics()   # the default
     gpu, ref = (asyncio.run(Engine.load(g, d, ctx=64, numerics=numerics)) for d in (device, None))
-    assert ref.backend.model.key_cache[ref.cfg.attention_layers[0]].dtype == np.float16
+    layer, model = ref.cfg.attention_layers[0], ref.backend.model
+    assert (model.key_cache[layer].dtype, model.value_cache[layer].dtype) == tuple(CACHE_TYPES[t] for t in cache)
+    bound = NMSE_Q8_CACHE if "q8_0" in cache else NMSE_F16_CACHE
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
     for seq in golden["sequences"]:
         got, want = (asyncio.run(e.logits(seq["tokens"])) for e in (gpu, ref))
-        print(f"{name}: f16 cache, NMSE vs reference {nmse(got, want):.2e}")
-        assert nmse(got, want) < NMSE_F16_CACHE
+        print(f"{name}: {numerics.cache} cache, NMSE vs reference {nmse(got, want):.2e}")
+        assert nmse(got, want) < bound
         runs = [asyncio.run(e.generate(seq["tokens"], len(seq["greedy"]), stop_at_eos=False)).tokens for e in (gpu, ref)]
         assert runs[0] == runs[1]
 

@@ -22,7 +22,7 @@ from cera.config import FFN_GELU, FFN_SILU
 from cera.gpu import attention, matmul, ops as gpu_ops, quant
 from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import (CACHES, F32_CACHE, MIXED_CACHES, as_cached, assert_close, cache_tolerance, glu_act,
+from gpu_util import (CACHES, F32_CACHE, MIXED_CACHES, Q8_MIXED_CACHES, as_cached, assert_close, cache_tolerance, glu_act,
                       read_cache, run, step_buffer, submit, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
@@ -527,6 +527,12 @@ def test_matmul_int_errors(gpu):
 ATTENTION_SHAPES = [(64, 9, 3), (128, 12, 2), (80, 4, 4), (256, 4, 2), (18, 4, 2)]   # head_dim, heads, kv heads
 
 
+def with_caches(shapes, caches):
+    """Each shape (head_dim first) with each (K's, V's) cache type it can hold: q8_0 only whole
+    blocks of 32 values of a head."""
+    return [(*shape, cache) for shape in shapes for cache in caches if "q8_0" not in cache or shape[0] % 32 == 0]
+
+
 def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles=None, seed=0, window=0,
                      cache=F32_CACHE, softcap=0.0, bidirectional=False):
     """Run prefill attention over consecutive chunks [(n_tokens, scale)] of one sequence whose
@@ -563,8 +569,8 @@ def attention_chunks(gpu, head_dim, n_heads, n_kv_heads, chunks, max_rows, tiles
         pos += n_tokens
 
 
-@pytest.mark.parametrize("cache", CACHES + MIXED_CACHES)
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", ATTENTION_SHAPES)
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,cache",
+                         with_caches(ATTENTION_SHAPES, CACHES + MIXED_CACHES + Q8_MIXED_CACHES))
 def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads, cache):
     # A full first chunk at pos 0, then a shorter chunk over the first chunk's keys (crossing
     # key tiles), then a one-row chunk; a Granite-like scale on the last.
@@ -572,12 +578,11 @@ def test_prefill_attention(gpu, head_dim, n_heads, n_kv_heads, cache):
                      cache=cache)
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window", [
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window,cache", with_caches([
     (256, 4, 1, 20),    # Gemma-3-270M's heads
     (64, 9, 3, 5),      # a window shorter than a key tile
     (18, 4, 2, 33),     # the scalar path; a window longer than a chunk
-])
-@pytest.mark.parametrize("cache", CACHES)
+], CACHES))
 def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, cache):
     """A sliding window (a local layer): each row sees only the last `window` keys, within and
     across chunks and key tiles; the 16 KiB tilings too."""
@@ -588,20 +593,18 @@ def test_prefill_attention_window(gpu, head_dim, n_heads, n_kv_heads, window, ca
                      tiles=attention.attention_tiles(limits, head_dim), seed=head_dim, window=window, cache=cache)
 
 
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window,softcap", [
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,window,softcap,cache", with_caches([
     (256, 8, 4, 0, 2.0),     # Gemma-2-2B's heads (its cap, 50, never bites these scores: std ~2)
     (64, 9, 3, 5, 1.0),      # a window shorter than a key tile
     (18, 4, 2, 33, 1.5),     # the scalar path
-])
-@pytest.mark.parametrize("cache", CACHES)
+], CACHES))
 def test_prefill_attention_softcap(gpu, head_dim, n_heads, n_kv_heads, window, softcap, cache):
     """gemma2's soft-capped scores, softcap * tanh(score / softcap) before the softmax."""
     attention_chunks(gpu, head_dim, n_heads, n_kv_heads, [(37, None), (30, None), (1, 0.0625)], max_rows=37,
                      window=window, cache=cache, softcap=softcap)
 
 
-@pytest.mark.parametrize("cache", CACHES)
-@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", [(64, 12, 12), (18, 4, 2), (128, 4, 1)])
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,cache", with_caches([(64, 12, 12), (18, 4, 2), (128, 4, 1)], CACHES))
 def test_prefill_attention_bidirectional(gpu, head_dim, n_heads, n_kv_heads, cache):
     """An encoder's attention: every row sees every key of the step (slots up to the step's
     last, none after it), across key tiles and chunks."""

@@ -11,8 +11,9 @@ from cera.errors import InvalidArgument
 from cera.gpu import attention, matvec, ops as gpu_ops
 from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
-from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, as_cached, assert_close, cache_tolerance,
-                      glu_act, read, read_cache, step_buffer, submit, upload, upload_cache, write_cache, zeros)
+from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, Q8_CACHE, Q8_EDGES, Q8_MIXED_CACHES,
+                      as_cached, assert_close, cache_tolerance, glu_act, read, read_cache, read_cache_raw, step_buffer,
+                      submit, to_cache, upload, upload_cache, write_cache, zeros)
 from quantdata import random_rows
 
 
@@ -100,17 +101,22 @@ ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_n
                          [(*case, False, F32_CACHE) for case in ROPE_CASES] +
                          [(*ROPE_CASES[0], True, F32_CACHE), (*ROPE_CASES[2], True, F32_CACHE)] +
                          [(*case, False, F16_CACHE) for case in ROPE_CASES] +
-                         [(*ROPE_CASES[2], False, cache) for cache in MIXED_CACHES])
+                         [(*case, False, Q8_CACHE) for case in ROPE_CASES if case[0] % 32 == 0] +
+                         [(*ROPE_CASES[2], False, cache) for cache in MIXED_CACHES + Q8_MIXED_CACHES])
 def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor, stacked,
                  cache):
     """stacked: q, k, v are ranges of one buffer of rows q | k | v (a stacked prefill matmul's
-    output, in_stride apart). cache: (K's, V's) cache type; an f16 value equals numpy's cast bit for
-    bit (v holds rounding edges), an f16 key numpy's rounded within an ulp."""
+    output, in_stride apart). cache: (K's, V's) cache type; an f16 or q8_0 value equals numpy's cast
+    or quantization bit for bit (v holds rounding edges of both), a key numpy's rounded within an
+    ulp (a q8_0 step)."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx, theta, eps = 4, 300, 10000.0, 1e-6
     rot = head_dim if n_rot is None else n_rot
     q, k, v = randn(max_tokens, n_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim), randn(max_tokens, n_kv_heads, head_dim)
     v[0, 0, :len(HALF_EDGES)] = HALF_EDGES
+    if head_dim % 32 == 0:
+        edges = v.reshape(-1)[32: 32 + Q8_EDGES.size]
+        edges[:] = Q8_EDGES.ravel()[:edges.size]
     ff = (1.0 + rng.random(rot // 2) * 7).astype(np.float32) if with_ff else None
     qn, kn = (randn(head_dim), randn(head_dim)) if qk_norm else (None, None)
     stride = None
@@ -145,13 +151,58 @@ def test_rope_kv(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_no
         assert_close(q_got[n_tokens:], np.zeros_like(q[n_tokens:]), 0, 0, f"q rows past n_tokens pos {pos}")
         k_cache, v_cache = (read_cache(gpu, b, cache_shape, t) for b, t in zip((kc, vc), cache))
         assert_close(k_cache[positions], as_cached(k_ref, cache[0]), *cache_tolerance(cache[0]), f"k_cache pos {pos}")
-        v_bits = read(gpu, vc, cache_shape, v_cache.dtype if cache[1] == "f32" else np.uint16)[positions]
-        with np.errstate(over="ignore"):   # HALF_EDGES holds values past f16's range on purpose
-            want = v[:n_tokens].astype(np.float16).view(np.uint16) if cache[1] == "f16" else v[:n_tokens]
-        assert np.array_equal(v_bits, want, equal_nan=True), f"v_cache pos {pos}: not the values as cast"
+        v_bytes = read_cache_raw(gpu, vc, cache_shape, cache[1])[positions].tobytes()
+        assert v_bytes == to_cache(v[:n_tokens], cache[1]).tobytes(), f"v_cache pos {pos}: not the values as numpy casts"
     written = {0, *range(261, 264), *range(296, 300)}
     untouched = [s for s in range(max_ctx) if s not in written]
     assert not k_cache[untouched].any() and not v_cache[untouched].any(), "only slots pos..pos+n-1 are written"
+
+
+# --- q8_0 cache: the scale's division ----------------------------------------------------------
+
+# A kernel of the test's own: q8_cache.wgsl's q8_rounded on given quotients (WGSL's own division
+# here is exact, an NVIDIA driver's need not be: the correction must hold wherever it starts).
+Q8_ROUNDED_TEST = """#include "q8_cache.wgsl"
+@group(0) @binding(0) var<storage, read> abc: array<vec4<f32>>;   // (a, b, a candidate quotient, 0)
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&out)) {
+        let x = abc[id.x];
+        out[id.x] = q8_rounded(x.x, x.y, x.z);
+    }
+}
+"""
+
+
+def test_q8_0_scale_quotients_are_rounded_as_f32_division(gpu):
+    """d = amax / 127 and id = 1 / d as llama.cpp's f32 division rounds them, from candidates up to
+    3 ulp off either way (WGSL allows its division 2.5 ulp): amax over 60 binades, d near powers of
+    two and exact ones, and quotients just below a power of two started from it (the float below
+    is half an ulp away there)."""
+    from cera import kernels
+    rng = np.random.default_rng(3)
+    amax = np.exp(rng.uniform(-40, 40, 600)).astype(np.float32)
+    d = np.concatenate([amax / np.float32(127),
+                        np.float32(2.0) ** rng.integers(-30, 30, 200).astype(np.float32)
+                        * (1 + rng.integers(-2, 3, 200) * np.float32(2 ** -23)).astype(np.float32)]).astype(np.float32)
+    a = np.concatenate([amax, np.ones(len(d), np.float32)])
+    b = np.concatenate([np.full(len(amax), 127, np.float32), d])
+    want = (a / b).astype(np.float32)
+    off = rng.integers(-3, 4, len(a)).astype(np.int64)
+    start = (want.view(np.uint32).astype(np.int64) + off).astype(np.uint32).view(np.float32)
+    # quotients just below a power of two, from the power of two: the float below is half an ulp away
+    below = np.array([1 - 2 ** -24, 2 - 2 ** -23, 0.5 - 2 ** -25], np.float32)
+    a, b = np.concatenate([a, below]), np.concatenate([b, np.ones(3, np.float32)])
+    want = np.concatenate([want, below])
+    start = np.concatenate([start, np.array([1.0, 2.0, 0.5], np.float32)])
+    kernels.override({"q8_rounded_test.wgsl": Q8_ROUNDED_TEST})
+    out = zeros(gpu, len(a))
+    abc = upload(gpu, np.stack([a, b, start, np.zeros_like(a)], axis=1))
+    submit(gpu, gpu.kernels.dispatch("q8_rounded_test.wgsl", [abc, out], (-(-len(a) // 64), 1, 1), "q8_rounded"))
+    got = read(gpu, out, (len(a),))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        f"{int((got != want).sum())} of {len(a)} quotients not rounded: first at {np.argmax(got != want)}"
 
 
 # --- attention --------------------------------------------------------------------------------
@@ -179,8 +230,11 @@ SOFTCAP_CASES = [
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,scale,split,window,cache,softcap",
                          [(*shape, F32_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
                          [(*shape, F16_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
+                         [(*shape, Q8_CACHE, 0.0) for shape in ATTENTION_SHAPES if shape[0] % 32 == 0] +
                          [(*ATTENTION_SHAPES[i], cache, 0.0) for i in (0, 4) for cache in MIXED_CACHES] +
-                         [(*shape, cache, cap) for shape, cap in SOFTCAP_CASES for cache in (F32_CACHE, F16_CACHE)])
+                         [(*ATTENTION_SHAPES[0], cache, 0.0) for cache in Q8_MIXED_CACHES] +
+                         [(*shape, cache, cap) for shape, cap in SOFTCAP_CASES for cache in (F32_CACHE, F16_CACHE)] +
+                         [(*SOFTCAP_CASES[0][0], Q8_CACHE, SOFTCAP_CASES[0][1])])
 def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap):
     """Split-KV decode attention at KV lengths around the split edges, for one and several rows;
     cache slots past the live length (and, with a sliding window, before the first row's window)
@@ -224,7 +278,8 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
 
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,cache",
                          [(*case, F32_CACHE) for case in ROPE_CASES] + [(*case, F16_CACHE) for case in ROPE_CASES] +
-                         [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES])
+                         [(*case, Q8_CACHE) for case in ROPE_CASES if case[0] % 32 == 0] +
+                         [(*ROPE_CASES[2], cache) for cache in MIXED_CACHES + Q8_MIXED_CACHES])
 def test_attention_with_rope(gpu, head_dim, n_heads, n_kv_heads, neox, n_rot, with_ff, qk_norm, freq_scale, attn_factor,
                              cache):
     """Decode attention with RoPE fused (attention.attention's rope): one row's raw q | k | v in one

@@ -11,7 +11,7 @@ from cera.config import ModelConfig
 from cera.device import Copy, Flush, Pass, passes
 from cera.gguf_file import GGUFFile
 from cera.gpu.model import GpuModel
-from cera.gpu.numerics import value_bytes
+from cera.gpu.numerics import cache_row_bytes
 from cera.gpu.plan import FLUSH_LAYERS
 from cera.sampling import Sampler
 from gpu_util import CACHES, cache_numerics
@@ -39,7 +39,7 @@ def test_decode_plan_reads_the_weights_and_the_kv_cache(smollm2, device, kv):
     embedding = g.tensors["token_embd.weight"]
     weights = sum(t.nbytes for t in g.tensors.values() if t.name != "token_embd.weight")
     weights += embedding.nbytes + embedding.nbytes // embedding.shape[0]   # the tied head, one embedded row
-    kv = cfg.n_layers * positions * sum(map(value_bytes, kv)) * cfg.kv_dim(0)   # K and V rows attention reads
+    kv = cfg.n_layers * positions * cfg.n_kv_heads[0] * sum(cache_row_bytes(t, cfg.head_dim) for t in kv)   # K and V rows attention reads
     totals = plan.totals(positions)
     activations = totals["bytes_read"] - weights - kv
     print(f"read {totals['bytes_read']:,} = weights {weights:,} + KV {kv:,} + activations {activations:,}")

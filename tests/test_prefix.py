@@ -12,7 +12,7 @@ from cera.errors import InvalidArgument
 from cera.gpu.numerics import Numerics
 from cera.prefix import PrefixCache
 from cera.runner import load_engine
-from gpu_util import CACHES, F16_CACHE_TOLERANCE, cache_numerics
+from gpu_util import CACHES, F16_CACHE_TOLERANCE, Q8_CACHE, Q8_CACHE_TOLERANCE, cache_numerics
 from synth import write_variant
 
 RNG = np.random.default_rng(3)
@@ -35,8 +35,15 @@ def generate(e, ids, n=4):
 
 # How far a warm state's logits may be from a cold prefill's, by K's and V's cache type: f32
 # rounding where two kernel paths wrote the rows (decode's matvecs the reply's, prefill's matmuls
-# the cold ones), and with an f16 cache its rounding of them (gpu_util.F16_CACHE_TOLERANCE).
-WARM_TOLERANCE = {("f32", "f32"): 1e-5, ("f16", "f16"): F16_CACHE_TOLERANCE}
+# the cold ones), and with an f16 or q8_0 cache its rounding of them (gpu_util.F16_CACHE_TOLERANCE,
+# Q8_CACHE_TOLERANCE).
+WARM_TOLERANCE = {("f32", "f32"): 1e-5, ("f16", "f16"): F16_CACHE_TOLERANCE, ("q8_0", "q8_0"): Q8_CACHE_TOLERANCE}
+# variants whose head_dim is whole q8_0 blocks (32 values): they take the q8_0 cache too
+Q8_NAMES = ("lfm2_q4_k", "gemma2_q4_k_m")
+
+
+def with_caches(names):
+    return [(name, kv) for name in names for kv in CACHES if kv != Q8_CACHE or name in Q8_NAMES]
 
 
 def assert_same_logits(warm, cold, kv=("f32", "f32")):
@@ -44,9 +51,8 @@ def assert_same_logits(warm, cold, kv=("f32", "f32")):
     assert err < WARM_TOLERANCE[kv] and warm.tokens == cold.tokens, f"{err:.2e}, {warm.tokens} vs {cold.tokens}"
 
 
-@pytest.mark.parametrize("kv", CACHES)
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
-@pytest.mark.parametrize("name", ["llama_q4_0", "qwen2_f32", "lfm2_q4_k", "gemma2_q4_k_m", "phi3_f32"])
+@pytest.mark.parametrize("name,kv", with_caches(["llama_q4_0", "qwen2_f32", "lfm2_q4_k", "gemma2_q4_k_m", "phi3_f32"]))
 def test_a_prompt_that_extends_the_conversation_prefills_only_its_tail(models, device, name, backend, kv):
     e = engine(models[name], device, backend, numerics=cache_numerics(kv))
     first = generate(e, A)
@@ -58,9 +64,8 @@ def test_a_prompt_that_extends_the_conversation_prefills_only_its_tail(models, d
     assert_same_logits(warm, generate(e, turn), kv)
 
 
-@pytest.mark.parametrize("kv", CACHES)
 @pytest.mark.parametrize("stop", [3, 12])
-@pytest.mark.parametrize("name", ["llama_q4_0", "lfm2_q4_k"])
+@pytest.mark.parametrize("name,kv", with_caches(["llama_q4_0", "lfm2_q4_k"]))
 def test_a_reply_stopped_mid_batch_is_resumed_where_it_stopped(models, device, name, stop, kv):
     """Greedy decode runs steps in batches, so a reply stopped early (here after `stop` tokens,
     in the first batch or the second) has run steps past it; those are not counted, and the
@@ -92,8 +97,8 @@ def test_a_diverging_prompt_reuses_the_common_prefix_where_the_state_allows(mode
 @pytest.mark.parametrize("kv", CACHES)
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
 def test_prefix_cache_hit_equals_cold_prefill(models, device, backend, kv, tmp_path):
-    """With each cache type: a snapshot holds K and V as the cache does (f16 for an f16 cache),
-    in memory and on disk."""
+    """With each cache type: a snapshot holds K and V as the cache does (f16 for an f16 cache,
+    q8_0 blocks for a q8_0 one), in memory and on disk."""
     g, numerics = models["lfm2_q4_k"], cache_numerics(kv)
     cache = PrefixCache(64 << 20, tmp_path, namespace=f"lfm2-{backend}")
     e = engine(g, device, backend, cache, numerics)
@@ -132,6 +137,7 @@ def test_prefix_cache_keeps_each_numerics_apart(tmp_path, backend):
     generate(load(f32), A)
     assert generate(load(replace(f32, cache_type_v="f16")), A + B).reused == 0
     assert generate(load(f32), A + B).reused == len(A)
+    assert generate(load(replace(f32, cache_type_k="q8_0")), A + B).reused == 0
 
 
 def test_prefix_cache_keeps_to_its_budget(models, device):

@@ -13,7 +13,7 @@ from cera import ops
 from cera.device import PACKED_DOT
 from cera.gpu.quant import INT_TILE_TYPES
 from cera.gpu.quant import WEIGHT_TYPES, X_INT_TYPES
-from cera.gpu.numerics import CACHE_TYPES, value_bytes
+from cera.gpu.numerics import CACHE_TYPES, cache_row_bytes
 from gpu_util import assert_close
 from quantdata import padded, random_rows
 import chromium_shaders
@@ -79,14 +79,14 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
     assert got["runs"] == 2     # run() and read() are one JS call each
 
 
-@pytest.mark.parametrize("cache", ["f32", "f16"])
+@pytest.mark.parametrize("cache", ["f32", "f16", "q8_0"])
 def test_layer_kernels_on_the_pyodide_device(page, cache):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
     attention with RoPE fused for an 8th (its raw q | k | v in one buffer), and the output
     projection merging that attention's splits itself, the context shift's key re-rotation, and
     LFM2's short conv, through the browser host, against cera.ops computed here; the KV cache in
-    f32 or f16 (halves packed in u32 and rounded by integer operations: SwiftShader has no
-    shader-f16)."""
+    f32, f16 (halves packed in u32 and rounded by integer operations: SwiftShader has no
+    shader-f16) or q8_0 (its keys within a q8_0 step of numpy's)."""
     from cera import ops
     rng = np.random.default_rng(5)
     hd, heads, kv_heads, theta, eps, ctx, hidden = 32, 4, 2, 1e4, 1e-6, 16, 40
@@ -95,7 +95,7 @@ def test_layer_kernels_on_the_pyodide_device(page, cache):
     bcx, conv_w = rng.standard_normal((3, 3 * hidden)).astype(np.float32), rng.standard_normal((hidden, 3)).astype(np.float32)
     w_o = rng.standard_normal((24, heads * hd)).astype(np.float32)   # an F32 output projection
     b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
-    cache_bytes = value_bytes(cache)
+    slot_bytes = kv_heads * cache_row_bytes(cache, hd)   # a cache slot's keys
     got = python_in_worker(page, f"""
 import base64, json
 import numpy as np
@@ -133,13 +133,13 @@ first, partials = attention.attention_partials(kernels, dev, qkv7, kc, vc, step,
 w_o, merged = upload({b64(w_o)!r}), zeros(24)
 await dev.run(dev.schedule([first, matvec.matvec(kernels, dev, merged, Projection(w_o, 0, {heads * hd}, 24), partials)]))
 out["merged"] = await dev.read(merged, 0, 4 * 24)
-out["cache"] = await dev.read(kc, 0, {cache_bytes} * 8 * {kv_heads * hd})
+out["cache"] = await dev.read(kc, 0, {slot_bytes} * 8)
 shift, k_out, v_out = dev.buffer(16, "shift", uniform=True), zeros(8 * {kv_heads * hd}), zeros(8 * {kv_heads * hd})
 dev.write(shift, ops.pack_shift(1, 3, 4))   # keep 1, drop 3, move 4
 await dev.run(dev.schedule([ops.kv_shift(kernels, dev, k_out, v_out, kc, vc, shift, head_dim={hd},
                                             n_kv_heads={kv_heads}, rope=ops.Rope({theta}, True), max_rows=4,
                                             cache_types=shape["cache_types"])]))
-out["shifted"] = await dev.read(k_out, 0, {cache_bytes} * 4 * {kv_heads * hd})
+out["shifted"] = await dev.read(k_out, 0, {slot_bytes} * 4)
 state, conv = zeros({2 * hidden}), zeros(3 * {hidden})
 dev.write(step, pack_step(0, 3))
 await dev.run(dev.schedule([ops.shortconv(kernels, dev, conv, bcx, conv_w, state, step, hidden={hidden})]))
@@ -147,19 +147,24 @@ out["conv"] = await dev.read(conv, 0, 4 * 3 * {hidden})
 json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()}})
 """)
     arr = lambda name, *shape, dtype=np.float32: np.frombuffer(base64.b64decode(got[name]), dtype).reshape(shape)
-    cached = lambda name, *shape: arr(name, *shape, dtype=CACHE_TYPES[cache]).astype(np.float32)
+    dtype = CACHE_TYPES[cache]
+    cached = lambda name, *shape: ops.from_cache(arr(name, *ops.cache_shape(dtype, *shape), dtype=dtype))
     pos = np.arange(8)
     q_ref = ops.rope(ops.rms_norm(q, qn, eps), pos, theta, True)
     k_ref = ops.rope(ops.rms_norm(k, kn, eps), pos, theta, True)
-    att = ops.attention(q_ref, k_ref, v, pos, 1.0 / np.sqrt(hd))                  # (8, heads, hd)
+    # over the keys as the cache holds them (numpy's own rounding may part from them by an f16 ulp
+    # or a q8_0 step) and the values as the cache type holds them (bit for bit)
+    att = ops.attention(q_ref, cached("cache", 8, kv_heads, hd), ops.from_cache(ops.to_cache(v, dtype)), pos,
+                        1.0 / np.sqrt(hd))                                         # (8, heads, hd)
     # WGSL lets sin and cos be off by 2^-11 (absolute); SwiftShader's are (lavapipe's are closer)
     tol = dict(atol=2e-3, rtol=1e-3)
     assert_close(arr("prefill", 7, heads, hd), att[:7], **tol, what="prefill attention")
     assert_close(arr("decode", 1, heads, hd), att[7:], **tol, what="split-KV decode attention")
     assert_close(arr("merged", 24), w_o @ att[7].ravel(), **tol, what="output projection merging the splits")
-    assert_close(cached("cache", 8, kv_heads, hd), k_ref, **tol, what="keys in the cache")
+    key_tol = dict(atol=0.04, rtol=1e-3) if cache == "q8_0" else tol   # a q8_0 step (gpu_util.cache_tolerance)
+    assert_close(cached("cache", 8, kv_heads, hd), k_ref, **key_tol, what="keys in the cache")
     shifted = ops.rope(cached("cache", 8, kv_heads, hd)[4:8], np.full(4, -3), theta, True)
-    assert_close(cached("shifted", 4, kv_heads, hd), shifted, **tol, what="re-rotated keys of a context shift")
+    assert_close(cached("shifted", 4, kv_heads, hd), shifted, **key_tol, what="re-rotated keys of a context shift")
     y, _ = ops.shortconv(bcx, conv_w, np.zeros((2, hidden), np.float32))
     assert_close(arr("conv", 3, hidden), y, 1e-4, 1e-4, "short conv")
 

@@ -80,25 +80,31 @@ json.dumps({{"ctx": engine.ctx, "logits": logits[{seq["logits_positions"]}].toli
                 break
 
 
-def test_cache_type_menu_gives_the_native_text(page, models):
-    """The page's KV cache menu: f32 gives the native host's greedy text with --cache-type-k/-v
-    f32, token for token (the default, f16, is test_greedy_text_matches_the_native_host's), and
-    the GPU memory figure counts the cache at 4 bytes a value."""
-    path, url = models["qwen2_q8_0"]
+# Bytes a KV cache of each type holds a value in (q8_0: 36 bytes a block of 32)
+VALUE_BYTES = {"f32": 4, "f16": 2, "q8_0": 36 / 32}
+
+
+@pytest.mark.parametrize("cache, name", [("f32", "qwen2_q8_0"), ("q8_0", "phi3_q4_k_m")])
+def test_cache_type_menu_gives_the_native_text(page, models, cache, name):
+    """The page's KV cache menu: f32, or llama.cpp's q8_0 (a model whose heads are whole blocks of
+    32), gives the native host's greedy text with --cache-type-k/-v of that type, token for token
+    (the default, f16, is test_greedy_text_matches_the_native_host's), and the GPU memory figure
+    counts the cache at its bytes a value."""
+    path, url = models[name]
     prompt = "The quick brown fox"
-    native = native_generate(path, prompt, 12, False, "--cache-type-k", "f32", "--cache-type-v", "f32")
-    page.select_option("#cache-type", "f32")
+    native = native_generate(path, prompt, 12, False, "--cache-type-k", cache, "--cache-type-v", cache)
+    page.select_option("#cache-type", cache)
     try:
         info = page.evaluate("(url) => window.cera.load(url)", url)   # the menu's choice
     finally:
         page.select_option("#cache-type", "f16")
-    assert (info["cacheTypeK"], info["cacheTypeV"]) == ("f32", "f32") and "f32 KV cache" in page.text_content("#model")
+    assert (info["cacheTypeK"], info["cacheTypeV"]) == (cache, cache) and f"{cache} KV cache" in page.text_content("#model")
     memory = info["gpuMemory"]
-    assert (memory["cache_type_k"], memory["cache_type_v"]) == ("f32", "f32")
+    assert (memory["cache_type_k"], memory["cache_type_v"]) == (cache, cache)
     result = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 12})", prompt)
     assert result["tokens"] == native["tokens"]
     f16 = page.evaluate("(url) => window.cera.load(url)", url)["gpuMemory"]
-    assert f16["kv_cache"] * 2 == memory["kv_cache"]
+    assert f16["kv_cache"] * VALUE_BYTES[cache] == memory["kv_cache"] * VALUE_BYTES["f16"]
 
 
 def test_integer_x_decode_in_the_page_gives_the_native_text(page, models):

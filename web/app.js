@@ -99,7 +99,7 @@ function setBusy(busy) {
 
 // source: a File, a URL or a Hugging Face id, looked up at hubEndpoint (by default the page's
 // setting); int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's
-// checkbox says; cacheType: what the KV cache stores K and V in ("f16", "f32"), by default as the
+// checkbox says; cacheType: what the KV cache stores K and V in ("f16", "f32", "q8_0"), by default as the
 // page's menu says; sha256: the file's, checked as a URL downloads.
 async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cache-type").value, sha256,
   hubEndpoint = $("hub-endpoint").value.trim() || undefined } = {}) {

@@ -36,7 +36,7 @@ export interface Recovery {
   seconds: number;
 }
 
-export type CacheType = "f16" | "f32";
+export type CacheType = "f16" | "f32" | "q8_0";
 
 export interface LoadOptions {
   /** Positions of context to allocate (default info.defaults.ctx, capped at the model's). */
@@ -45,7 +45,7 @@ export interface LoadOptions {
   int8?: boolean;
   /** Opt-in speed: f16 prefill tiles where the adapter has shader-f16. */
   f16?: boolean;
-  /** What the KV cache stores K in, by llama.cpp's name: "f16" (the default: half of f32's memory, as llama.cpp's cache) or "f32"; others reject as Unsupported. */
+  /** What the KV cache stores K in, by llama.cpp's name: "f16" (the default: half of f32's memory, as llama.cpp's cache), "f32" or "q8_0" (llama.cpp's 8-bit blocks of 32 values, 1.125 bytes a value; a head_dim that is a multiple of 32); others reject as Unsupported. */
   cacheTypeK?: CacheType;
   /** The same for V. */
   cacheTypeV?: CacheType;

@@ -38,7 +38,7 @@ const SOURCE_OPTIONS = { hubEndpoint: [(v) => isText(v) && /^https?:\/\/[^/]/i.t
   "the Hugging Face Hub's URL, where ids are looked up (default https://huggingface.co)"] };
 const ENGINE_OPTIONS = { limits: [isObject, "an object of WebGPU limits to lower (snake_case names)"],
   onProgress: FUNCTION, onError: FUNCTION, onDeviceLost: FUNCTION, onRecovered: FUNCTION };
-const CACHE_TYPE = [isText, "a KV cache type by llama.cpp's name (\"f16\", \"f32\")"];
+const CACHE_TYPE = [isText, "a KV cache type by llama.cpp's name (\"f16\", \"f32\", \"q8_0\")"];
 const LOAD_OPTIONS = { ctx: POSITIVE, int8: BOOLEAN, f16: BOOLEAN, cacheTypeK: CACHE_TYPE, cacheTypeV: CACHE_TYPE,
   onProgress: FUNCTION, onMemory: FUNCTION,
   sha256: [(v) => isText(v) && /^[0-9a-f]{64}$/i.test(v), "the file's SHA-256 as 64 hex digits"], ...SOURCE_OPTIONS };
@@ -201,8 +201,9 @@ export class Engine {
   // replacing the one loaded; waits for the requests ahead of it. Resolves to the model's info.
   // onMemory gets the GPU memory it needs once its header is read, before the upload (also when
   // it is refused). int8, f16: the kernels' opt-ins for speed (cera.gpu.numerics), off by
-  // default. cacheTypeK, cacheTypeV: what the KV cache stores K and V in, "f16" (the default) or
-  // "f32" (the core refuses the others, as Unsupported). sha256: the file's, checked as a URL
+  // default. cacheTypeK, cacheTypeV: what the KV cache stores K and V in, "f16" (the default),
+  // "f32" or "q8_0" (llama.cpp's 8-bit blocks, for a head_dim that is a multiple of 32; the core
+  // refuses the others, and q8_0 for other heads, as Unsupported). sha256: the file's, checked as a URL
   // downloads (and against the cached copy's; a Hub id's file is checked against the SHA-256 the
   // Hub lists). hubEndpoint: where ids are looked up.
   async reload(model, options = {}) {

@@ -39,8 +39,8 @@ def load(model: str | Path = catalogue.DEFAULT_MODEL, ctx: int | None = DEFAULT_
     wgpu-py), "reference" (the numpy forward pass) or "auto" (the GPU, unless its adapter is a
     CPU emulation; default: $CERA_BACKEND, else "auto"); `lora`: (GGUF path, URL or Hugging Face
     id, scale) of each LoRA adapter to load; `numerics` (cera.gpu.numerics): the KV cache's
-    types, f16 by default (`Numerics(cache_type_k="f32", cache_type_v="f32")` for f32, llama.cpp's
-    names), and the GPU kernels' opt-ins for speed, e.g. `Numerics(int8=True)` (exact by default)."""
+    types, f16 by default (`Numerics(cache_type_k="f32", cache_type_v="f32")` for f32, "q8_0" for
+    llama.cpp's 8-bit blocks; llama.cpp's names), and the GPU kernels' opt-ins for speed, e.g. `Numerics(int8=True)` (exact by default)."""
     return Model(Runner.load(model, ctx, backend, prefill_chunk, lora=lora, numerics=numerics))
 
 

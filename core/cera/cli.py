@@ -70,9 +70,11 @@ def add_numerics_args(p: argparse.ArgumentParser) -> None:
 def add_cache_args(p: argparse.ArgumentParser) -> None:
     for flag, what in (("--cache-type-k", "K"), ("--cache-type-v", "V")):
         p.add_argument(flag, metavar="TYPE", default=DEFAULT_CACHE_TYPE,
-                       help=f"what the KV cache stores {what} in, by llama.cpp's names: {' or '.join(CACHE_TYPES)} "
+                       help=f"what the KV cache stores {what} in, by llama.cpp's names: {', '.join(CACHE_TYPES)} "
                             "(f16: half the memory and the bytes attention reads of f32, rounded as llama.cpp's "
-                            "default cache; the reference backend's cache too)")
+                            "default cache; q8_0: 8-bit blocks of 32 values as llama.cpp quantizes them, 1.125 "
+                            "bytes a value, for a head_dim that is a multiple of 32; the reference backend's "
+                            "cache too) (default: %(default)s)")
 
 
 def numerics_from(args) -> Numerics:

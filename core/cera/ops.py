@@ -172,3 +172,54 @@ def q8_k(x: np.ndarray) -> np.ndarray:
         d = np.where(amax > 0, np.float32(1.0) / inv, np.float32(0.0)).astype(np.float32)
     q = np.minimum(np.rint(blocks * inv), 127)
     return (q * d).reshape(x.shape).astype(np.float32)
+
+
+# The KV cache's q8_0 type (cera.gpu.numerics): llama.cpp's block_q8_0 (ggml-quants.c) laid out
+# as the GPU keeps it, word-aligned: per block of Q8_0 values along a head's row, the f16 scale d
+# padded to a word, then the Q8_0 int8 quants: 36 bytes a block where llama.cpp's take 34
+# (shaders/q8_cache.wgsl reads and writes these bytes).
+Q8_0 = 32
+Q8_0_BLOCK = np.dtype([("d", "<f2"), ("pad", "<u2"), ("qs", "i1", (Q8_0,))])
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's roundf: to the nearest integer, ties away from zero (numpy's rint and round take ties
+    to even)."""
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0).astype(x.dtype)
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """x (..., n), n a multiple of Q8_0, -> (..., n / Q8_0) Q8_0_BLOCK, as llama.cpp's
+    quantize_row_q8_0_ref: per block amax = max |x|, d = amax / 127, id = 1 / d (0 where d is 0),
+    q = roundf(x * id), all in f32, and d stored as f16 (rounded to nearest even)."""
+    blocks = np.asarray(x, np.float32).reshape(*np.shape(x)[:-1], -1, Q8_0)    # (..., n/32, 32)
+    d = np.abs(blocks).max(axis=-1) / np.float32(127)                           # (..., n/32) f32
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        out = np.zeros(blocks.shape[:-1], Q8_0_BLOCK)
+        out["d"] = d.astype(np.float16)
+    out["qs"] = round_half_away(blocks * inv[..., None]).astype(np.int8)
+    return out
+
+
+def dequantize_q8_0(blocks: np.ndarray) -> np.ndarray:
+    """(..., m) Q8_0_BLOCK -> the values (..., m * Q8_0) f32 they stand for: q * d."""
+    x = blocks["qs"].astype(np.float32) * blocks["d"].astype(np.float32)[..., None]
+    return x.reshape(*blocks.shape[:-1], -1)
+
+
+def to_cache(x: np.ndarray, dtype) -> np.ndarray:
+    """f32 rows (..., head_dim) as a KV cache of numpy type `dtype` holds them: cast (f32, f16),
+    or quantized to Q8_0_BLOCK (..., head_dim / Q8_0)."""
+    return quantize_q8_0(x) if np.dtype(dtype) == Q8_0_BLOCK else np.asarray(x).astype(dtype)
+
+
+def from_cache(a: np.ndarray) -> np.ndarray:
+    """A KV cache's rows, as to_cache holds them, back in f32 (..., head_dim)."""
+    return dequantize_q8_0(a) if a.dtype == Q8_0_BLOCK else a.astype(np.float32)
+
+
+def cache_shape(dtype, *shape: int) -> tuple[int, ...]:
+    """The shape to_cache gives rows of `shape` (..., head_dim) in `dtype`."""
+    return (*shape[:-1], shape[-1] // Q8_0) if np.dtype(dtype) == Q8_0_BLOCK else shape

@@ -34,7 +34,8 @@ class Reference:
     final norm, on caches of their own.
 
     kv_dtype: the precision K and V are stored in (np.float16 mimics llama.cpp's default F16
-    cache), or a pair (K's, V's); computation is float32 throughout."""
+    cache; ops.Q8_0_BLOCK its q8_0, quantized on write and dequantized on read), or a pair (K's,
+    V's); computation is float32 throughout."""
 
     def __init__(self, gguf_file: GGUFFile, ctx: int | None = None, kv_dtype=np.float32):
         self.gguf = gguf_file
@@ -49,10 +50,14 @@ class Reference:
     def _allocate_caches(self) -> None:
         """Empty caches for self.ctx positions, allocated once."""
         cfg = self.cfg
-        shape = lambda il: (self.ctx, cfg.n_kv_heads[il], cfg.head_dim)
+        shape = lambda il, dtype: ops.cache_shape(dtype, self.ctx, cfg.n_kv_heads[il], cfg.head_dim)
         cached = () if cfg.encoder else cfg.attention_layers    # an encoder keeps nothing between calls
-        self.key_cache = {il: np.zeros(shape(il), self.k_dtype) for il in cached}     # layer -> (ctx, KVH, hd)
-        self.value_cache = {il: np.zeros(shape(il), self.v_dtype) for il in cached}   # layer -> (ctx, KVH, hd)
+        if ops.Q8_0_BLOCK in map(np.dtype, (self.k_dtype, self.v_dtype)) and cached and cfg.head_dim % ops.Q8_0:
+            raise Unsupported(f"a q8_0 KV cache needs a head_dim that is a multiple of {ops.Q8_0}, "
+                              f"not {cfg.head_dim} (use the f32 or f16 cache)")
+        # layer -> (ctx, KVH, hd), or (ctx, KVH, hd/32) blocks of a q8_0 cache
+        self.key_cache = {il: np.zeros(shape(il, self.k_dtype), self.k_dtype) for il in cached}
+        self.value_cache = {il: np.zeros(shape(il, self.v_dtype), self.v_dtype) for il in cached}
         self.conv_state = {il: np.zeros((cfg.conv_kernel - 1, cfg.hidden), np.float32)
                            for il in cfg.conv_layers}       # layer -> (kernel-1, hidden), oldest first
         self.n_past = 0   # positions 0..n_past-1 are in the caches
@@ -98,8 +103,9 @@ class Reference:
         for il in cfg.attention_layers:   # each layer with its own RoPE base and scale (gemma3)
             delta = np.full(n, -discard * cfg.layer_rope_freq_scale[il])
             k, v = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
-            k[keep: keep + n] = ops.rope(k[keep + discard: self.n_past].astype(np.float32), delta,
-                                         cfg.layer_rope_theta[il], cfg.rope_neox, cfg.n_rot, self.freq_factors)
+            k[keep: keep + n] = ops.to_cache(ops.rope(ops.from_cache(k[keep + discard: self.n_past]), delta,
+                                                      cfg.layer_rope_theta[il], cfg.rope_neox, cfg.n_rot,
+                                                      self.freq_factors), k.dtype)   # q8_0: requantized
             v[keep: keep + n] = v[keep + discard: self.n_past]
         self.n_past -= discard
 
@@ -220,9 +226,9 @@ class Reference:
         # write k, v into the cache at their positions, then attend over positions 0..pos[-1]
         # (a local layer only over the last layer_window of them; gemma2 soft-caps the scores)
         key_cache, value_cache = self.key_cache[il], self.value_cache[il]   # (ctx, KVH, hd)
-        key_cache[pos], value_cache[pos] = k, v
+        key_cache[pos], value_cache[pos] = ops.to_cache(k, key_cache.dtype), ops.to_cache(v, value_cache.dtype)
         S = int(pos[-1]) + 1
-        att = ops.attention(q, key_cache[:S].astype(np.float32), value_cache[:S].astype(np.float32),
+        att = ops.attention(q, ops.from_cache(key_cache[:S]), ops.from_cache(value_cache[:S]),
                             pos, cfg.attention_scale, cfg.layer_window[il], cfg.attn_softcap)   # (T, H, hd)
 
         # output projection

@@ -18,7 +18,7 @@ from cera.config import MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.matvec import staged_x_fits
-from cera.gpu.numerics import F32_CACHE, cache_flags, value_bytes
+from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.ops import Rope, check_heads
 from cera.kernels import flags
 
@@ -122,7 +122,7 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         raise InvalidArgument(f"attention: scratch of {scratch.size} bytes, {scratch_bytes} needed")
     partials = Partials(scratch, step, head_dim, n_heads, split, n_splits, window)
     q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim   # kv: values of a slot's k or v
-    slot_bytes = kv * sum(map(value_bytes, cache_types))                         # a slot's k and v as cached
+    slot_bytes = n_kv_heads * sum(cache_row_bytes(t, head_dim) for t in cache_types)   # a slot's k and v as cached
     bindings, fused, reads, writes = [q, k_cache, v_cache, scratch, step], {}, q_bytes, 0
     if rope is not None:
         bindings += rope.bindings()
@@ -245,5 +245,5 @@ def prefill_attention(kernels, device, out, q, k_cache, v_cache, step, *, head_d
     q_bytes = 4 * max_rows * n_heads * head_dim
     return kernels.dispatch("attention_prefill.wgsl", [q, k_cache, v_cache, out, step], groups, label,
                             reads=q_bytes, writes=q_bytes,
-                            reads_per_position=n_kv_heads * head_dim * sum(map(value_bytes, cache_types)),
+                            reads_per_position=n_kv_heads * sum(cache_row_bytes(t, head_dim) for t in cache_types),
                             **defines)

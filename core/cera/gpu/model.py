@@ -32,7 +32,7 @@ from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.footprint import footprint
 from cera.gpu import sample
 from cera.gpu.ops import SHIFT_BYTES, pack_shift
-from cera.gpu.numerics import EXACT, Numerics
+from cera.gpu.numerics import CACHE_TYPES, EXACT, Numerics, cache_row_bytes
 from cera.gpu.plan import (Adapters, Builder, DecodeBuilder, Plan, PrefillBuilder, chain_plan, decode_plan,
                            embed_plan, prefill_plan, shift_plan)
 from cera.gpu.residency import Weights
@@ -199,12 +199,13 @@ class GpuModel:
 
     async def snapshot(self, tokens: list[int]) -> Snapshot:
         """The state after `tokens` (the first len(tokens) cached positions), read back: K and V
-        rows as the cache holds them (numpy's float16 for an f16 cache)."""
-        n, arrays, state = len(tokens), {}, self.state
-        for i in self.cfg.attention_layers:
-            for name, cache, dtype in zip("kv", (state.key_cache[i], state.value_cache[i]), self.numerics.kv_dtypes):
-                raw = await self.device.read(cache.buffer, 0, np.dtype(dtype).itemsize * n * self.cfg.kv_dim(i))
-                arrays[f"{name}.{i}"] = np.frombuffer(raw, dtype).reshape(n, self.cfg.kv_dim(i))
+        rows as the cache holds them (numpy's float16 for an f16 cache, cera.ops.Q8_0_BLOCK
+        blocks for a q8_0 one)."""
+        n, arrays, state, cfg = len(tokens), {}, self.state, self.cfg
+        for i in cfg.attention_layers:
+            for name, cache, cache_type in zip("kv", (state.key_cache[i], state.value_cache[i]), self.numerics.cache_types):
+                raw = await self.device.read(cache.buffer, 0, n * cfg.n_kv_heads[i] * cache_row_bytes(cache_type, cfg.head_dim))
+                arrays[f"{name}.{i}"] = np.frombuffer(raw, CACHE_TYPES[cache_type]).reshape(n, -1)
         for i, b in state.conv_state.items():
             arrays[f"conv.{i}"] = np.frombuffer(await self.device.read(b.buffer, 0, b.size), np.float32)
         return Snapshot(tuple(tokens), arrays)
@@ -233,8 +234,8 @@ class GpuModel:
         if n == 0:
             return
         if self._shift is None:   # scratch for the moved rows (as the caches hold them) and the Shift uniform
-            kv = max(self.cfg.kv_dim(i) for i in self.cfg.attention_layers)
-            size = [np.dtype(t).itemsize * self.ctx * kv for t in self.numerics.kv_dtypes]
+            kv_heads = max(self.cfg.n_kv_heads[i] for i in self.cfg.attention_layers)
+            size = [cache_row_bytes(t, self.cfg.head_dim) * self.ctx * kv_heads for t in self.numerics.cache_types]
             scratch = tuple(Binding(self.device.buffer(n, label), 0, n) for n, label in zip(size, ("shift_k", "shift_v")))
             self._shift = scratch, Binding(self.device.buffer(SHIFT_BYTES, "shift", uniform=True), 0, SHIFT_BYTES)
         scratch, uniform = self._shift

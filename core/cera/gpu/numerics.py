@@ -5,7 +5,11 @@ The KV cache (`cache_type_k`, `cache_type_v`, llama.cpp's --cache-type-k/-v name
 default, as llama.cpp's does: half the memory and half the bytes attention reads of f32, packed
 two to a u32 (the kernels need no shader-f16) and rounded to nearest even on the way in, as numpy
 casts; `Reference(kv_dtype=...)` stores its cache the same way (CACHE_TYPES), so the GPU's results
-equal the reference's with the matching cache to f32 precision. f32 is kept on request.
+equal the reference's with the matching cache to f32 precision. f32 is kept on request, and
+llama.cpp's q8_0 too: blocks of 32 values of a head's row quantized to int8 with an f16 scale,
+exactly as llama.cpp's quantize_row_q8_0_ref rounds them, in 36 bytes a block (llama.cpp's are
+34: the GPU's blocks are word-aligned, cera.ops.Q8_0_BLOCK, shaders/q8_cache.wgsl), 1.125 bytes a
+value; its head_dim must be a multiple of 32.
 
 By default every kernel computes as precisely as f32: results stay within the f32 tolerances of
 the numpy reference, and prefill equals the per-token path to 1e-4 of the largest logit
@@ -31,24 +35,43 @@ import numpy as np
 
 from cera.errors import InvalidArgument, Unsupported
 from cera.kernels import flags
+from cera.ops import Q8_0, Q8_0_BLOCK
 
-# The KV cache's types, by llama.cpp's names -> the numpy type holding one value as the cache does
-CACHE_TYPES = {"f32": np.float32, "f16": np.float16}
+# The KV cache's types, by llama.cpp's names -> the numpy type holding it as the cache does: one
+# value (f32, f16), or one block of Q8_0 values (q8_0: cera.ops.to_cache, from_cache)
+CACHE_TYPES = {"f32": np.float32, "f16": np.float16, "q8_0": Q8_0_BLOCK}
 DEFAULT_CACHE_TYPE = "f16"
 # llama.cpp's other cache types, refused by name
-LLAMA_CACHE_TYPES = ("bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+LLAMA_CACHE_TYPES = ("bf16", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+# values of a head's row each cache type's unit holds, and the head_dim it needs a multiple of
+_UNIT_VALUES = {"f32": 1, "f16": 1, "q8_0": Q8_0}
+_HEAD_DIM_MULTIPLE = {"f32": 1, "f16": 2, "q8_0": Q8_0}
 
 
-def value_bytes(cache_type: str) -> int:
-    """Bytes a cache of `cache_type` holds one value in."""
-    return np.dtype(CACHE_TYPES[cache_type]).itemsize
+def check_head_dim(cache_type: str, head_dim: int) -> None:
+    """A cache of `cache_type` holds whole words of each head's row: f16 an even head_dim, q8_0 a
+    multiple of 32."""
+    multiple = _HEAD_DIM_MULTIPLE[cache_type]
+    if head_dim % multiple:
+        need = "an even head_dim" if multiple == 2 else f"a head_dim that is a multiple of {multiple}"
+        fits = [t for t in CACHE_TYPES if not head_dim % _HEAD_DIM_MULTIPLE[t]]
+        raise Unsupported(f"a {cache_type} KV cache needs {need}, not {head_dim} (use the {' or '.join(fits)} cache: "
+                          f"--cache-type-k/-v)")
+
+
+def cache_row_bytes(cache_type: str, head_dim: int) -> int:
+    """Bytes a cache of `cache_type` holds one head's row of head_dim values in (a cache slot of
+    n_kv_heads heads: n_kv_heads times this): f32 4 a value, f16 2, q8_0 36 a block of 32."""
+    check_head_dim(cache_type, head_dim)
+    return np.dtype(CACHE_TYPES[cache_type]).itemsize * head_dim // _UNIT_VALUES[cache_type]
 
 
 def check_cache_type(name: str, which: str) -> None:
     if name in CACHE_TYPES:
         return
     error = Unsupported if name in LLAMA_CACHE_TYPES else InvalidArgument
-    raise error(f"{which} cache type {name!r}: the KV cache holds {' or '.join(CACHE_TYPES)}")
+    *others, last = CACHE_TYPES
+    raise error(f"{which} cache type {name!r}: the KV cache holds {', '.join(others)} or {last}")
 
 
 @dataclass(frozen=True)
@@ -69,7 +92,7 @@ class Numerics:
 
     @property
     def kv_dtypes(self) -> tuple[type, type]:
-        """The numpy types of (K, V) as the cache holds them: the reference's kv_dtype."""
+        """The numpy types of (K, V) as the cache holds them (cera.ops.to_cache): the reference's kv_dtype."""
         return CACHE_TYPES[self.cache_type_k], CACHE_TYPES[self.cache_type_v]
 
     @property
@@ -102,8 +125,10 @@ F32_CACHE = ("f32", "f32")     # the builders' default cache types: K and V in f
 
 
 def cache_flags(cache_types: tuple[str, str], head_dim: int) -> dict:
-    """The cache kernels' K_F16 / V_F16 flags for (K's, V's) cache type: that cache holds f16
-    halves two to a u32 (shaders/half.wgsl), so a head's row must be whole words."""
-    if "f16" in cache_types and head_dim % 2:
-        raise Unsupported(f"an f16 KV cache needs an even head_dim, not {head_dim} (use the f32 cache)")
-    return flags(K_F16=cache_types[0] == "f16", V_F16=cache_types[1] == "f16")
+    """The cache kernels' flags for (K's, V's) cache type: K_F16 / V_F16, that cache holds f16
+    halves two to a u32 (shaders/half.wgsl); K_Q8 / V_Q8, q8_0 blocks (shaders/q8_cache.wgsl); so
+    a head's row must be whole words (blocks)."""
+    for t in cache_types:
+        check_head_dim(t, head_dim)
+    k, v = cache_types
+    return flags(K_F16=k == "f16", V_F16=v == "f16", K_Q8=k == "q8_0", V_Q8=v == "q8_0")

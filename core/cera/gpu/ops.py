@@ -9,8 +9,8 @@ rows a step of the schedule carries.
 Outputs come first, as in cera.gpu.matvec and matmul.
 Buffer arguments are GPU buffers or `cera.device.Binding` ranges of one. All activations are
 f32, row-major, one row per token of the step; `step` is the Step uniform (cera.gpu.state).
-The KV caches hold K and V as `cache_types` says ((K's, V's): "f32", or "f16" packed two to a
-u32, cera.gpu.numerics.cache_flags), each builder of a kernel that reads or writes them taking it.
+The KV caches hold K and V as `cache_types` says ((K's, V's): "f32", "f16" packed two to a
+u32, or "q8_0" blocks, cera.gpu.numerics.cache_flags), each builder of a kernel that reads or writes them taking it.
 Kernels that are batch-aware read `step.n_tokens` and do nothing for rows past it, so one
 dispatch built for `max_tokens` rows serves every step of up to that many tokens.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu.numerics import F32_CACHE, cache_flags, value_bytes
+from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.quant import byte_range, row_bytes, row_tiles, units_per_row, weight_flags, weight_type
 from cera.kernels import flags
 
@@ -143,9 +143,10 @@ def rope_kv(kernels, device, q_out, k_cache, v_cache, q, k, v, step, *, head_dim
     check_heads(n_heads, n_kv_heads)
     stride = {} if in_stride is None else {"IN_STRIDE": in_stride}
     q_bytes, kv = 4 * n_heads * head_dim * max_tokens, n_kv_heads * head_dim * max_tokens   # kv: values of k or v
+    cached = n_kv_heads * max_tokens * sum(cache_row_bytes(t, head_dim) for t in cache_types)   # k and v as cached
     return kernels.dispatch("rope.wgsl", [q, k, v, q_out, k_cache, v_cache, step, *rope.bindings()],
                             (n_heads + n_kv_heads, max_tokens, 1), label, reads=q_bytes + 8 * kv,
-                            writes=q_bytes + kv * sum(map(value_bytes, cache_types)), HEAD_DIM=head_dim,
+                            writes=q_bytes + cached, HEAD_DIM=head_dim,
                             N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, **stride, **rope.defines(head_dim),
                             **cache_flags(cache_types, head_dim))
 
@@ -167,7 +168,7 @@ def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim
     Shift uniform (pack_shift). Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
     if rope.qk_norm is not None:
         raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
-    rows = max_rows * n_kv_heads * head_dim * sum(map(value_bytes, cache_types))
+    rows = max_rows * n_kv_heads * sum(cache_row_bytes(t, head_dim) for t in cache_types)
     return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],
                             (n_kv_heads, max_rows, 1), label, reads=rows, writes=rows,
                             HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim),

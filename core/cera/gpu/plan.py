@@ -33,7 +33,7 @@ from cera.config import ATTENTION, ModelConfig
 from cera.device import PACKED_DOT, Binding, Copy, Dispatch, Flush, Step
 from cera.errors import InvalidArgument, TooLarge, Unsupported
 from cera.gpu import attention, matmul, matvec, ops
-from cera.gpu.numerics import EXACT, Numerics, value_bytes
+from cera.gpu.numerics import EXACT, Numerics, cache_row_bytes
 from cera.gpu.residency import Matrix, Weights
 from cera.gpu.state import Activations, GreedyChain, State
 from cera.kernels import Kernels
@@ -441,7 +441,7 @@ def shift_plan(decode: DecodeBuilder, keep: int, n: int, scratch: tuple[Binding,
     cfg, state, (k_out, v_out), steps = decode.cfg, decode.state, scratch, []
     types = decode.numerics.cache_types
     for i in cfg.attention_layers:
-        k_row, v_row = (value_bytes(t) * cfg.kv_dim(i) for t in types)
+        k_row, v_row = (cache_row_bytes(t, cfg.head_dim) * cfg.n_kv_heads[i] for t in types)   # a slot's
         k_cache, v_cache = state.key_cache[i], state.value_cache[i]
         steps.append(ops.kv_shift(decode.kernels, decode.device, k_out, v_out, k_cache, v_cache, shift,
                                      head_dim=cfg.head_dim, n_kv_heads=cfg.n_kv_heads[i],

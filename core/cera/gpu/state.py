@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from cera.config import ModelConfig
 from cera.device import Binding, Device
 from cera.gpu import attention, matmul
-from cera.gpu.numerics import value_bytes
+from cera.gpu.numerics import cache_row_bytes
 
 STEP_BYTES = 16
 # Decode steps per chained submission (greedy or sampled). A submission costs the host a fixed
@@ -108,10 +108,10 @@ class State:
         """label -> bytes of every buffer `allocate` makes; the KV caches hold (K's, V's) cache
         type (cera.gpu.numerics)."""
         b = {"step": STEP_BYTES, "tokens": 4 * chunk, "logits": 4 * cfg.vocab_size}
-        k_bytes, v_bytes = map(value_bytes, cache_types)
+        k_row, v_row = (cache_row_bytes(t, cfg.head_dim) for t in cache_types) if cfg.attention_layers else (0, 0)
         for i in cfg.attention_layers:
-            b[f"blk.{i}.key_cache"] = k_bytes * ctx * cfg.kv_dim(i)
-            b[f"blk.{i}.value_cache"] = v_bytes * ctx * cfg.kv_dim(i)
+            b[f"blk.{i}.key_cache"] = k_row * ctx * cfg.n_kv_heads[i]
+            b[f"blk.{i}.value_cache"] = v_row * ctx * cfg.n_kv_heads[i]
         for i in cfg.conv_layers:
             b[f"blk.{i}.conv_state"] = 4 * (cfg.conv_kernel - 1) * cfg.hidden
         if cfg.attention_layers:
