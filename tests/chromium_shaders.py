@@ -72,6 +72,7 @@ def guarded_loops(log_text: str) -> dict[str, dict[str, int]]:
 def run_page(browser_type, site: Path, model: Path, log: Path, prompt: str = "Hi") -> str:
     """Load `model` in the site with the dump flags, generate greedily and sampled, reload it with
     int8 numerics and generate greedily; the log's text."""
+    from web_fixtures import generate, open_engine_page
     from web_site import CHROMIUM, CHROMIUM_ARGS, Server
     server = Server(site)
     try:
@@ -79,15 +80,12 @@ def run_page(browser_type, site: Path, model: Path, log: Path, prompt: str = "Hi
         browser = browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + chromium_args(log),
                                       headless=True)
         try:
-            page = browser.new_page()
-            page.goto(server.url + "index.html")
-            page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=300_000)
-            page.evaluate("(url) => window.cera.load(url)", url)
-            page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3})", prompt)
-            page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3, sampling: {temperature: 0.8, top_k: 40}})",
-                          prompt)
-            page.evaluate("(url) => window.cera.load(url, {int8: true})", url)
-            page.evaluate("(p) => window.cera.generate(p, {maxTokens: 3})", prompt)
+            page = open_engine_page(browser, server, boot_ms=300_000)   # cera.js in a page, an engine booted
+            page.evaluate("(url) => engine.reload(url)", url)
+            generate(page, prompt, 3)
+            generate(page, prompt, 3, temperature=0.8, top_k=40)
+            page.evaluate("(url) => engine.reload(url, {int8: true})", url)
+            generate(page, prompt, 3)
         finally:
             browser.close()
     finally:

@@ -1,6 +1,6 @@
 """Shared fixtures: one native GPU device (lavapipe on machines without a GPU) per session, and
-the synthetic models of tests/synth.py, each written once; the browser tests' Chromium, site and
-page (tests/web_fixtures.py), once for the session. `--webgpu-baseline` makes that device
+the synthetic models of tests/synth.py, each written once; the browser tests' Chromium, site,
+cera.js engine page and demo page (tests/web_fixtures.py), once for the session. `--webgpu-baseline` makes that device
 one at WebGPU's default limits without shader-f16 or subgroups (CI runs the GPU tests so once).
 
 The engine's default backend ("auto") would run the numpy reference on lavapipe; the tests
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from web_fixtures import browser, models, page, pw, server, site, synth  # noqa: F401  (the browser tests', shared)
+from web_fixtures import browser, engine_page, models, page, pw, server, site, synth  # noqa: F401  (shared)
 
 os.environ["CERA_BACKEND"] = "gpu"
 

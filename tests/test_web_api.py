@@ -14,7 +14,7 @@ import pytest
 
 from web_site import REPO, Server
 from native_server import cera_serve
-from web_fixtures import MODEL_MS
+from web_fixtures import MODEL_MS, open_cera_page
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +33,10 @@ def native(synth, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(browser, server, models):
-    """A page of the site that imports cera.js (window.cera) and made one engine per model
-    (window.engines.NAME), each in its own worker."""
-    (server.root / "blank.html").write_text("<!doctype html><title>cera.js under test</title>")
-    page = browser.new_page()
-    page.set_default_timeout(MODEL_MS)
-    page.goto(server.url + "blank.html")
+    """A page of the site that imports cera.js (`cera`, web_fixtures.ENGINE_PAGE) and made one
+    engine per model (window.engines.NAME), each in its own worker."""
+    page = open_cera_page(browser, server)
     page.evaluate("""async (urls) => {
-        window.cera = await import("./cera.js");
         const made = await Promise.all(Object.values(urls).map((model) => cera.createEngine({model})));
         window.engines = Object.fromEntries(Object.keys(urls).map((name, i) => [name, made[i]]));
     }""", {name: models[name][1] for name in ("llama_q4_0", "qwen2_q8_0")})
@@ -230,9 +226,7 @@ def test_smollm2_constrained_tokens_equal_the_native_hosts(browser, server, tmp_
     from cera import catalogue
     path = catalogue.fetch("smollm2-135m-instruct")
     server.add(path, "smollm2.gguf")
-    page = browser.new_page()
-    page.set_default_timeout(MODEL_MS)
-    page.goto(server.url + "index.html")
+    page = open_cera_page(browser, server)
     requests = [dict(messages=[{"role": "user", "content": "Describe a person."}], max_tokens=40, seed=seed,
                      temperature=0.8, response_format={"type": "json_schema", "json_schema": {"name": "p",
                                                                                              "schema": PERSON}})
@@ -240,7 +234,6 @@ def test_smollm2_constrained_tokens_equal_the_native_hosts(browser, server, tmp_
     requests.append(dict(messages=[{"role": "user", "content": "Weather in Oslo?"}], max_tokens=40, seed=3,
                          temperature=0.7, tools=[WEATHER], tool_choice="required"))
     got = page.evaluate("""async (requests) => {
-        const cera = await import("./cera.js");
         const engine = await cera.createEngine({model: "smollm2.gguf"});
         const out = [];
         for (const request of requests) {

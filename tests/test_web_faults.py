@@ -2,9 +2,10 @@
 download cut short, a model's hostile chat template.
 
 The device is lost as a driver reset would lose it, by `device.destroy()` on the live
-GPUDevice in the page's worker (through the `python` debug call) while a reply streams. The
-fixtures (the built site, its server, the synthetic models, Chromium) are the session's
-(tests/web_fixtures.py).
+GPUDevice in the page's worker (through engine.python) while a reply streams. The demo page is
+driven through its controls (tests/web_fixtures.py: demo_load, demo_generate), its engine reached
+through its test hook for what the page does not show; cera.js through a page that imports it.
+The fixtures (the built site, its server, the synthetic models, Chromium) are the session's.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import threading
 
 import pytest
 
-from web_fixtures import MODEL_MS, open_page
+from web_fixtures import demo_generate, demo_load, open_cera_page, open_page, python_in_worker
 from synth import write_lora, write_model
 from test_chat import HOSTILE, MESSAGES
 from web_site import REPO
@@ -43,21 +44,27 @@ def test_page_survives_a_lost_gpu_device(browser, server, models):
     want = native_chat(path, LINES)
     page = open_page(browser, server)
     page.evaluate("window.notReloaded = true")
-    page.evaluate("(url) => window.cera.load(url)", url)
-    page.evaluate("([p, n]) => window.cera.generate(p, {chat: true, maxTokens: n})", [LINES[0], REPLY_TOKENS])
-    lost = page.evaluate("""async ([prompt, destroy]) => {
-        const reply = window.cera.generate(prompt, {chat: true, maxTokens: 250});
+    demo_load(page, url)
+    demo_generate(page, LINES[0], REPLY_TOKENS, chat=True)
+    page.fill("#prompt", LINES[1])
+    page.fill("#max-tokens", "250")
+    lost = page.evaluate("""async (destroy) => {
+        const $ = (id) => document.getElementById(id), wait = () => new Promise((go) => setTimeout(go, 5));
+        $("generate").click();
         const last = () => document.querySelector("#conversation li.assistant:last-child");
-        while (!(last()?.textContent.length > 3)) await new Promise((wait) => setTimeout(wait, 5));
-        await window.cera.python(destroy);
-        return reply.then(() => null, (e) => ({name: e.name, message: e.message}));
-    }""", [LINES[1], DESTROY])
+        while (!(last()?.textContent.length > 3)) await wait();
+        await testHook.engine.python(destroy);
+        while (!$("stop").disabled) await wait();   // the reply has ended
+        const box = $("error");
+        return box.hidden ? null : {name: box.querySelector(".name").textContent,
+                                    message: box.querySelector(".message").textContent};
+    }""", DESTROY)
     assert lost and lost["name"] == "DeviceLost" and "destroyed" in lost["message"], lost
     assert "DeviceLost" in page.inner_text("#error") and page.inner_text("#status") == "recovering"
     page.wait_for_function("document.getElementById('status').dataset.state === 'ready'")
     assert "recovered from a lost GPU device" in page.inner_text("#progress-text")
     assert "keeps the conversation" in page.inner_text("#error .advice")
-    again = page.evaluate("([p, n]) => window.cera.generate(p, {chat: true, maxTokens: n})", [LINES[1], REPLY_TOKENS])
+    again = demo_generate(page, LINES[1], REPLY_TOKENS, chat=True)
     assert page.evaluate("window.notReloaded")
     page.close()
     assert again["text"] == want[1]["reply"]
@@ -70,12 +77,8 @@ def test_cera_js_engine_survives_a_lost_gpu_device(browser, server, models, tmp_
     that context), and the request sent again (it waits for the recovery) answers as a fresh
     engine so loaded answers the same messages."""
     lora = write_lora(tmp_path / "style.gguf", "llama_q4_0", rank=12, alpha=24.0, targets=("blk.*.attn_*.weight",))
-    (server.root / "blank.html").write_text("<!doctype html><title>cera.js under test</title>")
-    page = browser.new_page()
-    page.set_default_timeout(MODEL_MS)
-    page.goto(server.url + "blank.html")
+    page = open_cera_page(browser, server)
     got = page.evaluate("""async ([url, lora, lines, n, destroy]) => {
-        const cera = await import("./cera.js");
         const load = async (events) => {
             const engine = await cera.createEngine({model: url, ctx: 192, ...events});
             await engine.loadLora(lora, {scale: 0.5});
@@ -114,12 +117,11 @@ def test_cera_js_engine_survives_a_lost_gpu_device(browser, server, models, tmp_
 
 # --- the model cache (web/models.js) ---------------------------------------------------------
 def in_worker(page, body: str, **values):
-    """The result (through JSON) of the body of an async JavaScript function run in the page's
-    worker, where models.js runs (evaluated there by the `python` debug call), `values` bound by name."""
+    """The result (through JSON) of the body of an async JavaScript function run in the worker of
+    the page's engine, where models.js runs (evaluated there by engine.python), `values` bound by name."""
     call = f"(async ({{{', '.join(values)}}}) => {{{body}}})({json.dumps(values)})"
     source = f"(async () => JSON.stringify((await {call}) ?? null))()"
-    code = f"from js import eval as evaluate\nawait evaluate({json.dumps(source)})"
-    return json.loads(page.evaluate("(code) => window.cera.python(code)", code))
+    return python_in_worker(page, f"from js import eval as evaluate\nawait evaluate({json.dumps(source)})")
 
 
 CACHE = """const root = await navigator.storage.getDirectory();
@@ -145,8 +147,8 @@ def test_a_full_storage_loads_the_model_without_the_cache(browser, server, model
             return typeof data === "string" ? write.call(this, data)
                 : Promise.reject(new DOMException("the origin's quota is used up", "QuotaExceededError"));
         };""")
-    loaded = page.evaluate("(url) => window.cera.load(url)", url)
-    reply = page.evaluate("() => window.cera.generate('Once upon a time', {maxTokens: 4})")
+    loaded = demo_load(page, url)
+    reply = demo_generate(page, "Once upon a time", 4)
     shown, cache = page.inner_text("#progress-text"), in_worker(page, CACHE)
     page.close()
     assert (loaded["cached"], loaded["bytes"]) == (False, path.stat().st_size)
@@ -199,7 +201,7 @@ def test_a_cut_download_leaves_no_cache_entry(browser, server, flaky):
         return in_worker(page, OPEN, url=flaky, sha256=asked)
 
     cut = open_model("cut")
-    shown = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => e.name)", flaky)
+    shown = demo_load(page, flaky, refused=True)["name"]
     short = open_model("short", sha256)
     unsized = open_model("unsized")
     empty = in_worker(page, CACHE)
@@ -245,13 +247,11 @@ def test_a_hostile_chat_template_is_a_bad_file_in_the_page(browser, server, tmp_
     path = write_model(tmp_path / "hostile.gguf", "llama", chat_template=HOSTILE["multiplies a string"])
     url = server.add(path, "test-models/hostile.gguf")
     page = open_page(browser, server)
-    outcomes = json.loads(page.evaluate("(code) => window.cera.python(code)",
-                                        RENDER_ALL % (json.dumps(HOSTILE), json.dumps(MESSAGES))))
-    page.evaluate("(url) => window.cera.load(url)", url)
-    refused = page.evaluate("(p) => window.cera.generate(p, {chat: true, maxTokens: 2}).then(() => null, (e) => e.name)",
-                            "hello")
+    outcomes = python_in_worker(page, RENDER_ALL % (json.dumps(HOSTILE), json.dumps(MESSAGES)))
+    demo_load(page, url)
+    refused = demo_generate(page, "hello", 2, chat=True, refused=True)["name"]
     shown = page.inner_text("#error")
-    text = page.evaluate("(p) => window.cera.generate(p, {chat: false, maxTokens: 2})", "hello")
+    text = demo_generate(page, "hello", 2)
     page.close()
     assert outcomes == {name: "BadFile" for name in HOSTILE}
     assert refused == "BadFile" and "chat template" in shown

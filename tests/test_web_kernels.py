@@ -20,9 +20,9 @@ import chromium_shaders
 from web_fixtures import python_in_worker
 
 
-def test_page_is_ready_on_swiftshader_with_max_limits(page):
-    assert "swiftshader" in page.inner_text("#adapter").lower()
-    got = python_in_worker(page, """
+def test_page_is_ready_on_swiftshader_with_max_limits(engine_page):
+    assert "swiftshader" in engine_page.evaluate("engine.info.adapter").lower()
+    got = python_in_worker(engine_page, """
 import json
 from js import navigator
 from cera.device import PACKED_DOT
@@ -44,10 +44,10 @@ json.dumps({"limits": dict(dev.limits.__dict__), "features": sorted(dev.features
     assert got["packed_dot"] and PACKED_DOT in got["features"]   # WGSL's language feature, as gpu.js reads it
 
 
-def test_kernel_from_shaders_runs_on_the_pyodide_device(page):
+def test_kernel_from_shaders_runs_on_the_pyodide_device(engine_page):
     """rms_norm.wgsl through cera.kernels.Kernels on the browser device, checked with numpy;
     rows and width that are not multiples of the workgroup."""
-    got = python_in_worker(page, """
+    got = python_in_worker(engine_page, """
 import json
 import numpy as np
 from cera.device import Binding, Copy, Dispatch
@@ -80,7 +80,7 @@ json.dumps({"err": float(np.abs(got - ref).max()), "row1": bool(np.array_equal(a
 
 
 @pytest.mark.parametrize("cache", ["f32", "f16", "q8_0"])
-def test_layer_kernels_on_the_pyodide_device(page, cache):
+def test_layer_kernels_on_the_pyodide_device(engine_page, cache):
     """rope (QK-norm, NEOX) into the cache, prefill attention over 7 rows, split-KV decode
     attention with RoPE fused for an 8th (its raw q | k | v in one buffer), and the output
     projection merging that attention's splits itself, the context shift's key re-rotation, and
@@ -96,7 +96,7 @@ def test_layer_kernels_on_the_pyodide_device(page, cache):
     w_o = rng.standard_normal((24, heads * hd)).astype(np.float32)   # an F32 output projection
     b64 = lambda a: base64.b64encode(np.ascontiguousarray(a, np.float32).tobytes()).decode()
     slot_bytes = kv_heads * cache_row_bytes(cache, hd)   # a cache slot's keys
-    got = python_in_worker(page, f"""
+    got = python_in_worker(engine_page, f"""
 import base64, json
 import numpy as np
 from cera.gpu import attention, matvec, ops
@@ -170,7 +170,7 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
 
 
 @pytest.mark.parametrize("wtype", [t.name for t in sorted(WEIGHT_TYPES)])
-def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
+def test_quantized_weights_decode_on_the_pyodide_device(engine_page, wtype):
     """matvec, the batched matmul and the embedding lookup of a weight type, decoded in WGSL on
     SwiftShader (no shader-f16), against gguf.quants.dequantize of the same random blocks;
     row counts that are not multiples of the workgroups. The X_INT_TYPES also dot x in integers:
@@ -184,7 +184,7 @@ def test_quantized_weights_decode_on_the_pyodide_device(page, wtype):
     rng = np.random.default_rng(int(t))
     raw, w = random_rows(t, m, k, rng)                           # (m, row bytes), (m, k)
     x = rng.standard_normal((n_tokens, k)).astype(np.float32)    # (n_tokens, k)
-    got = python_in_worker(page, f"""
+    got = python_in_worker(engine_page, f"""
 import base64, json
 import numpy as np
 from cera.device import Binding
@@ -245,8 +245,8 @@ json.dumps({{name: base64.b64encode(data).decode() for name, data in out.items()
                      f"batched matmul {wtype} x8")
 
 
-def test_compile_error_names_the_kernel(page):
-    got = python_in_worker(page, """
+def test_compile_error_names_the_kernel(engine_page):
+    got = python_in_worker(engine_page, """
 import json
 from cera_web.session import sessions
 dev = sessions[0].device
@@ -272,10 +272,10 @@ fn main(@builtin(local_invocation_index) i: u32, @builtin(subgroup_size) n: u32)
 }"""
 
 
-def test_subgroup_kernels_enable_the_wgsl_extension_themselves(page):
+def test_subgroup_kernels_enable_the_wgsl_extension_themselves(engine_page):
     """A kernel of subgroup operations declares `enable subgroups;`, as the browser wants (the
     native host drops it: naga lacks the directive), and runs in the page as it is."""
-    got = python_in_worker(page, f"""
+    got = python_in_worker(engine_page, f"""
 import json
 import numpy as np
 from cera.device import Binding, Dispatch
@@ -292,13 +292,13 @@ json.dumps({{"total": int(got[0]), "size": int(got[1]), "features": sorted(dev.f
     assert got["total"] == got["size"] > 0
 
 
-def test_gpu_times_in_the_page(page, models):
+def test_gpu_times_in_the_page(engine_page, models):
     """The page's host times passes with timestamp queries as the native one does
     (test_profile.py): one span per group, the dispatches run on the bytes written just before;
     and the profile's decode report has a marginal line for each kernel family of the plan."""
-    page.evaluate("(url) => window.cera.load(url)", models["llama_q4_0"][1])
+    engine_page.evaluate("(url) => engine.reload(url)", models["llama_q4_0"][1])
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
-    got = python_in_worker(page, f"""
+    got = python_in_worker(engine_page, f"""
 import base64, json
 import numpy as np
 from cera.device import Binding

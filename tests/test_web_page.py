@@ -1,6 +1,7 @@
-"""The demo page as a user drives it: loading a file, a bundled model, a URL (kept in OPFS) or
-a Hugging Face id, its sampling settings, a conversation, stopping, and the errors a user can act
-on (bad files, misuse, too long a prompt, an unknown arch, too large a model, no WebGPU)."""
+"""The demo page as a user drives it: loading a file, a bundled model or a Hugging Face id, its
+sampling settings, a conversation, stopping, and the errors a user can act on (bad files, too
+long a prompt, an unknown arch, too large a model, no WebGPU). Through cera.js in a page of its
+own: a URL model kept in OPFS, misuse of the API, and a model refused for the GPU's limits."""
 from __future__ import annotations
 
 import json
@@ -17,7 +18,8 @@ from cera.gpu.footprint import footprint
 from cera.gpu.model import DEFAULT_CHUNK
 from web_site import CHROMIUM, CHROMIUM_ARGS, REPO
 from fake_hub import FakeHub
-from web_fixtures import BOOT_MS, native_generate, open_page
+from web_fixtures import (BOOT_MS, demo_generate, demo_load, native_generate, open_engine_page, open_page,
+                          start_engine)
 
 
 def test_user_loads_a_file_and_generates_then_stops(browser, server, models):
@@ -60,7 +62,7 @@ def test_user_samples_with_the_pages_settings(browser, server, synth):
         page.fill(f"#{field}", value)
     page.click("#generate")
     page.wait_for_function("document.getElementById('speed').textContent.includes('tokens/s')")
-    assert page.evaluate("window.cera.stats()")["lastRequest"]["tokens"] == native["tokens"]
+    assert page.evaluate("testHook.engine.runtimeStats()")["lastRequest"]["tokens"] == native["tokens"]
     page.close()
 
 
@@ -98,23 +100,25 @@ def test_a_conversation_in_the_page_prefills_only_each_new_message(browser, serv
         page.click("#generate")
         page.wait_for_function(f"document.querySelectorAll('#conversation li.assistant').length === {i + 1}"
                                " && !document.getElementById('generate').disabled")
-        stats = page.evaluate("window.cera.stats()")["lastRequest"]
+        stats = page.evaluate("testHook.engine.runtimeStats()")["lastRequest"]
         assert page.text_content("#conversation li.assistant:last-child") == turn["reply"]
         assert (stats["prefilledTokens"], stats["reusedTokens"]) == (turn["prefilled"], turn["reused"])
         assert f"{turn['prefilled']} prefilled" in page.inner_text("#speed")
         if i:
             assert turn["reused"] >= turns[i - 1]["prompt_tokens"]   # the whole history before this message
-    assert len(page.evaluate("window.cera.conversation")) == 2 * len(lines)
+    assert page.locator("#conversation li").count() == 2 * len(lines)   # every turn, shown
     page.close()
 
 
 def test_url_models_are_cached_in_opfs(browser, server, models):
+    """A model loaded by URL (cera.js), then again by a new engine once the page reloads: from the browser's storage."""
     _, url = models["qwen2_q8_0"]
-    page = open_page(browser, server)
-    first = page.evaluate("(url) => window.cera.load(url)", url)
+    page = open_engine_page(browser, server)
+    first = page.evaluate("(url) => engine.reload(url)", url)
     page.reload()
-    page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=BOOT_MS)
-    second = page.evaluate("(url) => window.cera.load(url)", url)
+    page.wait_for_function("window.cera !== undefined", timeout=BOOT_MS)
+    start_engine(page)
+    second = page.evaluate("(url) => engine.reload(url)", url)
     assert (first["cached"], second["cached"]) == (False, True)
     assert second["bytes"] == models["qwen2_q8_0"][0].stat().st_size
     page.close()
@@ -136,13 +140,12 @@ def test_a_hugging_face_id_loads_from_the_hub_the_page_names(browser, server, mo
                                " || document.getElementById('status').dataset.state === 'error'")
         assert page.is_hidden("#error"), page.inner_text("#error")
         assert "tiny-Q4_K_M.gguf (llama" in page.inner_text("#model")
-        by_id = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 8, chat: false})", "Hello world")
-        page.evaluate("(url) => window.cera.load(url)", url)
-        by_url = page.evaluate("(p) => window.cera.generate(p, {maxTokens: 8, chat: false})", "Hello world")
+        by_id = demo_generate(page, "Hello world", 8)
+        demo_load(page, url)
+        by_url = demo_generate(page, "Hello world", 8)
         assert by_id["tokens"] == by_url["tokens"] and len(by_id["tokens"]) == 8
         assert hub.gets_of("test-org/tiny-GGUF/tiny-Q4_K_M.gguf") == [None]
-        err = page.evaluate("""(endpoint) => window.cera.load("test-org/tiny-GGUF:Q2_K", {hubEndpoint: endpoint})
-            .then(() => null, (e) => ({name: e.name, message: e.message}))""", hub.url)
+        err = demo_load(page, "test-org/tiny-GGUF:Q2_K", refused=True)   # looked up at the endpoint typed in
         page.close()
     assert err["name"] == "ModelNotFound" and "quant types: Q4_K_M, Q8_0" in err["message"]
 
@@ -152,67 +155,87 @@ def test_a_hugging_face_id_loads_from_the_hub_the_page_names(browser, server, mo
     ("truncated", "TruncatedFile", "truncated"),
 ])
 def test_bad_files_give_errors_a_user_can_act_on(page, models, model, name, words):
-    err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
-                        models[model][1])
+    err = demo_load(page, models[model][1], refused=True)
     assert err["name"] == name and words in err["message"].lower()
     assert page.is_visible("#error")
     assert name in page.inner_text("#error")
     assert ("download it again" if name == "TruncatedFile" else "complete .gguf") in page.inner_text("#error .advice")
 
 
-def test_page_api_misuse_is_a_named_error(browser, server):
-    """generate() before any load(), load() with no source, and an int8 option that is not a
-    boolean are InvalidArgument errors."""
-    page = open_page(browser, server)
-    got = page.evaluate("""async () => {
+def test_page_api_misuse_is_a_named_error(engine_page):
+    """cera.js in a page: a completion before any model is loaded, reload() with no source, and
+    an int8 option that is not a boolean are InvalidArgument errors."""
+    got = engine_page.evaluate("""async () => {
         const name = (p) => p.then(() => null, (e) => ({name: e.name, message: e.message}));
-        return [await name(window.cera.generate("Hello")), await name(window.cera.load()),
-                await name(window.cera.load("model.gguf", {int8: "yes"}))];
+        const fresh = new cera.Engine();
+        try {
+            return [await name(fresh.completions.create({prompt: "Hello"})), await name(fresh.reload()),
+                    await name(fresh.reload("model.gguf", {int8: "yes"}))];
+        } finally {
+            await fresh.unload();
+        }
     }""")
-    page.close()
     assert [e["name"] for e in got] == ["InvalidArgument"] * 3
     assert "load" in got[0]["message"] and "source" in got[1]["message"]
     assert "int8" in got[2]["message"] and "true or false" in got[2]["message"]
 
 
 def test_prompt_longer_than_the_context_is_named(page, models):
-    page.evaluate("(url) => window.cera.load(url, {ctx: 16})", models["llama_q4_0"][1])
-    err = page.evaluate("(p) => window.cera.generate(p).then(() => null, (e) => ({name: e.name, message: e.message}))",
-                        "word " * 40)
+    """A prompt of more tokens than the model's context (256) typed into the demo page."""
+    demo_load(page, models["llama_q4_0"][1])
+    err = demo_generate(page, "word " * 400, 8, refused=True)
     assert err["name"] == "ContextFull" and "context" in err["message"]
     assert "larger context" in page.inner_text("#error .advice")
 
 
 def test_unsupported_arch_is_named(page, models):
-    err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
-                        models["gemma"][1])
+    err = demo_load(page, models["gemma"][1], refused=True)
     assert err["name"] == "Unsupported" and "gemma" in err["message"]
     assert "cera runs" in page.inner_text("#error .advice")
 
 
-def test_model_too_large_for_the_gpu_limits_is_refused_before_upload(browser, server, models):
-    """A page told to play a GPU whose largest buffer is 4 KiB (?limits=...) shows the GPU memory
-    the model needs (the core's figure) and refuses it before it creates a buffer or uploads a
-    byte, naming the largest buffer and the limit."""
-    page = browser.new_page()
-    page.goto(server.url + "index.html?limits=max_buffer_size:4096")
-    page.wait_for_function("document.getElementById('status').dataset.state === 'ready'", timeout=BOOT_MS)
-    limits = page.evaluate("window.cera.ready.then((info) => info.limits)")
-    before = page.evaluate("window.cera.stats()")["calls"]
-    err = page.evaluate("(url) => window.cera.load(url).then(() => null, (e) => ({name: e.name, message: e.message}))",
-                        models["llama_q4_0"][1])
-    after = page.evaluate("window.cera.stats()")["calls"]
-    memory, shown, advice = page.evaluate("window.cera.memory"), page.inner_text("#memory"), page.inner_text("#error .advice")
-    page.close()
-    g = GGUFFile.open(models["llama_q4_0"][0])
+def needed_memory(path, limits: dict) -> dict:
+    """The GPU memory the core says `path` needs at the default context on a GPU of `limits`."""
+    g = GGUFFile.open(path)
     cfg = ModelConfig.from_gguf(g)
-    want = footprint(cfg, g, cfg.context(DEFAULT_CTX), DEFAULT_CHUNK, Limits(**limits)).to_dict()
-    assert memory["total"] == want["total"] and f"{want['total'] / 1048576:.1f} MiB" in shown
+    return footprint(cfg, g, cfg.context(DEFAULT_CTX), DEFAULT_CHUNK, Limits(**limits)).to_dict()
+
+
+def test_model_too_large_for_the_gpu_limits_is_refused_before_upload(browser, server, models):
+    """An engine told to play a GPU whose largest buffer is 4 KiB (cera.js's `limits`) gives the
+    GPU memory the model needs (onMemory: the core's figure) and refuses it before it creates a
+    buffer or uploads a byte, naming the largest buffer and the limit."""
+    page = open_engine_page(browser, server, limits={"max_buffer_size": 4096})
+    limits = page.evaluate("engine.info.limits")
+    before = page.evaluate("engine.runtimeStats()")["calls"]
+    memory, err = page.evaluate("""async (url) => {
+        let memory = null;
+        const err = await engine.reload(url, {onMemory: (m) => { memory = m; }})
+            .then(() => null, (e) => ({name: e.name, message: e.message}));
+        return [memory, err];
+    }""", models["llama_q4_0"][1])
+    after = page.evaluate("engine.runtimeStats()")["calls"]
+    page.close()
+    want = needed_memory(models["llama_q4_0"][0], limits)
+    assert memory["total"] == want["total"]
     largest = want["largest_buffer"]
     assert err["name"] == "TooLarge"
     assert f"{largest['name']} needs {largest['bytes']} bytes" in err["message"] and "4096" in err["message"]
-    assert "shorter context" in advice
     assert after.get("buffer") == before.get("buffer") and "uploadBlob" not in after, (before, after)
+
+
+def test_page_shows_what_a_model_too_large_for_the_gpu_needs(browser, server, models):
+    """The demo page told to play a GPU whose largest buffer is 4 KiB (?limits=...) shows the GPU
+    memory a model needs (the core's figure) as it refuses it, and what to do."""
+    page = open_page(browser, server, "?limits=max_buffer_size:4096")
+    limits = page.evaluate("testHook.engine.info.limits")
+    err = demo_load(page, models["llama_q4_0"][1], refused=True)
+    shown, advice = page.inner_text("#memory"), page.inner_text("#error .advice")
+    page.close()
+    want = needed_memory(models["llama_q4_0"][0], limits)
+    assert f"{want['total'] / 1048576:.1f} MiB" in shown
+    assert err["name"] == "TooLarge"
+    assert "shorter context" in advice
 
 
 def test_no_webgpu_says_how_to_enable_it(pw, server):

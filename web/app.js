@@ -1,5 +1,5 @@
-// The demo page: controls, streaming output, errors with advice, and the automation API
-// `window.cera`. It is cera.js's first user: the engine is the one any page gets.
+// The demo page: controls, streaming output, errors with advice. It is cera.js's first user: the
+// engine is the one any page gets.
 
 import { Engine } from "./cera.js";
 
@@ -53,7 +53,6 @@ const rate = (r) => (r >= 10 ? r.toFixed(1) : r.toPrecision(2));
 
 // The GPU memory the model needs (engine.reload's onMemory, before the upload starts).
 function showMemory(m) {
-  memory = m;
   const fallbacks = m.fallbacks.length ? `; ${m.fallbacks.length} tensors without a GPU kernel held as F16` : "";
   $("memory").textContent = `${mib(m.total)} (weights ${mib(m.weights)}, KV cache ${mib(m.kv_cache)} at ` +
     `context ${m.ctx}, activations and state ${mib(m.activations + m.state)}; largest buffer ` +
@@ -86,7 +85,6 @@ const ready = engine.ready.then((info) => {
 }, (err) => { showError(err); throw err; });
 
 let model = null;
-let memory = null;   // the last load's GPU memory figure
 
 function setBusy(busy) {
   $("generate").disabled = busy || !model;
@@ -97,12 +95,12 @@ function setBusy(busy) {
   $("lora-file").disabled = busy || !model;
 }
 
-// source: a File, a URL or a Hugging Face id, looked up at hubEndpoint (by default the page's
-// setting); int8: the kernels' 8-bit activations (cera.gpu.numerics), by default as the page's
-// checkbox says; cacheType: what the KV cache stores K and V in ("f16", "f32", "q8_0"), by default as the
-// page's menu says; sha256: the file's, checked as a URL downloads.
-async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cache-type").value, sha256,
-  hubEndpoint = $("hub-endpoint").value.trim() || undefined } = {}) {
+// source: a File, a URL or a Hugging Face id, looked up at the Hub the page's setting names;
+// loaded with the settings' 8-bit activations (cera.gpu.numerics) and KV cache type ("f16",
+// "f32", "q8_0"); sha256: the file's, checked as a URL downloads.
+async function load(source, { sha256 } = {}) {
+  const int8 = $("int8").checked, cacheType = $("cache-type").value;
+  const hubEndpoint = $("hub-endpoint").value.trim() || undefined;
   clearError();
   setBusy(true);
   setStatus("loading");
@@ -110,7 +108,7 @@ async function load(source, { ctx, int8 = $("int8").checked, cacheType = $("cach
     model = null;
     newConversation();
     $("memory").textContent = "…";
-    model = await engine.reload(source, { ctx, int8, cacheTypeK: cacheType, cacheTypeV: cacheType, sha256, hubEndpoint,
+    model = await engine.reload(source, { int8, cacheTypeK: cacheType, cacheTypeV: cacheType, sha256, hubEndpoint,
       onProgress: showProgress, onMemory: showMemory });
     $("loras").textContent = "none";
     $("model").textContent = `${model.name} (${model.arch}, ${mib(model.bytes)}` +
@@ -148,11 +146,11 @@ function newConversation() {
   $("new-conversation").hidden = true;
 }
 
-// A LoRA adapter for the loaded model (a File or URL), applied to every request from now on.
-async function loadLora(source, { scale } = {}) {
+// A LoRA adapter for the loaded model (a File), applied to every request from now on.
+async function loadLora(source) {
   clearError();
   try {
-    const adapter = await engine.loadLora(source, scale === undefined ? {} : { scale });
+    const adapter = await engine.loadLora(source);
     $("loras").textContent = adapter.loras.join(", ");
     return adapter;
   } catch (err) {
@@ -172,7 +170,7 @@ function samplingSettings() {
 // Text after `prompt` (greedy unless `sampling` says otherwise), streamed into the page. With `chat`, `prompt` is the user's next
 // message in the conversation and the reply joins it. Resolves to the text and the request's
 // numbers (engine.runtimeStats().lastRequest: promptTokens, prefilledTokens, reusedTokens, ...).
-async function generate(prompt, { maxTokens, chat = false, lora, sampling = { temperature: 0 } } = {}) {
+async function generate(prompt, { maxTokens, chat = false, sampling = { temperature: 0 } } = {}) {
   clearError();
   setBusy(true);
   setStatus("generating");
@@ -181,8 +179,7 @@ async function generate(prompt, { maxTokens, chat = false, lora, sampling = { te
   const messages = chat ? [...conversation, { role: "user", content: prompt }] : null;
   let reply = null;
   try {
-    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, ...sampling, stream: true,
-      ...(lora === undefined ? {} : { lora }) };
+    const request = { max_tokens: maxTokens ?? (await ready).defaults.maxTokens, ...sampling, stream: true };
     const stream = await (chat ? engine.chat.completions.create({ ...request, messages })
       : engine.completions.create({ ...request, prompt }));
     if (chat) {
@@ -210,21 +207,11 @@ async function generate(prompt, { maxTokens, chat = false, lora, sampling = { te
   }
 }
 
-// The automation API (Playwright drives the page through it): a thin shim over the engine.
-window.cera = {
-  ready,
-  get model() { return model; },   // the last load's result (arch, bytes, bytesThroughWasm, ...)
-  get memory() { return memory; }, // the GPU memory it needs (total, weights, kv_cache, ...), even if refused
-  load,
-  loadLora,
-  generate,
-  stop: () => engine.interrupt(),
-  newConversation,
-  get conversation() { return conversation; },
-  stats: () => engine.runtimeStats(),
-  embed: (text, options) => engine.embed(text, options),
-  python: (code) => engine.python(code),
-};
+// Test-only: the demo's engine (cera.js's Engine, nothing else), for the browser tests of this
+// page and scripts/h200/browser_bench.py, which drive the controls and read the numbers behind
+// what the page shows (engine.info, engine.runtimeStats()) or run Python in its worker. A page of
+// your own uses cera.js itself (example.html), not this.
+window.testHook = { engine };
 
 // --- controls ---------------------------------------------------------------------------
 $("file").addEventListener("change", (e) => { if (e.target.files[0]) load(e.target.files[0]).catch(() => {}); });

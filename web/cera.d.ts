@@ -326,7 +326,8 @@ export class Engine {
   runtimeStats(): Promise<RuntimeStats>;
   /** The hidden states after the final norm of `text` (apart from the conversation the engine holds). */
   embed(text: string, options?: { pooling?: "none" | "mean" | "last" | "cls" }): Promise<Embeddings>;
-  /** Runs Python in the worker; resolves to its last expression as a string (tests, debugging). */
+  /** Runs Python in the worker; resolves to its last expression as a string. For debugging and tests:
+   * it reaches cera's internals (cera_web.session.sessions), which are no stable API. */
   python(code: string): Promise<string>;
 }
 

@@ -67,6 +67,12 @@ json.dumps(sorted(sources))
 ADAPTER = """(async () => { const a = await navigator.gpu?.requestAdapter({powerPreference: 'high-performance'});
     if (!a) return 'no adapter'; const i = a.info || {}; return JSON.stringify({vendor: i.vendor, architecture: i.architecture,
     device: i.device, description: i.description, features: [...a.features]}); })()"""
+GENERATE = """(async () => {   // 32 greedy tokens streamed, as the page's Generate button asks for them
+    const engine = testHook.engine;
+    for await (const _ of await engine.completions.create({prompt: 'Hello', max_tokens: 32, temperature: 0, stream: true}));
+    const r = (await engine.runtimeStats()).lastRequest;
+    return JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason});
+})()"""
 EXACT_TIMESTAMPS = ["--enable-webgpu-developer-features", "--disable-dawn-features=timestamp_quantization"]
 
 
@@ -124,30 +130,31 @@ async def main(chromium, site, model, flags):
                     await asyncio.sleep(1)
                     out["adapter"] = await js(ADAPTER, 60)
                     return
-                out["ready"] = await js("window.cera ? 1 : new Promise(r => { const i = setInterval(() => { if (window.cera) { clearInterval(i); r(1); } }, 100); })", 120)
-                out["info"] = await js("window.cera.ready.then(i => JSON.stringify(i))", 300)
+                # the demo's engine, through its test hook (web/app.js)
+                out["ready"] = await js("window.testHook ? 1 : new Promise(r => { const i = setInterval(() => { if (window.testHook) { clearInterval(i); r(1); } }, 100); })", 120)
+                out["info"] = await js("testHook.engine.ready.then(i => JSON.stringify(i))", 300)
                 out["startup_s"] = round(time.time() - t, 1)
                 if os.environ.get("SHADERS"):
                     sources = {f.name: f.read_text() for f in sorted(Path(os.environ["SHADERS"]).glob("*.wgsl"))}
-                    out["shaders"] = await js(f"window.cera.python({json.dumps(OVERRIDE % json.dumps(sources))})", 60)
+                    out["shaders"] = await js(f"testHook.engine.python({json.dumps(OVERRIDE % json.dumps(sources))})", 60)
                 if os.environ.get("PRELOAD"):
                     code = os.environ["PRELOAD"] + "\n'done'"
-                    out["preload"] = await js(f"window.cera.python({json.dumps(code)})", 60)
+                    out["preload"] = await js(f"testHook.engine.python({json.dumps(code)})", 60)
                 options = json.dumps({"int8": True} if os.environ.get("INT8") == "1" else {})   # older builds: none
-                out["load"] = await js(f"window.cera.load({json.dumps(model)}, {options}).then(m => JSON.stringify(m))",
+                out["load"] = await js(f"testHook.engine.reload({json.dumps(model)}, {options}).then(m => JSON.stringify(m))",
                                        600)
                 if os.environ.get("NO_BENCH"):
                     return
                 if os.environ.get("RUN_PY"):   # that Python in the worker instead of the bench (a JSON string)
-                    out["run"] = await js(f"window.cera.python({json.dumps(Path(os.environ['RUN_PY']).read_text())})",
+                    out["run"] = await js(f"testHook.engine.python({json.dumps(Path(os.environ['RUN_PY']).read_text())})",
                                           1800)
                     return
-                out["generate"] = await js("window.cera.generate('Hello', {maxTokens: 32}).then(r => JSON.stringify({n: r.tokens.length, d: r.decodeTokensPerS, calls: r.hostCalls, stop: r.stopReason}))", 600)
+                out["generate"] = await js(GENERATE, 600)
                 bench = BENCH % os.environ.get("SAMPLING", "{}")
-                out["bench"] = await js(f"window.cera.python({json.dumps(bench)})", 900)
-                out["stats"] = await js("window.cera.stats().then(s => JSON.stringify(s))", 60)
+                out["bench"] = await js(f"testHook.engine.python({json.dumps(bench)})", 900)
+                out["stats"] = await js("testHook.engine.runtimeStats().then(s => JSON.stringify(s))", 60)
                 if os.environ.get("PROFILE"):
-                    out["profile"] = await js(f"window.cera.python({json.dumps(PROFILE)})", 900)
+                    out["profile"] = await js(f"testHook.engine.python({json.dumps(PROFILE)})", 900)
     finally:
         proc.terminate()
         print(json.dumps(out, indent=1))
