@@ -22,6 +22,7 @@ same ids; `fast=False` keeps the pure path, the oracle the tests hold the fast o
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 import functools
 import heapq
 
@@ -79,6 +80,39 @@ _KEEP_SPACES_PRE = {"deepseek-llm", "deepseek-coder", "deepseek-v3", "spark2_5",
                     "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "hy_v4", "joyai-llm",
                     "kimi-k2", "ufakzeka", "grok-2", "afmoe", "laguna", "minimax-m2",
                     "solar-open", "sarvam-moe"}
+
+
+def merge_pairs(parts: list[str], priority: Callable[[str, str], float | None]) -> list[str]:
+    """Merge adjacent parts, the pair of lowest priority(left, right) first and the leftmost on
+    ties (llama.cpp's queue order); a pair whose priority is None never merges. A heap of pairs
+    over a linked list of the parts: a popped pair whose joined length changed is stale (parts
+    only grow), as is one whose left part was merged away."""
+    n = len(parts)
+    nxt = list(range(1, n + 1))
+    nxt[-1] = -1
+    prv = list(range(-1, n - 1))
+    heap: list = []
+
+    def push(left: int, right: int) -> None:
+        if left >= 0 and right >= 0:
+            p = priority(parts[left], parts[right])
+            if p is not None:
+                heapq.heappush(heap, (p, left, len(parts[left]) + len(parts[right])))
+
+    for i in range(n - 1):
+        push(i, i + 1)
+    while heap:
+        _, left, size = heapq.heappop(heap)
+        right = nxt[left]
+        if not parts[left] or right < 0 or len(parts[left]) + len(parts[right]) != size:
+            continue
+        parts[left], parts[right] = parts[left] + parts[right], ""
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        push(prv[left], left)
+        push(left, nxt[left])
+    return [p for p in parts if p]
 
 
 class Tokenizer:
@@ -377,7 +411,7 @@ class Tokenizer:
         ranks = self._ranks
         parts = list(word)
         if len(parts) > 48:
-            return self._merge_long(parts)
+            return merge_pairs(parts, lambda left, right: ranks.get(left + " " + right))
         while len(parts) > 1:
             best, best_rank = -1, 1 << 62
             for i in range(len(parts) - 1):
@@ -389,78 +423,24 @@ class Tokenizer:
             parts[best:best + 2] = [parts[best] + parts[best + 1]]
         return parts
 
-    def _merge_long(self, parts: list[str]) -> list[str]:
-        """The same merge order with a heap and a linked list, for long pre-tokens."""
-        ranks, n = self._ranks, len(parts)
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap: list = []
-
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                r = ranks.get(parts[left] + " " + parts[right])
-                if r is not None:
-                    heapq.heappush(heap, (r, left, parts[left] + parts[right]))
-
-        for i in range(n - 1):
-            push(i, i + 1)
-        while heap:
-            _, left, text = heapq.heappop(heap)
-            right = nxt[left]
-            if not parts[left] or right < 0 or parts[left] + parts[right] != text:
-                continue    # stale: one side merged since
-            parts[left], parts[right] = text, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            push(prv[left], left)
-            push(left, nxt[left])
-        return [p for p in parts if p]
-
     def _encode_spm(self, text: str, out: list[int]) -> None:
         """SentencePiece BPE of one fragment (spaces already "▁"): highest score first."""
         find, scores = self.token_to_id.get, self.scores
-        syms = list(text)
-        n = len(syms)
-        if n == 0:
-            return
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap: list = []
 
-        def push(left: int, right: int) -> None:
-            if left >= 0 and right >= 0:
-                tid = find(syms[left] + syms[right])
-                if tid is not None:
-                    heapq.heappush(heap, (-scores[tid], left, len(syms[left]) + len(syms[right])))
+        def priority(left: str, right: str) -> float | None:
+            tid = find(left + right)
+            return None if tid is None else -scores[tid]
 
-        for i in range(n - 1):
-            push(i, i + 1)
-        while heap:
-            _, left, size = heapq.heappop(heap)
-            right = nxt[left]
-            if not syms[left] or right < 0 or len(syms[left]) + len(syms[right]) != size:
-                continue    # stale
-            syms[left], syms[right] = syms[left] + syms[right], ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            push(prv[left], left)
-            push(left, nxt[left])
-        i = 0
-        while i >= 0:
-            tid = find(syms[i])
+        for piece in merge_pairs(list(text), priority) if text else []:
+            tid = find(piece)
             if tid is not None:
                 out.append(tid)
             else:
-                for b in syms[i].encode("utf-8", "surrogatepass"):
+                for b in piece.encode("utf-8", "surrogatepass"):
                     bid = self._byte_ids[b]
                     if bid is None:
                         raise BadFile(f"no byte token <0x{b:02X}> in the vocabulary")
                     out.append(bid)
-            i = nxt[i]
 
     # ---- decode ----------------------------------------------------------------------
 
