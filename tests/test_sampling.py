@@ -5,7 +5,10 @@ kept set for kept set, on adversarial rows (ties, all equal, masked, vocabularie
 kernel's workgroup memory); the distribution of 10,000 seeded draws; and whole models, where the
 GPU's chained sampled tokens equal the numpy reference's, a step at a time or 8 a submission."""
 import asyncio
+import re
+import struct
 import types
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from cera.engine import Engine
 from cera.errors import InvalidArgument
 from cera.gpu import sample
 from cera.gpu.model import greedy_batches
+from cera.gpu import state
 from cera.gpu.state import GREEDY_BATCH, pack_step
 from cera.constrain import Constraint
 from cera.sampling import NO_TOKEN, Sampler, as_words, uniform
@@ -28,6 +32,16 @@ HISTORY = RNG.choice(np.r_[np.arange(50), BEST], 100).tolist()   # prompt + repl
 NEUTRAL = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0, frequency_penalty=0.0,
                presence_penalty=0.0, penalty_last_n=64)
 
+
+
+@pytest.mark.parametrize("name, fmt", [("Step", state.STEP_FORMAT), ("Sampling", sample.SAMPLING_FORMAT)])
+def test_uniform_packing_follows_the_wgsl_struct(name, fmt):
+    """The Python packing of a uniform struct has the fields common.wgsl declares, type by type."""
+    wgsl = resources.files("cera.shaders").joinpath("common.wgsl").read_text()
+    fields = re.findall(r"^\s*\w+: (u32|f32),", re.search(rf"struct {name} {{(.*?)}}", wgsl, re.S)[1], re.M)
+    packed = "".join(c * int(n or 1) for n, c in re.findall(r"(\d*)([If])", fmt))
+    assert packed == "".join({"u32": "I", "f32": "f"}[f] for f in fields)
+    assert struct.calcsize(fmt) == 4 * len(fields)
 
 def chain(logits, history, temperature, top_k, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty,
           penalty_last_n, logit_bias=None, allowed=None) -> np.ndarray:

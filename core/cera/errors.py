@@ -8,11 +8,19 @@ bad input, RuntimeError for GPU failures), so `except ValueError` keeps working.
 """
 from __future__ import annotations
 
+import re
+
 
 class CeraError(Exception):
-    """Base of cera's errors. `type` is the JSON name, `name` (the class name) the page's."""
+    """Base of cera's errors. `type` is the JSON name (the class name in snake case), `name` (the
+    class name) the page's, `exit_status` the CLI's, given where each type is declared."""
     type = "error"
     exit_status = 1
+
+    def __init_subclass__(cls, exit_status: int, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.type = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+        cls.exit_status = exit_status
 
     @property
     def name(self) -> str:
@@ -22,70 +30,48 @@ class CeraError(Exception):
         return {"type": self.type, "message": str(self)}
 
 
-class InvalidArgument(CeraError, ValueError):
+class InvalidArgument(CeraError, ValueError, exit_status=2):
     """A request that cannot be run as given (empty prompt, token id out of range, bad option)."""
-    type = "invalid_argument"
-    exit_status = 2
 
 
-class ModelNotFound(CeraError, FileNotFoundError):
+class ModelNotFound(CeraError, FileNotFoundError, exit_status=3):
     """No such model file or catalogue name."""
-    type = "model_not_found"
-    exit_status = 3
 
 
-class BadFile(CeraError, ValueError):
+class BadFile(CeraError, ValueError, exit_status=4):
     """Not a GGUF, a truncated or corrupt one, or a download whose checksum does not match."""
-    type = "bad_file"
-    exit_status = 4
 
 
-class TruncatedFile(BadFile):
+class TruncatedFile(BadFile, exit_status=12):
     """A GGUF that ends before its header or tensors do: an interrupted download or copy."""
-    type = "truncated_file"
-    exit_status = 12
 
 
-class Unsupported(CeraError, ValueError):
+class Unsupported(CeraError, ValueError, exit_status=5):
     """A valid GGUF cera cannot run: its architecture, a weight type, a hyperparameter."""
-    type = "unsupported"
-    exit_status = 5
 
 
-class TooLarge(CeraError, ValueError):
+class TooLarge(CeraError, ValueError, exit_status=6):
     """The model does not fit this GPU's limits (buffer size, binding size, workgroups)."""
-    type = "too_large"
-    exit_status = 6
 
 
-class ContextFull(CeraError, ValueError):
+class ContextFull(CeraError, ValueError, exit_status=7):
     """The tokens do not fit the context that was allocated."""
-    type = "context_full"
-    exit_status = 7
 
 
-class NoGpu(CeraError, RuntimeError):
+class NoGpu(CeraError, RuntimeError, exit_status=8):
     """No WebGPU adapter: no driver natively, or no WebGPU in the browser."""
-    type = "no_gpu"
-    exit_status = 8
 
 
-class DeviceLost(CeraError, RuntimeError):
+class DeviceLost(CeraError, RuntimeError, exit_status=9):
     """The GPU device was lost (driver reset, out of memory)."""
-    type = "device_lost"
-    exit_status = 9
 
 
-class ShaderError(CeraError, RuntimeError):
+class ShaderError(CeraError, RuntimeError, exit_status=10):
     """This adapter's WebGPU compiler rejected a kernel."""
-    type = "shader_error"
-    exit_status = 10
 
 
-class GpuError(CeraError, RuntimeError):
+class GpuError(CeraError, RuntimeError, exit_status=11):
     """WebGPU rejected an operation (a validation error: a cera bug for this adapter)."""
-    type = "gpu_error"
-    exit_status = 11
 
 
 ERRORS = (InvalidArgument, ModelNotFound, BadFile, TruncatedFile, Unsupported, TooLarge, ContextFull, NoGpu,

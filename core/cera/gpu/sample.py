@@ -29,7 +29,11 @@ from cera.device import Binding, Device, Dispatch
 from cera.errors import Unsupported
 from cera.sampling import Sampler, as_words
 
-SAMPLING_BYTES = 48      # struct Sampling (shaders/common.wgsl)
+# struct Sampling (shaders/common.wgsl) { top_k: u32, top_p: f32, log_min_p: f32, inv_temperature: f32,
+#   seed_lo: u32, seed_hi: u32, repeat_penalty: f32, repeat_inv: f32, frequency: f32, presence: f32,
+#   window: u32, _pad: u32 }
+SAMPLING_FORMAT = "<I3f2I4f2I"
+SAMPLING_BYTES = struct.calcsize(SAMPLING_FORMAT)
 WG = 256                 # sample.wgsl's workgroup; a top_k up to it is selected and sorted in workgroup memory
 LOADS = 8                # keys an invocation of sample.wgsl loads at once (its LOADS)
 # Tokens a SELECT workgroup takes: one round of LOADS loads an invocation. A pass of one workgroup
@@ -42,11 +46,9 @@ MIN_P_OFF = -1e30        # Sampling.log_min_p when min-p is off: every finite z 
 
 
 def pack_sampling(s: Sampler, ctx: int) -> bytes:
-    # struct Sampling (shaders/common.wgsl) { top_k: u32, top_p: f32, log_min_p: f32, inv_temperature: f32,
-    #   seed_lo: u32, seed_hi: u32, repeat_penalty: f32, repeat_inv: f32, frequency: f32, presence: f32,
-    #   window: u32, _pad: u32 }; a window past the context is the whole sequence (which holds ctx + 1 at most)
+    # a window past the context is the whole sequence (which holds ctx + 1 at most)
     window = 0 if not s.penalized else s.penalty_last_n if 0 < s.penalty_last_n <= ctx else WINDOW_ALL
-    return struct.pack("<I3f2I4f2I", min(s.top_k, 0xFFFFFFFF), s.top_p, math.log(s.min_p) if s.min_p > 0 else MIN_P_OFF,
+    return struct.pack(SAMPLING_FORMAT, min(s.top_k, 0xFFFFFFFF), s.top_p, math.log(s.min_p) if s.min_p > 0 else MIN_P_OFF,
                        1 / s.temperature if s.temperature > 0 else 0.0, s.seed & 0xFFFFFFFF, s.seed >> 32,
                        s.repeat_penalty, 1 / s.repeat_penalty, s.frequency_penalty, s.presence_penalty, window, 0)
 

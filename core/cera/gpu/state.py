@@ -15,7 +15,8 @@ from cera.device import Binding, Device
 from cera.gpu import attention, matmul
 from cera.gpu.numerics import cache_row_bytes
 
-STEP_BYTES = 16
+STEP_FORMAT = "<4I"   # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, draw: u32 }
+STEP_BYTES = struct.calcsize(STEP_FORMAT)
 # Decode steps per chained submission (greedy or sampled). A submission costs the host a fixed
 # amount beyond encoding its dispatches (command encoder, submit, a readback mapped and awaited, the
 # Python between), and with one submission in flight ahead the GPU idles whenever that turnaround
@@ -27,8 +28,7 @@ GREEDY_BATCH = 8
 
 
 def pack_step(pos: int, n_tokens: int, draw: int = 0) -> bytes:
-    # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, draw: u32 }
-    return struct.pack("<4I", pos, n_tokens, 0, draw)
+    return struct.pack(STEP_FORMAT, pos, n_tokens, 0, draw)
 
 
 def f32_buffer(device: Device, label: str, *shape: int) -> Binding:
