@@ -88,6 +88,22 @@ fn stage_kv(lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
     }
 }
 
+// Score (qr, j) of the tile: q row r0 + qr (pre-scaled) . key j0 + j [soft-capped], or NEG_BIG
+// where that row does not see that key.
+fn tile_score(r0: u32, qr: u32, j0: u32, j: u32) -> f32 {
+    var s4 = vec4<f32>(0.0);
+    for (var c = 0u; c < D4; c++) {
+        s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
+    }
+    let p = step.pos + (r0 + qr) / GROUP;
+    let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
+#ifdef SOFTCAP
+    return select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
+#else
+    return select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
+#endif
+}
+
 // o + p * V[j, vec4 column s + TPQ * i] (no-op past the head).
 fn add_value(o: vec4<f32>, i: u32, s: u32, p: f32, j: u32) -> vec4<f32> {
     let c = s + TPQ * i;
@@ -155,19 +171,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (i >= BQ * BKV) {
                 break;
             }
-            let qr = i / BKV;
-            let j = i % BKV;
-            var s4 = vec4<f32>(0.0);
-            for (var c = 0u; c < D4; c++) {
-                s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
-            }
-            let p = step.pos + (r0 + qr) / GROUP;
-            let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
-#ifdef SOFTCAP
-            sc[i] = select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
-#else
-            sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
-#endif
+            sc[i] = tile_score(r0, i / BKV, j0, i % BKV);
         }
         workgroupBarrier();
 
