@@ -10,6 +10,7 @@
 // N_HEADS, 1 + D4) vec4 as attention.wgsl wrote it, out (rows, N_HEADS*HEAD_DIM), step.
 #include "common.wgsl"
 #include "attention_merge.wgsl"
+#include "attention_out.wgsl"
 
 const CP = min(16u, MAX_WG / D4);    // split stripes
 const WG = CP * D4;
@@ -55,15 +56,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l_all += part_l[part * D4 + c] * e;
         o_all += part_o[part * D4 + c] * e;
     }
-    let y = o_all / l_all;
-    let base = (t * N_HEADS + h) * HEAD_DIM;
-#ifdef VEC4
-    out[base / 4u + c] = y;
-#else
-    for (var e = 0u; e < 4u; e++) {
-        if (4u * c + e < HEAD_DIM) {
-            out[base + 4u * c + e] = y[e];
-        }
-    }
-#endif
+    store_out((t * N_HEADS + h) * HEAD_DIM, c, o_all / l_all);
 }

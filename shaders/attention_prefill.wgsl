@@ -51,6 +51,7 @@ var<workgroup> ks: array<vec4<f32>, BKV * KS4>;   // the key tile
 var<workgroup> vs: array<vec4<f32>, BKV * KS4>;   // the value tile
 var<workgroup> sc: array<f32, BQ * BKV>;          // the tile's scores
 
+#include "attention_out.wgsl"
 #include "attention_window.wgsl"
 #ifdef SOFTCAP
 #include "soft_cap.wgsl"
@@ -87,6 +88,22 @@ fn stage_kv(lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
     }
 }
 
+// Score (qr, j) of the tile: q row r0 + qr (pre-scaled) . key j0 + j [soft-capped], or NEG_BIG
+// where that row does not see that key.
+fn tile_score(r0: u32, qr: u32, j0: u32, j: u32) -> f32 {
+    var s4 = vec4<f32>(0.0);
+    for (var c = 0u; c < D4; c++) {
+        s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
+    }
+    let p = step.pos + (r0 + qr) / GROUP;
+    let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
+#ifdef SOFTCAP
+    return select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
+#else
+    return select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
+#endif
+}
+
 // o + p * V[j, vec4 column s + TPQ * i] (no-op past the head).
 fn add_value(o: vec4<f32>, i: u32, s: u32, p: f32, j: u32) -> vec4<f32> {
     let c = s + TPQ * i;
@@ -96,21 +113,12 @@ fn add_value(o: vec4<f32>, i: u32, s: u32, p: f32, j: u32) -> vec4<f32> {
     return o;
 }
 
-// vec4 column s + TPQ * i of the output head starting at float `base`.
-fn store_out(base: u32, s: u32, i: u32, y: vec4<f32>) {
+// vec4 column s + TPQ * i of the output head starting at float `base` (no-op past the head).
+fn store_column(base: u32, s: u32, i: u32, y: vec4<f32>) {
     let c = s + TPQ * i;
-    if (c >= D4) {
-        return;
+    if (c < D4) {
+        store_out(base, c, y);
     }
-#ifdef VEC4
-    out[base / 4u + c] = y;
-#else
-    for (var e = 0u; e < 4u; e++) {
-        if (4u * c + e < HEAD_DIM) {
-            out[base + 4u * c + e] = y[e];
-        }
-    }
-#endif
 }
 
 @compute @workgroup_size(WG)
@@ -163,19 +171,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (i >= BQ * BKV) {
                 break;
             }
-            let qr = i / BKV;
-            let j = i % BKV;
-            var s4 = vec4<f32>(0.0);
-            for (var c = 0u; c < D4; c++) {
-                s4 = fma(qs[qr * D4 + c], ks[j * KS4 + c], s4);
-            }
-            let p = step.pos + (r0 + qr) / GROUP;
-            let visible = j0 + j <= last_key_of(p) && j0 + j >= first_key(p);
-#ifdef SOFTCAP
-            sc[i] = select(NEG_BIG, soft_cap(s4.x + s4.y + s4.z + s4.w), visible);
-#else
-            sc[i] = select(NEG_BIG, s4.x + s4.y + s4.z + s4.w, visible);
-#endif
+            sc[i] = tile_score(r0, i / BKV, j0, i % BKV);
         }
         workgroupBarrier();
 
@@ -210,14 +206,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let base = ((r / GROUP) * N_HEADS + kh * GROUP + r % GROUP) * HEAD_DIM;
-    store_out(base, s, 0u, o0 / l);
+    store_column(base, s, 0u, o0 / l);
     if (OC > 1u) {
-        store_out(base, s, 1u, o1 / l);
+        store_column(base, s, 1u, o1 / l);
     }
     if (OC > 2u) {
-        store_out(base, s, 2u, o2 / l);
+        store_column(base, s, 2u, o2 / l);
     }
     if (OC > 3u) {
-        store_out(base, s, 3u, o3 / l);
+        store_column(base, s, 3u, o3 / l);
     }
 }
