@@ -18,7 +18,8 @@
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
 // read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
 // their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
-// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32 or halves, one pair per layer.
+// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) in their types, bound as u32 words, one pair
+// per layer.
 // Loops count up by one to a constant (matvec.wgsl says why).
 #include "common.wgsl"
 #include "reduce.wgsl"
@@ -38,26 +39,18 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 @group(0) @binding(3) var<storage, read_write> q_out: array<f32>;
 #ifdef K_F16
 #include "half.wgsl"
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-#else
+#endif
 #ifdef K_Q8
 #include "q8_cache.wgsl"
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-#else
-@group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
 #endif
-#endif
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;   // f32 bits, halves or q8_0 blocks
 #ifdef V_F16
 #include "half.wgsl"
-@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
-#else
+#endif
 #ifdef V_Q8
 #include "q8_cache.wgsl"
+#endif
 @group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
-#else
-@group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
-#endif
-#endif
 @group(0) @binding(6) var<uniform> step: Step;
 #ifdef FREQ_FACTORS
 @group(0) @binding(7) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
@@ -171,7 +164,7 @@ fn store_value(cache_base: u32, k_in: u32, i: u32) {
         }
     }
 #else
-    v_cache[cache_base + i] = v[k_in + i];
+    v_cache[cache_base + i] = bitcast<u32>(v[k_in + i]);
 #endif
 #endif
 }
@@ -210,7 +203,7 @@ fn store_key(lid: u32, cache_base: u32) {
         if (i >= HEAD_DIM) {
             break;
         }
-        k_cache[cache_base + i] = row[i];
+        k_cache[cache_base + i] = bitcast<u32>(row[i]);
     }
 #endif
 #endif
