@@ -39,9 +39,8 @@ const WG = 64u;
 @group(0) @binding(5) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 #endif
 
-#include "rope_rotate.wgsl"
-
-var<workgroup> row: array<f32, HEAD_DIM>;   // the key being turned
+// `row`: the key being turned
+#include "rope_row.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -66,17 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         row[i] = load_key(src * HEAD_DIM + i);
     }
     workgroupBarrier();
-    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= N_ROT / 2u) {
-            break;
-        }
-        let pair = rope_pair(i);
-        let cs = rope_cos_sin(i, -f32(shift.dropped));
-        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
-        row[pair.x] = y.x;
-        row[pair.y] = y.y;
-    }
+    rope_row(lid, -f32(shift.dropped));
     workgroupBarrier();   // NEOX pairs straddle words and blocks
     for (var n = 0u; n < (K_ROW + WG - 1u) / WG; n++) {
         let w = n * WG + lid;

@@ -7,7 +7,8 @@
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
 // (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
 //
-// RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
+// RoPE as rope_rotate.wgsl turns pairs (rope_row.wgsl: in workgroup memory); dims >= N_ROT pass
+// through.
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
 // [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM; K_F16, V_F16: that cache holds f16 halves
@@ -63,9 +64,7 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 #endif
 #endif
 
-#include "rope_rotate.wgsl"
-
-var<workgroup> row: array<f32, HEAD_DIM>;
+#include "rope_row.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -109,36 +108,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     workgroupBarrier();
 
-    // Rotate pairs; each invocation turns only its pair's two elements (q straight to q_out).
-    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= N_ROT / 2u) {
-            break;
-        }
-        let pair = rope_pair(i);
-        let cs = rope_cos_sin(i, f32(p));
-        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
-        if (is_q) {
-            q_out[q_base + pair.x] = y.x;
-            q_out[q_base + pair.y] = y.y;
-        } else {
-            row[pair.x] = y.x;   // written to the cache below, when the row is whole
-            row[pair.y] = y.y;
-        }
+    rope_row(lid, f32(p));
+    // NEOX pairs straddle words and blocks: the row is stored once every pair is turned
+    workgroupBarrier();
+    if (is_q) {
+        store_query(lid, q_base);
+    } else {
+        store_key(lid, cache_base);
     }
-    for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
-        let i = N_ROT + n * WG + lid;
+}
+
+// The turned query in `row` to q_out at q_base.
+fn store_query(lid: u32, q_base: u32) {
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
         if (i >= HEAD_DIM) {
             break;
         }
-        if (is_q) {
-            q_out[q_base + i] = row[i];
-        }
-    }
-    // NEOX pairs straddle words and blocks: the key is stored once every pair is turned
-    workgroupBarrier();
-    if (!is_q) {
-        store_key(lid, cache_base);
+        q_out[q_base + i] = row[i];
     }
 }
 
