@@ -5,12 +5,14 @@
 // (kv head, row j): dispatch (N_KV_HEADS, max rows, 1); rows j >= shift.n do nothing.
 //
 // Defines: HEAD_DIM, N_KV_HEADS, N_ROT, THETA; flags NEOX, FREQ_FACTORS (see rope_rotate.wgsl);
-// K_F16, V_F16: that cache and its scratch hold f16 halves (half.wgsl; HEAD_DIM even); K_Q8,
-// V_Q8: q8_0 blocks (q8_cache.wgsl; HEAD_DIM % 32 == 0). Values move as the cache's words; keys
-// are read to f32 in workgroup memory, turned, and stored again in the cache's type (an f16 key
-// rounded again, a q8_0 key requantized, as llama.cpp's context shift does).
+// K_ROW, V_ROW: the u32 words of a head's key and value row in the caches
+// (cera.gpu.numerics.cache_row_bytes / 4); K_F16: the key cache and its scratch hold f16 halves
+// (half.wgsl; HEAD_DIM even); K_Q8: q8_0 blocks (q8_cache.wgsl; HEAD_DIM % 32 == 0). Values move
+// as the cache's words, whatever their type; keys are read to f32 in workgroup memory, turned,
+// and stored again in the cache's type (an f16 key rounded again, a q8_0 key requantized, as
+// llama.cpp's context shift does).
 // Bindings: k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM), k_out, v_out (rows, N_KV_HEADS,
-// HEAD_DIM), shift, then [freq_factors].
+// HEAD_DIM), all as words (an f32 cache's floats as their bits), shift, then [freq_factors].
 // Loops count up by one to a constant (matvec.wgsl says why).
 
 struct Shift {
@@ -25,51 +27,20 @@ const WG = 64u;
 #ifdef K_F16
 #include "half.wgsl"
 #endif
-#ifdef V_F16
-#include "half.wgsl"
-#endif
 #ifdef K_Q8
 #include "q8_cache.wgsl"
 #endif
-#ifdef V_Q8
-#include "q8_cache.wgsl"
-#endif
-#ifdef K_F16
-alias KWord = u32;
-const K_ROW = HEAD_DIM / 2u;                      // words of a head's key row
-#else
-#ifdef K_Q8
-alias KWord = u32;
-const K_ROW = HEAD_DIM / Q8_VALUES * Q8_WORDS;
-#else
-alias KWord = f32;
-const K_ROW = HEAD_DIM;
-#endif
-#endif
-#ifdef V_F16
-alias VWord = u32;
-const V_ROW = HEAD_DIM / 2u;                      // ... and value row
-#else
-#ifdef V_Q8
-alias VWord = u32;
-const V_ROW = HEAD_DIM / Q8_VALUES * Q8_WORDS;
-#else
-alias VWord = f32;
-const V_ROW = HEAD_DIM;
-#endif
-#endif
-@group(0) @binding(0) var<storage, read> k_cache: array<KWord>;
-@group(0) @binding(1) var<storage, read> v_cache: array<VWord>;
-@group(0) @binding(2) var<storage, read_write> k_out: array<KWord>;
-@group(0) @binding(3) var<storage, read_write> v_out: array<VWord>;
+@group(0) @binding(0) var<storage, read> k_cache: array<u32>;
+@group(0) @binding(1) var<storage, read> v_cache: array<u32>;
+@group(0) @binding(2) var<storage, read_write> k_out: array<u32>;
+@group(0) @binding(3) var<storage, read_write> v_out: array<u32>;
 @group(0) @binding(4) var<uniform> shift: Shift;
 #ifdef FREQ_FACTORS
 @group(0) @binding(5) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
 #endif
 
-#include "rope_rotate.wgsl"
-
-var<workgroup> row: array<f32, HEAD_DIM>;   // the key being turned
+// `row`: the key being turned
+#include "rope_row.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -94,17 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         row[i] = load_key(src * HEAD_DIM + i);
     }
     workgroupBarrier();
-    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= N_ROT / 2u) {
-            break;
-        }
-        let pair = rope_pair(i);
-        let cs = rope_cos_sin(i, -f32(shift.dropped));
-        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
-        row[pair.x] = y.x;
-        row[pair.y] = y.y;
-    }
+    rope_row(lid, -f32(shift.dropped));
     workgroupBarrier();   // NEOX pairs straddle words and blocks
     for (var n = 0u; n < (K_ROW + WG - 1u) / WG; n++) {
         let w = n * WG + lid;
@@ -123,13 +84,13 @@ fn load_key(e: u32) -> f32 {
 #ifdef K_Q8
     return q8_unpack4(k_cache[q8_scale_word(e)], k_cache[q8_word(e)])[e % 4u];
 #else
-    return k_cache[e];
+    return bitcast<f32>(k_cache[e]);
 #endif
 #endif
 }
 
 // Word w of the turned key's row (in `row`) as the cache holds it.
-fn key_word(w: u32) -> KWord {
+fn key_word(w: u32) -> u32 {
 #ifdef K_F16
     return pack_half2(vec2<f32>(row[2u * w], row[2u * w + 1u]));
 #else
@@ -146,7 +107,7 @@ fn key_word(w: u32) -> KWord {
     let i = b + 4u * (w % Q8_WORDS - 1u);
     return q8_pack4(vec4<f32>(row[i], row[i + 1u], row[i + 2u], row[i + 3u]), scale.inv);
 #else
-    return row[w];
+    return bitcast<u32>(row[w]);
 #endif
 #endif
 }

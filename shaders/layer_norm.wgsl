@@ -7,7 +7,12 @@
 // Defines: N, EPS, WG (a power of two <= 256); flags ADD, VECTOR.
 // Bindings: out, w, b, step, [y], [v].
 #include "common.wgsl"
-#include "reduce.wgsl"
+#include "norm_scale.wgsl"
+
+// The rows as norm_scale.wgsl reads them: out, the sums written back
+fn norm_input(e: u32) -> f32 {
+    return out[e];
+}
 
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;   // (rows, N)
 @group(0) @binding(1) var<storage, read> w: array<f32>;           // (N,)
@@ -23,8 +28,6 @@
 @group(0) @binding(4) var<storage, read> v: array<f32>;           // (N,)
 #endif
 #endif
-
-const ROUNDS = (N + WG - 1u) / WG;   // loops count up by one to a constant (matvec.wgsl says why)
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -52,16 +55,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let mean = workgroup_sum(lid, sum) / f32(N);
 
-    var squares = 0.0;
-    for (var n = 0u; n < ROUNDS; n++) {
-        let i = n * WG + lid;
-        if (i >= N) {
-            break;
-        }
-        let c = out[base + i] - mean;
-        squares += c * c;
-    }
-    let scale = inverseSqrt(workgroup_sum(lid, squares) / f32(N) + EPS);
+    let scale = norm_scale(lid, base, mean);
 
     for (var n = 0u; n < ROUNDS; n++) {
         let i = n * WG + lid;

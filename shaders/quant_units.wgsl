@@ -132,6 +132,14 @@ fn iq2_levels(e: u32, j: u32) -> vec4<f32> {
     return to_f32(8u + 17u * c + c / 2u, 0.0);
 }
 
+// An IQ2 unit: the 8 values of grid points e0 then e1, times d * (0.5 + sc) / 4 (sc its 4-bit
+// scale), signed by the low 8 bits of s0 and of s1
+fn iq2_unit(d: f32, sc: u32, e0: u32, s0: u32, e1: u32, s1: u32) -> Unit {
+    let db = d * (0.5 + f32(sc)) * 0.25;
+    return Unit(signed4(db * iq2_levels(e0, 0u), s0, 0u), signed4(db * iq2_levels(e0, 4u), s0, 4u),
+                signed4(db * iq2_levels(e1, 0u), s1, 0u), signed4(db * iq2_levels(e1, 4u), s1, 4u));
+}
+
 // ---- the types ---------------------------------------------------------------------
 // Each section defines unit_values() (or unit_words() and unit_decode()).
 
@@ -410,13 +418,11 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let h = u % 2u;
     let idx = load_u32(src, blk + 2u + 8u * b) >> (16u * h);
     let w = load_u32(src, blk + 6u + 8u * b);
-    let db = load_f16(src, blk) * (0.5 + f32(w >> 28u)) * 0.25;
     let p0 = grid_entry(idx & 0xFFu);
     let p1 = grid_entry((idx >> 8u) & 0xFFu);
     let s0 = iq_signs((w >> (14u * h)) & 127u);
     let s1 = iq_signs((w >> (14u * h + 7u)) & 127u);
-    return Unit(signed4(db * iq2_levels(p0, 0u), s0, 0u), signed4(db * iq2_levels(p0, 4u), s0, 4u),
-                signed4(db * iq2_levels(p1, 0u), s1, 0u), signed4(db * iq2_levels(p1, 4u), s1, 4u));
+    return iq2_unit(load_f16(src, blk), w >> 28u, p0, s0, p1, s1);
 }
 #endif
 
@@ -428,13 +434,11 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let t = u % 16u;
     let qs = load_u32(src, blk + 2u + 4u * t);   // points 2t (low half), 2t+1
     let sc = (load_u32(src, blk + 66u + 4u * (t / 8u)) >> (4u * (t % 8u))) & 15u;
-    let db = load_f16(src, blk) * (0.5 + f32(sc)) * 0.25;
     let p0 = grid_entry(qs & 511u);
     let p1 = grid_entry((qs >> 16u) & 511u);
     let s0 = iq_signs((qs >> 9u) & 127u);
     let s1 = iq_signs(qs >> 25u);
-    return Unit(signed4(db * iq2_levels(p0, 0u), s0, 0u), signed4(db * iq2_levels(p0, 4u), s0, 4u),
-                signed4(db * iq2_levels(p1, 0u), s1, 0u), signed4(db * iq2_levels(p1, 4u), s1, 4u));
+    return iq2_unit(load_f16(src, blk), sc, p0, s0, p1, s1);
 }
 #endif
 
@@ -448,11 +452,9 @@ fn unit_values(src: u32, row_byte: u32, u: u32) -> Unit {
     let signs = load_u16(src, blk + 34u + 2u * t);
     let qh = load_u32(src, blk + 66u + 4u * (t / 8u)) >> (4u * (t % 8u));   // bits 0-1: point 2t, 2-3: 2t+1
     let sc = (load_u32(src, blk + 74u + 4u * (t / 8u)) >> (4u * (t % 8u))) & 15u;
-    let db = load_f16(src, blk) * (0.5 + f32(sc)) * 0.25;
     let p0 = grid_entry((qs & 0xFFu) | ((qh & 3u) << 8u));
     let p1 = grid_entry((qs >> 8u) | (((qh >> 2u) & 3u) << 8u));
-    return Unit(signed4(db * iq2_levels(p0, 0u), signs, 0u), signed4(db * iq2_levels(p0, 4u), signs, 4u),
-                signed4(db * iq2_levels(p1, 0u), signs, 8u), signed4(db * iq2_levels(p1, 4u), signs, 12u));
+    return iq2_unit(load_f16(src, blk), sc, p0, signs, p1, signs >> 8u);
 }
 #endif
 

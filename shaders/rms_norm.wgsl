@@ -10,7 +10,13 @@
 // Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256); flag ACCUMULATE.
 // Bindings: x, w, out, step, [xi].
 #include "common.wgsl"
-#include "reduce.wgsl"
+#include "norm_scale.wgsl"
+
+// The rows as norm_scale.wgsl reads them
+fn norm_input(e: u32) -> f32 {
+    return x[e];
+}
+
 #ifdef X_INT
 #include "x_int.wgsl"
 #include "x_int_record.wgsl"
@@ -25,8 +31,6 @@
 @group(0) @binding(2) var<storage, read_write> out: array<f32>; // (rows, N)
 @group(0) @binding(3) var<uniform> step: Step;
 
-const ROUNDS = (N + WG - 1u) / WG;   // loops count up by one to a constant (matvec.wgsl says why)
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     if (wid.y >= step.n_tokens) {
@@ -34,16 +38,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let base = (wid.y * ROWS_PER_TOKEN + wid.x) * N;
 
-    var sum = 0.0;
-    for (var n = 0u; n < ROUNDS; n++) {
-        let i = n * WG + lid;
-        if (i >= N) {
-            break;
-        }
-        let v = x[base + i];
-        sum += v * v;
-    }
-    let scale = inverseSqrt(workgroup_sum(lid, sum) / f32(N) + EPS);
+    let scale = norm_scale(lid, base, 0.0);
 
 #ifdef X_INT
     for (var n = 0u; n < (N + 1023u) / 1024u; n++) {   // four 256-element blocks a round

@@ -7,7 +7,8 @@
 // (norm only with flag QK_NORM). One workgroup per head slot and row: dispatch
 // (N_HEADS + N_KV_HEADS, max rows, 1); rows t >= step.n_tokens do nothing.
 //
-// RoPE as rope_rotate.wgsl turns pairs; dims >= N_ROT pass through.
+// RoPE as rope_rotate.wgsl turns pairs (rope_row.wgsl: in workgroup memory); dims >= N_ROT pass
+// through.
 //
 // Defines: HEAD_DIM, N_HEADS, N_KV_HEADS, N_ROT, THETA, [FREQ_SCALE], [EPS with QK_NORM],
 // [IN_STRIDE]; flags NEOX, FREQ_FACTORS, QK_NORM; K_F16, V_F16: that cache holds f16 halves
@@ -18,7 +19,8 @@
 // Layouts: q, q_out (rows, N_HEADS*HEAD_DIM); k, v (rows, N_KV_HEADS*HEAD_DIM). q, k, v are only
 // read, so they may be ranges of one buffer (a stacked QKV projection's output); with IN_STRIDE,
 // their rows are IN_STRIDE floats apart (rows of q | k | v: a stacked prefill matmul's);
-// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) f32 or halves, one pair per layer.
+// k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM) in their types, bound as u32 words, one pair
+// per layer.
 // Loops count up by one to a constant (matvec.wgsl says why).
 #include "common.wgsl"
 #include "reduce.wgsl"
@@ -38,26 +40,18 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 @group(0) @binding(3) var<storage, read_write> q_out: array<f32>;
 #ifdef K_F16
 #include "half.wgsl"
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-#else
+#endif
 #ifdef K_Q8
 #include "q8_cache.wgsl"
-@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;
-#else
-@group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
 #endif
-#endif
+@group(0) @binding(4) var<storage, read_write> k_cache: array<u32>;   // f32 bits, halves or q8_0 blocks
 #ifdef V_F16
 #include "half.wgsl"
-@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
-#else
+#endif
 #ifdef V_Q8
 #include "q8_cache.wgsl"
+#endif
 @group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
-#else
-@group(0) @binding(5) var<storage, read_write> v_cache: array<f32>;
-#endif
-#endif
 @group(0) @binding(6) var<uniform> step: Step;
 #ifdef FREQ_FACTORS
 @group(0) @binding(7) var<storage, read> freq_factors: array<f32>;   // (N_ROT/2,)
@@ -70,9 +64,7 @@ const KV_STRIDE = N_KV_HEADS * HEAD_DIM;
 #endif
 #endif
 
-#include "rope_rotate.wgsl"
-
-var<workgroup> row: array<f32, HEAD_DIM>;
+#include "rope_row.wgsl"
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -116,36 +108,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     workgroupBarrier();
 
-    // Rotate pairs; each invocation turns only its pair's two elements (q straight to q_out).
-    for (var n = 0u; n < (N_ROT / 2u + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= N_ROT / 2u) {
-            break;
-        }
-        let pair = rope_pair(i);
-        let cs = rope_cos_sin(i, f32(p));
-        let y = rope_turn(vec2<f32>(row[pair.x], row[pair.y]), cs);
-        if (is_q) {
-            q_out[q_base + pair.x] = y.x;
-            q_out[q_base + pair.y] = y.y;
-        } else {
-            row[pair.x] = y.x;   // written to the cache below, when the row is whole
-            row[pair.y] = y.y;
-        }
+    rope_row(lid, f32(p));
+    // NEOX pairs straddle words and blocks: the row is stored once every pair is turned
+    workgroupBarrier();
+    if (is_q) {
+        store_query(lid, q_base);
+    } else {
+        store_key(lid, cache_base);
     }
-    for (var n = 0u; n < (HEAD_DIM - N_ROT + WG - 1u) / WG; n++) {
-        let i = N_ROT + n * WG + lid;
+}
+
+// The turned query in `row` to q_out at q_base.
+fn store_query(lid: u32, q_base: u32) {
+    for (var n = 0u; n < (HEAD_DIM + WG - 1u) / WG; n++) {
+        let i = n * WG + lid;
         if (i >= HEAD_DIM) {
             break;
         }
-        if (is_q) {
-            q_out[q_base + i] = row[i];
-        }
-    }
-    // NEOX pairs straddle words and blocks: the key is stored once every pair is turned
-    workgroupBarrier();
-    if (!is_q) {
-        store_key(lid, cache_base);
+        q_out[q_base + i] = row[i];
     }
 }
 
@@ -171,7 +151,7 @@ fn store_value(cache_base: u32, k_in: u32, i: u32) {
         }
     }
 #else
-    v_cache[cache_base + i] = v[k_in + i];
+    v_cache[cache_base + i] = bitcast<u32>(v[k_in + i]);
 #endif
 #endif
 }
@@ -210,7 +190,7 @@ fn store_key(lid: u32, cache_base: u32) {
         if (i >= HEAD_DIM) {
             break;
         }
-        k_cache[cache_base + i] = row[i];
+        k_cache[cache_base + i] = bitcast<u32>(row[i]);
     }
 #endif
 #endif

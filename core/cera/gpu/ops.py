@@ -168,11 +168,12 @@ def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim
     Shift uniform (pack_shift). Copying the scratch back to rows keep.. is the caller's (a Copy each)."""
     if rope.qk_norm is not None:
         raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
-    rows = max_rows * n_kv_heads * sum(cache_row_bytes(t, head_dim) for t in cache_types)
+    k_row, v_row = (cache_row_bytes(t, head_dim) for t in cache_types)   # bytes of a head's row
+    rows = max_rows * n_kv_heads * (k_row + v_row)
     return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],
                             (n_kv_heads, max_rows, 1), label, reads=rows, writes=rows,
-                            HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, **rope.defines(head_dim),
-                            **cache_flags(cache_types, head_dim))
+                            HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, K_ROW=k_row // 4, V_ROW=v_row // 4,
+                            **rope.defines(head_dim), **cache_flags(cache_types, head_dim))
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
