@@ -88,6 +88,8 @@ var<workgroup> rot: array<f32, (HPW + 1u) * HEAD_DIM>;   // the HPW query heads,
 var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factors
 
 #include "rope_rotate.wgsl"
+#include "head_vec4.wgsl" A=rot
+#include "head_vec4.wgsl" A=qkv
 #endif
 
 #include "attention_window.wgsl"
@@ -148,7 +150,7 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
         if (i >= OUT4) {
             break;
         }
-        qs[i] = rot4(i / D4, i % D4) * SCALE;
+        qs[i] = rot_vec4(i / D4 * HEAD_DIM, i % D4) * SCALE;
     }
     if (own) {
         let slot = p * SLOT + kv_off;
@@ -157,23 +159,12 @@ fn stage_rope(lid: u32, p: u32, split: u32, h0: u32) {
             if (c >= D4) {
                 break;
             }
-            store_cache(false, slot, c, rot4(HPW, c), block_amax_rot(HPW, c));
-            store_cache(true, slot, c, raw4(V_OFF + kv_off, c), block_amax_raw(V_OFF + kv_off, c));
+            k_store4(slot, c, rot_vec4(HPW * HEAD_DIM, c), block_amax_rot(HPW, c));
+            v_store4(slot, c, qkv_vec4(V_OFF + kv_off, c), block_amax_raw(V_OFF + kv_off, c));
         }
     }
     storageBarrier();     // slot p as written, for this workgroup's loads
     workgroupBarrier();   // qs
-}
-
-// Columns 4c..4c+3 of staged row r, and of the head at float `base` of qkv (zero past HEAD_DIM).
-fn rot4(r: u32, c: u32) -> vec4<f32> {
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            v[i] = rot[r * HEAD_DIM + 4u * c + i];
-        }
-    }
-    return v;
 }
 
 // max |x| of the q8_0 block (32 values) holding column 4c of staged row r (the key), and of the
@@ -197,16 +188,6 @@ fn block_amax_raw(base: u32, c: u32) -> f32 {
     }
 #endif
     return m;
-}
-
-fn raw4(base: u32, c: u32) -> vec4<f32> {
-    var v = vec4<f32>(0.0);
-    for (var i = 0u; i < 4u; i++) {
-        if (4u * c + i < HEAD_DIM) {
-            v[i] = qkv[base + 4u * c + i];
-        }
-    }
-    return v;
 }
 #endif
 
@@ -254,7 +235,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if (c >= D4) {
                     break;
                 }
-                s4 = fma(qs[q0 + c], load_cache(false, base, c), s4);
+                s4 = fma(qs[q0 + c], k_load4(base, c), s4);
             }
         }
         score_part[i] = s4.x + s4.y + s4.z + s4.w;
@@ -326,7 +307,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let live = j < n_live;
             let key = select(lo, j, live);
             let p = select(0.0, sc[hh * SPLIT + key], live);
-            acc = fma(vec4<f32>(p), load_cache(true, (k0 + key) * SLOT + kv_off, c), acc);
+            acc = fma(vec4<f32>(p), v_load4((k0 + key) * SLOT + kv_off, c), acc);
             l += p;
         }
         if (PARTS == 1u) {

@@ -80,8 +80,8 @@ fn stage_kv(lid: u32, kh: u32, j0: u32, lo: u32, n_keys: u32) {
         var value = vec4<f32>(0.0);
         if (j0 + j >= lo && j0 + j < n_keys) {
             let base = (j0 + j) * SLOT + kh * HEAD_DIM;
-            key = load_cache(false, base, c);
-            value = load_cache(true, base, c);
+            key = k_load4(base, c);
+            value = v_load4(base, c);
         }
         ks[j * KS4 + c] = key;
         vs[j * KS4 + c] = value;

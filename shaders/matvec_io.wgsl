@@ -165,18 +165,10 @@ fn row_sum(lid: u32, sg_size: u32, value: Sums) -> Sums {
 }
 #else
 var<workgroup> row_partial: array<Sums, WG>;
+#include "tree_sum.wgsl" P=row_partial T=Sums N=TPR
 
 fn row_sum(lid: u32, value: Sums) -> Sums {
-    let lane = lid % TPR;
-    row_partial[lid] = value;
-    workgroupBarrier();
-    for (var k = 1u; k <= countTrailingZeros(TPR); k++) {
-        let s = TPR >> k;
-        if (lane < s) {
-            row_partial[lid] += row_partial[lid + s];
-        }
-        workgroupBarrier();
-    }
+    row_partial_halvings(lid, value);
     return row_partial[lid];
 }
 #endif

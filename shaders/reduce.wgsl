@@ -29,17 +29,10 @@ fn workgroup_sum(lid: u32, sg_size: u32, value: f32) -> f32 {
 }
 #else
 var<workgroup> sum_partial: array<f32, WG>;
+#include "tree_sum.wgsl" P=sum_partial T=f32 N=WG
 
 fn workgroup_sum(lid: u32, value: f32) -> f32 {
-    sum_partial[lid] = value;
-    workgroupBarrier();
-    for (var k = 1u; k <= countTrailingZeros(WG); k++) {
-        let s = WG >> k;
-        if (lid < s) {
-            sum_partial[lid] += sum_partial[lid + s];
-        }
-        workgroupBarrier();
-    }
+    sum_partial_halvings(lid, value);
     let total = sum_partial[0];
     workgroupBarrier();   // everyone has read it before `sum_partial` is used again
     return total;

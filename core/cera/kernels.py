@@ -4,6 +4,9 @@ Shader files use `#include "file.wgsl"`, `#ifdef NAME` / `#ifndef NAME` /
 `#else` / `#endif`. Every define with a value is also emitted as a WGSL
 `const NAME = value;` at the top, so sizes can be used in `@workgroup_size`
 and array lengths; a define whose value is True is a flag for `#ifdef` only.
+`#include "file.wgsl" P=word ...` includes a file that is written once for several
+arrays or flags (WGSL has no generics, and a function cannot take a storage array): each
+`${P}` of its text, directives too, becomes `word`, once per distinct set of parameters.
 `enable ...;` lines (e.g. `enable f16;` or `enable subgroups;` under a flag) move above those
 consts, each once: WGSL wants its directives before any declaration.
 """
@@ -49,12 +52,17 @@ def preprocess(name: str, defines: dict) -> str:
     return "\n".join(enables + consts + [line for line in lines if not line.startswith("enable ")]) + "\n"
 
 
-def _expand(name: str, defines: dict, seen: set) -> list[str]:
-    if name in seen:
-        return []   # each include once
-    seen.add(name)
+def _expand(name: str, defines: dict, seen: set, params: tuple = ()) -> list[str]:
+    if (name, params) in seen:
+        return []   # each include once (per set of parameters)
+    seen.add((name, params))
+    text = source(name)
+    for param, word in params:
+        text = text.replace("${" + param + "}", word)
+    if "${" in text:
+        raise ValueError(f"{name}: a parameter left unset: {text[text.index('${'):].split('}')[0]}}} ({dict(params)})")
     out, stack = [], []   # stack of (active, any_branch_taken)
-    for lineno, line in enumerate(source(name).splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         word = line.strip().split(maxsplit=1)
         directive = word[0] if word and word[0].startswith("#") else None
         active = all(a for a, _ in stack)
@@ -72,7 +80,8 @@ def _expand(name: str, defines: dict, seen: set) -> list[str]:
             stack.pop()
         elif directive == "#include":
             if active:
-                out += _expand(word[1].strip().strip('"'), defines, seen)
+                file, *args = word[1].split()
+                out += _expand(file.strip('"'), defines, seen, tuple(tuple(a.split("=", 1)) for a in args))
         elif directive is not None:
             raise ValueError(f"{name}:{lineno}: unknown directive {directive}")
         elif active:
