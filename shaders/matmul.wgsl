@@ -11,9 +11,9 @@
 // slice (staging without that overlap was a third of a 1.5B model's prefill: docs/PERFORMANCE.md).
 // Both tiles are stored k-major, so for each k the inner loop reads RT/4 vec4 of
 // tokens and RM/4 vec4 of rows (adjacent invocations, adjacent vec4: no bank conflicts) for
-// RT*RM FMAs. The accumulators are mat4x4 values (column c: 4 rows of one token) in fields
-// named one by one, never a dynamically indexed array (which NVIDIA puts in local memory), so
-// RM and RT are 4 or 8.
+// RT*RM FMAs. The accumulators are mat4x4 values (column c: 4 rows of one token) named one
+// by one, never a dynamically indexed array (which NVIDIA puts in local memory), so RM and
+// RT are 4 or 8.
 //
 // A slice is a run of whole units (16 elements each), not of consecutive elements: a unit's
 // elements are spread over its block or row (quant_blocks.wgsl group_elem), and since a dot product
@@ -148,18 +148,18 @@ fn x_group(t: u32, e: u32) -> vec4<f32> {
 }
 
 // The loads of an invocation's share of a slice: no use of what they return.
-fn fetch(lid: u32, tile: Tile, slice: u32) -> Fetched {
+fn fetch(lid: u32, m0: u32, t0: u32, n_tokens: u32, slice: u32) -> Fetched {
     var f: Fetched;
     for (var p = 0u; p < W_PER; p++) {
         let unit = slice_unit(lid + p * WG, slice);
-        if (lid + p * WG < W_UNITS && unit_inside(tile.m0, unit)) {
-            f.w[p] = unit_words(unit.x, (tile.m0 + unit.y) * ROW_BYTES, unit.z);
+        if (lid + p * WG < W_UNITS && unit_inside(m0, unit)) {
+            f.w[p] = unit_words(unit.x, (m0 + unit.y) * ROW_BYTES, unit.z);
         }
     }
     for (var p = 0u; p < X_PER; p++) {
         let g = slice_group(lid + p * WG, slice);
-        if (lid + p * WG < X_GROUPS && tile.t0 + g.x < tile.n_tokens && g.z < UNITS_PER_ROW) {
-            f.x[p] = x_group(tile.t0 + g.x, group_elem(g.z, g.y % 4u));
+        if (lid + p * WG < X_GROUPS && t0 + g.x < n_tokens && g.z < UNITS_PER_ROW) {
+            f.x[p] = x_group(t0 + g.x, group_elem(g.z, g.y % 4u));
         }
     }
     return f;
@@ -200,97 +200,155 @@ fn outer_fma(acc: mat4x4<tile_t>, w: vec4<tile_t>, x: vec4<tile_t>) -> mat4x4<ti
                           fma(w, vec4<tile_t>(x.z), acc[2]), fma(w, vec4<tile_t>(x.w), acc[3]));
 }
 
-// An invocation's RT x RM block of one matrix's dots: bij holds tokens 4 * (tt + i * NT) + 0..3
-// x rows 4 * (tm + j * NM) + 0..3 (i < RT / 4, j < RM / 4; the others stay unused), with
-// tt = lid / NM, tm = lid % NM. HALF: a slice's f16 partial dots, summed into an f32 Block32.
-struct Block {
-    b00: mat4x4<tile_t>,
-    b01: mat4x4<tile_t>,
-    b10: mat4x4<tile_t>,
-    b11: mat4x4<tile_t>,
-}
-
-// b plus the outer products of rows w0 (w1) with tokens x0 (x1)
-fn block_fma(b: Block, w0: vec4<tile_t>, w1: vec4<tile_t>, x0: vec4<tile_t>, x1: vec4<tile_t>) -> Block {
-    var r = b;
-    r.b00 = outer_fma(r.b00, w0, x0);
-    if (RM == 8u) {
-        r.b01 = outer_fma(r.b01, w1, x0);
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32,
+        @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let origin = tile_origin(wid, nwg);
+    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
+    let n_tokens = origin.x;
+    let t0 = origin.y;
+    let m0 = origin.z;
+    if (t0 >= n_tokens || m0 >= M) {
+        return;   // uniform: whole workgroup
     }
-    if (RT == 8u) {
-        r.b10 = outer_fma(r.b10, w0, x1);
-    }
-    if (RM == 8u && RT == 8u) {
-        r.b11 = outer_fma(r.b11, w1, x1);
-    }
-    return r;
-}
-
-#ifdef HALF
-struct Block32 {
-    b00: mat4x4<f32>,
-    b01: mat4x4<f32>,
-    b10: mat4x4<f32>,
-    b11: mat4x4<f32>,
-}
-
-fn widened_sum(s: Block32, b: Block) -> Block32 {
-    return Block32(s.b00 + mat4x4<f32>(b.b00), s.b01 + mat4x4<f32>(b.b01), s.b10 + mat4x4<f32>(b.b10),
-                   s.b11 + mat4x4<f32>(b.b11));
-}
-#else
-alias Block32 = Block;
-#endif
-
-// The gate's (or only) dots and the up's (GLU; else unused).
-struct Acc {
-    gate: Block32,
-    up: Block32,
-}
-
-// acc plus a staged slice's products
-fn products(acc: Acc, lid: u32) -> Acc {
     let tm = lid % NM;
     let tt = lid / NM;
+
+    // a_ij: tokens 4 * (tt + i * NT) + 0..3 x rows 4 * (tm + j * NM) + 0..3; i < RT / 4, j < RM / 4
+    // (u_ij: the same for w_up). HALF: a_ij, u_ij are one slice's f16 partial dots, summed
+    // into the f32 s_ij, r_ij.
 #ifdef HALF
-    var gate = Block();   // zero at every slice (explicitly: naga may hoist a bare var)
-    var up = Block();
+    var s00: mat4x4<f32>;
+    var s01: mat4x4<f32>;
+    var s10: mat4x4<f32>;
+    var s11: mat4x4<f32>;
+    var r00: mat4x4<f32>;
+    var r01: mat4x4<f32>;
+    var r10: mat4x4<f32>;
+    var r11: mat4x4<f32>;
 #else
-    var gate = acc.gate;
-    var up = acc.up;
-#endif
-    for (var kk = 0u; kk < BK; kk++) {
-        let x0 = xs[kk * T4 + tt];
-        let x1 = xs[kk * T4 + tt + (RT / 4u - 1u) * NT];   // = x0 when RT == 4 (unused)
-        let w0 = ws[kk * M4 + tm];
-        let w1 = ws[kk * M4 + tm + (RM / 4u - 1u) * NM];
-        gate = block_fma(gate, w0, w1, x0, x1);
+    var a00: mat4x4<f32>;
+    var a01: mat4x4<f32>;
+    var a10: mat4x4<f32>;
+    var a11: mat4x4<f32>;
 #ifdef GLU
-        let v0 = ws[(BK + kk) * M4 + tm];
-        let v1 = ws[(BK + kk) * M4 + tm + (RM / 4u - 1u) * NM];
-        up = block_fma(up, v0, v1, x0, x1);
+    var u00: mat4x4<f32>;
+    var u01: mat4x4<f32>;
+    var u10: mat4x4<f32>;
+    var u11: mat4x4<f32>;
+#endif
+#endif
+
+    var fetched = fetch(lid, m0, t0, n_tokens, s0);
+    for (var i = 0u; i < PART_SLICES; i++) {
+        let slice = s0 + i;
+        if (slice >= N_SLICES) {
+            break;   // the last part's end (uniform)
+        }
+        workgroupBarrier();   // the previous slice's reads are done
+        stage(lid, fetched, m0, slice);
+        workgroupBarrier();
+        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
+            fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the FMAs below
+        }
+#ifdef HALF
+        var a00 = mat4x4<f16>();   // zero at every slice (explicitly: naga may hoist a bare var)
+        var a01 = mat4x4<f16>();
+        var a10 = mat4x4<f16>();
+        var a11 = mat4x4<f16>();
+#ifdef GLU
+        var u00 = mat4x4<f16>();
+        var u01 = mat4x4<f16>();
+        var u10 = mat4x4<f16>();
+        var u11 = mat4x4<f16>();
+#endif
+#endif
+        for (var kk = 0u; kk < BK; kk++) {
+            let x0 = xs[kk * T4 + tt];
+            let x1 = xs[kk * T4 + tt + (RT / 4u - 1u) * NT];   // = x0 when RT == 4 (unused)
+            let w0 = ws[kk * M4 + tm];
+            let w1 = ws[kk * M4 + tm + (RM / 4u - 1u) * NM];
+            a00 = outer_fma(a00, w0, x0);
+            if (RM == 8u) {
+                a01 = outer_fma(a01, w1, x0);
+            }
+            if (RT == 8u) {
+                a10 = outer_fma(a10, w0, x1);
+            }
+            if (RM == 8u && RT == 8u) {
+                a11 = outer_fma(a11, w1, x1);
+            }
+#ifdef GLU
+            let v0 = ws[(BK + kk) * M4 + tm];
+            let v1 = ws[(BK + kk) * M4 + tm + (RM / 4u - 1u) * NM];
+            u00 = outer_fma(u00, v0, x0);
+            if (RM == 8u) {
+                u01 = outer_fma(u01, v1, x0);
+            }
+            if (RT == 8u) {
+                u10 = outer_fma(u10, v0, x1);
+            }
+            if (RM == 8u && RT == 8u) {
+                u11 = outer_fma(u11, v1, x1);
+            }
+#endif
+        }
+#ifdef HALF
+        s00 += mat4x4<f32>(a00);
+        if (RM == 8u) {
+            s01 += mat4x4<f32>(a01);
+        }
+        if (RT == 8u) {
+            s10 += mat4x4<f32>(a10);
+        }
+        if (RM == 8u && RT == 8u) {
+            s11 += mat4x4<f32>(a11);
+        }
+#ifdef GLU
+        r00 += mat4x4<f32>(u00);
+        if (RM == 8u) {
+            r01 += mat4x4<f32>(u01);
+        }
+        if (RT == 8u) {
+            r10 += mat4x4<f32>(u10);
+        }
+        if (RM == 8u && RT == 8u) {
+            r11 += mat4x4<f32>(u11);
+        }
+#endif
 #endif
     }
-#ifdef HALF
-    return Acc(widened_sum(acc.gate, gate), widened_sum(acc.up, up));
-#else
-    return Acc(gate, up);
-#endif
-}
 
-fn store(acc: Acc, tile: Tile, lid: u32) {
-    let t_0 = tile.t0 + 4u * (lid / NM);
-    let t_1 = t_0 + 4u * NT;
-    let m_0 = tile.m0 + 4u * (lid % NM);
-    let m_1 = m_0 + 4u * NM;
-    store_block(tile.part, t_0, m_0, tile.n_tokens, acc.gate.b00, acc.up.b00);
+#ifdef HALF
+    let a00 = s00;
+    let a01 = s01;
+    let a10 = s10;
+    let a11 = s11;
+    let u00 = r00;   // unused without GLU
+    let u01 = r01;
+    let u10 = r10;
+    let u11 = r11;
+#else
+#ifndef GLU
+    let u00 = a00;   // unused
+    let u01 = a01;
+    let u10 = a10;
+    let u11 = a11;
+#endif
+#endif
+    let t_0 = t0 + 4u * tt;
+    let t_1 = t0 + 4u * (tt + NT);
+    let m_0 = m0 + 4u * tm;
+    let m_1 = m0 + 4u * (tm + NM);
+    store_block(tile_part(wid, nwg), t_0, m_0, n_tokens, a00, u00);
     if (RM == 8u) {
-        store_block(tile.part, t_0, m_1, tile.n_tokens, acc.gate.b01, acc.up.b01);
+        store_block(tile_part(wid, nwg), t_0, m_1, n_tokens, a01, u01);
     }
     if (RT == 8u) {
-        store_block(tile.part, t_1, m_0, tile.n_tokens, acc.gate.b10, acc.up.b10);
+        store_block(tile_part(wid, nwg), t_1, m_0, n_tokens, a10, u10);
     }
     if (RM == 8u && RT == 8u) {
-        store_block(tile.part, t_1, m_1, tile.n_tokens, acc.gate.b11, acc.up.b11);
+        store_block(tile_part(wid, nwg), t_1, m_1, n_tokens, a11, u11);
     }
 }

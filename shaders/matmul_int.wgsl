@@ -98,18 +98,18 @@ fn record4(t: u32, v: u32) -> vec4<u32> {
     return x[(ROW0 + t) * (X_STRIDE / 4u) + v];
 }
 
-fn fetch(lid: u32, tile: Tile, slice: u32) -> Fetched {
+fn fetch(lid: u32, m0: u32, t0: u32, n_tokens: u32, slice: u32) -> Fetched {
     var f: Fetched;
     for (var p = 0u; p < W_PER; p++) {
         let it = slice_sub(lid + p * WG);
-        if (lid + p * WG < W_ITEMS && tile.m0 + it.y < M) {
-            f.w[p] = sub_words(it.x, (tile.m0 + it.y) * ROW_BYTES, slice * SUBS + it.z);
+        if (lid + p * WG < W_ITEMS && m0 + it.y < M) {
+            f.w[p] = sub_words(it.x, (m0 + it.y) * ROW_BYTES, slice * SUBS + it.z);
         }
     }
     for (var p = 0u; p < X_PER; p++) {
         let it = slice_x(lid + p * WG);
-        if (lid + p * WG < X_ITEMS && tile.t0 + it.x < tile.n_tokens) {
-            f.x[p] = record4(tile.t0 + it.x, slice * BK / 16u + it.y);
+        if (lid + p * WG < X_ITEMS && t0 + it.x < n_tokens) {
+            f.x[p] = record4(t0 + it.x, slice * BK / 16u + it.y);
         }
     }
     for (var p = 0u; p < S_PER; p++) {
@@ -117,8 +117,8 @@ fn fetch(lid: u32, tile: Tile, slice: u32) -> Fetched {
         let t = i % TILE_T;
         let j = i / TILE_T;   // a sub-block's sum, or (j == SUBS) the step
         let word = select(X_SUMS + slice * SUBS + j, X_STEPS + slice * BK / 256u, j == SUBS);
-        if (i < S_ITEMS && tile.t0 + t < tile.n_tokens) {
-            f.s[p] = record4(tile.t0 + t, word / 4u)[word % 4u];
+        if (i < S_ITEMS && t0 + t < n_tokens) {
+            f.s[p] = record4(t0 + t, word / 4u)[word % 4u];
         }
     }
     return f;
@@ -227,42 +227,57 @@ fn slice_result(acc: mat4x4<f32>, mat: u32, s: Sums, tm: u32, tt: u32) -> mat4x4
                        fma(vec4<f32>(step.w), d * q[3] - dmin * m[3], acc[3]));
 }
 
-// An invocation's 4 x 4 block (tokens 4 * tt + 0..3, rows 4 * tm + 0..3; tt = lid / NM,
-// tm = lid % NM) of the gate's (or only) dots and the up's.
-struct Acc {
-    gate: mat4x4<f32>,
-    up: mat4x4<f32>,
-}
-
-// acc plus a staged slice's products
-fn products(acc: Acc, lid: u32) -> Acc {
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32,
+        @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let origin = tile_origin(wid, nwg);
+    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
+    let n_tokens = origin.x;
+    let t0 = origin.y;
+    let m0 = origin.z;
+    if (t0 >= n_tokens || m0 >= M) {
+        return;   // uniform: whole workgroup
+    }
     let tm = lid % NM;
     let tt = lid / NM;
-    var sums = Sums();   // zero at every slice (explicitly: naga may hoist a bare var)
-    var sums_up = Sums();
-    for (var g = 0u; g < SCALES; g++) {   // the rows' scales times their dots, group by group
-        var dots = Sums();
-        var dots_up = Sums();
-        for (var c = 0u; c < GROUP_WORDS; c++) {
-            let word = GROUP_WORDS * g + c;
-            let xw = xs[word * T4 + tt];
-            dots = add_dots(dots, ws[word * M4 + tm], xw);
+
+    var acc: mat4x4<f32>;
+    var acc_up: mat4x4<f32>;
+    var fetched = fetch(lid, m0, t0, n_tokens, s0);
+    for (var i = 0u; i < PART_SLICES; i++) {
+        let slice = s0 + i;
+        if (slice >= N_SLICES) {
+            break;   // the last part's end (uniform)
+        }
+        workgroupBarrier();   // the previous slice's reads are done
+        stage(lid, fetched, m0, slice);
+        workgroupBarrier();
+        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
+            fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the products below
+        }
+        var sums = Sums();   // zero at every slice (explicitly, as above)
+        var sums_up = Sums();
+        for (var g = 0u; g < SCALES; g++) {   // the rows' scales times their dots, group by group
+            var dots = Sums();
+            var dots_up = Sums();
+            for (var c = 0u; c < GROUP_WORDS; c++) {
+                let word = GROUP_WORDS * g + c;
+                let xw = xs[word * T4 + tt];
+                dots = add_dots(dots, ws[word * M4 + tm], xw);
 #ifdef GLU
-            dots_up = add_dots(dots_up, ws[(K4 + word) * M4 + tm], xw);
+                dots_up = add_dots(dots_up, ws[(K4 + word) * M4 + tm], xw);
+#endif
+            }
+            sums = plus(sums, scaled(dots, wsc[g * M4 + tm]));
+#ifdef GLU
+            sums_up = plus(sums_up, scaled(dots_up, wsc[(SCALES + g) * M4 + tm]));
 #endif
         }
-        sums = plus(sums, scaled(dots, wsc[g * M4 + tm]));
+        acc = slice_result(acc, 0u, sums, tm, tt);
 #ifdef GLU
-        sums_up = plus(sums_up, scaled(dots_up, wsc[(SCALES + g) * M4 + tm]));
+        acc_up = slice_result(acc_up, 1u, sums_up, tm, tt);
 #endif
     }
-#ifdef GLU
-    return Acc(slice_result(acc.gate, 0u, sums, tm, tt), slice_result(acc.up, 1u, sums_up, tm, tt));
-#else
-    return Acc(slice_result(acc.gate, 0u, sums, tm, tt), acc.up);
-#endif
-}
-
-fn store(acc: Acc, tile: Tile, lid: u32) {
-    store_block(tile.part, tile.t0 + 4u * (lid / NM), tile.m0 + 4u * (lid % NM), tile.n_tokens, acc.gate, acc.up);
+    store_block(tile_part(wid, nwg), t0 + 4u * tt, m0 + 4u * tm, n_tokens, acc, acc_up);
 }

@@ -1,14 +1,8 @@
-// What the prefill matmuls (matmul.wgsl, matmul_int.wgsl) share: their bindings, the entry point
-// (the tile and part of K a workgroup owns, walked slice by slice with the next slice's loads in
-// flight during this one's products) and the output stage of a 4 x 4 block of dot products
-// (tokens x weight rows: scaled, activated (GLU), biased or added into `out`, as the includer's
-// flags say). The includer defines M, TILE_T, TILE_M, WG, NM (invocations along M), N_SLICES,
-// PART_SLICES and `alias XElem` (an element of x's binding), includes common.wgsl and a
-// quant_*.wgsl first, and gives the slice's steps:
-//   Fetched, fetch(lid, tile, slice)   an invocation's share of a slice's loads, into registers
-//   stage(lid, fetched, m0, slice)     their decode into workgroup memory
-//   Acc, products(acc, lid)            an invocation's accumulators, a staged slice's products added
-//   store(acc, tile, lid)              the accumulated block into `out` (store_block)
+// What the prefill matmuls (matmul.wgsl, matmul_int.wgsl) share: their bindings, the output
+// stage of a 4 x 4 block of dot products (tokens x weight rows: scaled, activated (GLU), biased
+// or added into `out`, as the includer's flags say) and the tile and part of K a workgroup owns.
+// The includer defines M, TILE_T, TILE_M and `alias XElem` (an element of x's binding), and
+// includes common.wgsl and a quant_*.wgsl first.
 //
 // SPLIT (default 1) cuts K into SPLIT parts, each summed by workgroups of its own (workgroup x =
 // part * token tiles + token tile), part p writing its dots into rows p * MAX_ROWS + t of `out`
@@ -101,40 +95,14 @@ fn store_block(part: u32, t: u32, m: u32, n_tokens: u32, acc: mat4x4<f32>, up: m
     store_col(r, t + 3u, m, n_tokens, acc[3], up[3]);
 }
 
-// A workgroup's tile: this dispatch's token rows, the tile's first token and weight row (the M
-// tile index is wid.y + wid.z * num_workgroups.y) and its part of K (0 unless SPLIT).
-struct Tile {
-    n_tokens: u32,
-    t0: u32,
-    m0: u32,
-    part: u32,
+// A workgroup's tile: (rows of this dispatch's token block, its first token, its first weight
+// row); the M tile index is wid.y + wid.z * num_workgroups.y. Past either end: nothing to do.
+fn tile_origin(wid: vec3<u32>, nwg: vec3<u32>) -> vec3<u32> {
+    let token_tile = wid.x % (nwg.x / SPLIT);
+    return vec3<u32>(max(step.n_tokens, ROW0) - ROW0, token_tile * TILE_T, (wid.y + wid.z * nwg.y) * TILE_M);
 }
 
-@compute @workgroup_size(WG)
-fn main(@builtin(local_invocation_index) lid: u32,
-        @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let token_tiles = nwg.x / SPLIT;
-    let tile = Tile(max(step.n_tokens, ROW0) - ROW0, (wid.x % token_tiles) * TILE_T,
-                    (wid.y + wid.z * nwg.y) * TILE_M, wid.x / token_tiles);
-    if (tile.t0 >= tile.n_tokens || tile.m0 >= M) {
-        return;   // uniform: whole workgroup
-    }
-    let s0 = tile.part * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
-    var acc = Acc();
-    var fetched = fetch(lid, tile, s0);
-    for (var i = 0u; i < PART_SLICES; i++) {
-        let slice = s0 + i;
-        if (slice >= N_SLICES) {
-            break;   // the last part's end (uniform)
-        }
-        workgroupBarrier();   // the previous slice's reads are done
-        stage(lid, fetched, tile.m0, slice);
-        workgroupBarrier();
-        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
-            fetched = fetch(lid, tile, slice + 1u);   // in flight during the products below
-        }
-        acc = products(acc, lid);
-    }
-    store(acc, tile, lid);
+// A workgroup's part of K (0 unless SPLIT)
+fn tile_part(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.x / (nwg.x / SPLIT);
 }
