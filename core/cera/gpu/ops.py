@@ -170,10 +170,12 @@ def kv_shift(kernels, device, k_out, v_out, k_cache, v_cache, shift, *, head_dim
         raise InvalidArgument("kv_shift: the cached keys are already QK-normed; pass the RoPE without norms")
     k_row, v_row = (cache_row_bytes(t, head_dim) for t in cache_types)   # bytes of a head's row
     rows = max_rows * n_kv_heads * (k_row + v_row)
+    # values move as words of any type: only the key's type is a flag (K_F16, K_Q8)
+    key_flags = {name: on for name, on in cache_flags(cache_types, head_dim).items() if name.startswith("K_")}
     return kernels.dispatch("kv_shift.wgsl", [k_cache, v_cache, k_out, v_out, shift, *rope.bindings()],
                             (n_kv_heads, max_rows, 1), label, reads=rows, writes=rows,
                             HEAD_DIM=head_dim, N_KV_HEADS=n_kv_heads, K_ROW=k_row // 4, V_ROW=v_row // 4,
-                            **rope.defines(head_dim), **cache_flags(cache_types, head_dim))
+                            **rope.defines(head_dim), **key_flags)
 
 
 def shortconv(kernels, device, out, bcx, conv_w, state, step, *, hidden: int, kernel: int = 3,
