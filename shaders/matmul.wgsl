@@ -204,16 +204,7 @@ fn outer_fma(acc: mat4x4<tile_t>, w: vec4<tile_t>, x: vec4<tile_t>) -> mat4x4<ti
 fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let origin = tile_origin(wid, nwg);
-    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
-    let n_tokens = origin.x;
-    let t0 = origin.y;
-    let m0 = origin.z;
-    if (t0 >= n_tokens || m0 >= M) {
-        return;   // uniform: whole workgroup
-    }
-    let tm = lid % NM;
-    let tt = lid / NM;
+#include "matmul_tile.wgsl"
 
     // a_ij: tokens 4 * (tt + i * NT) + 0..3 x rows 4 * (tm + j * NM) + 0..3; i < RT / 4, j < RM / 4
     // (u_ij: the same for w_up). HALF: a_ij, u_ij are one slice's f16 partial dots, summed
@@ -242,16 +233,7 @@ fn main(@builtin(local_invocation_index) lid: u32,
 
     var fetched = fetch(lid, m0, t0, n_tokens, s0);
     for (var i = 0u; i < PART_SLICES; i++) {
-        let slice = s0 + i;
-        if (slice >= N_SLICES) {
-            break;   // the last part's end (uniform)
-        }
-        workgroupBarrier();   // the previous slice's reads are done
-        stage(lid, fetched, m0, slice);
-        workgroupBarrier();
-        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
-            fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the FMAs below
-        }
+#include "matmul_slice.wgsl"
 #ifdef HALF
         var a00 = mat4x4<f16>();   // zero at every slice (explicitly: naga may hoist a bare var)
         var a01 = mat4x4<f16>();
@@ -269,53 +251,17 @@ fn main(@builtin(local_invocation_index) lid: u32,
             let x1 = xs[kk * T4 + tt + (RT / 4u - 1u) * NT];   // = x0 when RT == 4 (unused)
             let w0 = ws[kk * M4 + tm];
             let w1 = ws[kk * M4 + tm + (RM / 4u - 1u) * NM];
-            a00 = outer_fma(a00, w0, x0);
-            if (RM == 8u) {
-                a01 = outer_fma(a01, w1, x0);
-            }
-            if (RT == 8u) {
-                a10 = outer_fma(a10, w0, x1);
-            }
-            if (RM == 8u && RT == 8u) {
-                a11 = outer_fma(a11, w1, x1);
-            }
+#include "matmul_block_fma.wgsl" A=a W=w
 #ifdef GLU
             let v0 = ws[(BK + kk) * M4 + tm];
             let v1 = ws[(BK + kk) * M4 + tm + (RM / 4u - 1u) * NM];
-            u00 = outer_fma(u00, v0, x0);
-            if (RM == 8u) {
-                u01 = outer_fma(u01, v1, x0);
-            }
-            if (RT == 8u) {
-                u10 = outer_fma(u10, v0, x1);
-            }
-            if (RM == 8u && RT == 8u) {
-                u11 = outer_fma(u11, v1, x1);
-            }
+#include "matmul_block_fma.wgsl" A=u W=v
 #endif
         }
 #ifdef HALF
-        s00 += mat4x4<f32>(a00);
-        if (RM == 8u) {
-            s01 += mat4x4<f32>(a01);
-        }
-        if (RT == 8u) {
-            s10 += mat4x4<f32>(a10);
-        }
-        if (RM == 8u && RT == 8u) {
-            s11 += mat4x4<f32>(a11);
-        }
+#include "matmul_block_sum.wgsl" S=s A=a
 #ifdef GLU
-        r00 += mat4x4<f32>(u00);
-        if (RM == 8u) {
-            r01 += mat4x4<f32>(u01);
-        }
-        if (RT == 8u) {
-            r10 += mat4x4<f32>(u10);
-        }
-        if (RM == 8u && RT == 8u) {
-            r11 += mat4x4<f32>(u11);
-        }
+#include "matmul_block_sum.wgsl" S=r A=u
 #endif
 #endif
     }

@@ -231,31 +231,13 @@ fn slice_result(acc: mat4x4<f32>, mat: u32, s: Sums, tm: u32, tt: u32) -> mat4x4
 fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let origin = tile_origin(wid, nwg);
-    let s0 = tile_part(wid, nwg) * PART_SLICES;   // this workgroup's slices: s0 .. s0 + PART_SLICES - 1
-    let n_tokens = origin.x;
-    let t0 = origin.y;
-    let m0 = origin.z;
-    if (t0 >= n_tokens || m0 >= M) {
-        return;   // uniform: whole workgroup
-    }
-    let tm = lid % NM;
-    let tt = lid / NM;
+#include "matmul_tile.wgsl"
 
     var acc: mat4x4<f32>;
     var acc_up: mat4x4<f32>;
     var fetched = fetch(lid, m0, t0, n_tokens, s0);
     for (var i = 0u; i < PART_SLICES; i++) {
-        let slice = s0 + i;
-        if (slice >= N_SLICES) {
-            break;   // the last part's end (uniform)
-        }
-        workgroupBarrier();   // the previous slice's reads are done
-        stage(lid, fetched, m0, slice);
-        workgroupBarrier();
-        if (i + 1u < PART_SLICES && slice + 1u < N_SLICES) {
-            fetched = fetch(lid, m0, t0, n_tokens, slice + 1u);   // in flight during the products below
-        }
+#include "matmul_slice.wgsl"
         var sums = Sums();   // zero at every slice (explicitly, as above)
         var sums_up = Sums();
         for (var g = 0u; g < SCALES; g++) {   // the rows' scales times their dots, group by group
