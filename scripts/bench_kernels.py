@@ -8,10 +8,10 @@ attention, at the real shapes and weight types of:
   smollm2   SmolLM2-135M Q4_1: hidden 576, ff 1536, 9/3 heads of 64, vocab 49152 (Q8_0 head)
   qwen2.5   Qwen2.5-1.5B Q4_K_M: hidden 1536, ff 8960, 12/2 heads of 128, vocab 151936
             (Q4_K; ffn_down and the LM head Q6_K)
-  llama-8b  Llama-3.1-8B Q4_K_M (and Mistral-7B's layers): hidden 4096, ff 14336, 32/8 heads of
-            128, vocab 128256; q|k|v stacked as the plans stack them (Q4_K, or q|k with a Q6_K v),
-            ffn_down in Q4_K and Q6_K (Q4_K_M alternates them), the LM head Q6_K
-  qwen2.5-7b  Qwen2.5-7B Q4_K_M: hidden 3584, ff 18944, 28/4 heads of 128, vocab 152064, as llama-8b
+  llama-3.1-8b, qwen2.5-7b, mistral-7b
+            the shapes of scripts/shape_clone.py's SHAPES in Q4_K_M: q|k|v stacked as the plans
+            stack them (Q4_K, or q|k with a Q6_K v), ffn_down in Q4_K and Q6_K (Q4_K_M alternates
+            them), the LM head Q6_K
   tiny      a few small matrices: the script's own test (tests/test_bench_kernels.py)
 
 Weights are random valid blocks (tests/quantdata.py): timing does not depend on values.
@@ -53,7 +53,9 @@ import numpy as np
 from gguf.constants import GGMLQuantizationType as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quantdata import padded, random_rows  # noqa: E402
+from shape_clone import SHAPES, Shape  # noqa: E402
 
 from cera.device import Binding  # noqa: E402
 from cera.errors import InvalidArgument, Unsupported  # noqa: E402
@@ -92,22 +94,24 @@ MODELS = {
         Matrix("attn_v", T.Q6_K, 256, 1536), Matrix("attn_output", T.Q4_K, 1536, 1536),
         Matrix("ffn_gate+up", T.Q4_K, 8960, 1536, glu=True), Matrix("ffn_down", T.Q6_K, 1536, 8960),
         Matrix("lm_head", T.Q6_K, 151936, 1536)), n_heads=12, n_kv_heads=2, head_dim=128),
-    "llama-8b": Model("Llama-3.1-8B Q4_K_M (Mistral-7B's layers too)", (
-        Matrix("attn_qkv", T.Q4_K, 6144, 4096), Matrix("attn_qk", T.Q4_K, 5120, 4096),
-        Matrix("attn_v", T.Q6_K, 1024, 4096), Matrix("attn_output", T.Q4_K, 4096, 4096),
-        Matrix("ffn_gate+up", T.Q4_K, 14336, 4096, glu=True), Matrix("ffn_down", T.Q4_K, 4096, 14336),
-        Matrix("ffn_down_q6", T.Q6_K, 4096, 14336), Matrix("lm_head", T.Q6_K, 128256, 4096)),
-        n_heads=32, n_kv_heads=8, head_dim=128),
-    "qwen2.5-7b": Model("Qwen2.5-7B Q4_K_M", (
-        Matrix("attn_qkv", T.Q4_K, 4608, 3584), Matrix("attn_qk", T.Q4_K, 4096, 3584),
-        Matrix("attn_v", T.Q6_K, 512, 3584), Matrix("attn_output", T.Q4_K, 3584, 3584),
-        Matrix("ffn_gate+up", T.Q4_K, 18944, 3584, glu=True), Matrix("ffn_down", T.Q4_K, 3584, 18944),
-        Matrix("ffn_down_q6", T.Q6_K, 3584, 18944), Matrix("lm_head", T.Q6_K, 152064, 3584)),
-        n_heads=28, n_kv_heads=4, head_dim=128),
     "tiny": Model("tiny", (
         Matrix("attn_q", T.Q4_K, 96, 256), Matrix("ffn_gate+up", T.Q4_0, 40, 64, glu=True)),
         n_heads=2, n_kv_heads=1, head_dim=32),
 }
+
+
+def q4_k_m_layers(s: Shape) -> Model:
+    """A 7-8B Q4_K_M model's matrices (shape_clone.SHAPES): q|k|v stacked as the plans stack them
+    (all Q4_K, or q|k beside a Q6_K v), ffn_down in both types Q4_K_M alternates, the LM head Q6_K."""
+    q, kv, h = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.hidden
+    return Model(f"{s.title} Q4_K_M", (
+        Matrix("attn_qkv", T.Q4_K, q + 2 * kv, h), Matrix("attn_qk", T.Q4_K, q + kv, h), Matrix("attn_v", T.Q6_K, kv, h),
+        Matrix("attn_output", T.Q4_K, h, q), Matrix("ffn_gate+up", T.Q4_K, s.ff, h, glu=True),
+        Matrix("ffn_down", T.Q4_K, h, s.ff), Matrix("ffn_down_q6", T.Q6_K, h, s.ff),
+        Matrix("lm_head", T.Q6_K, s.vocab, h)), s.n_heads, s.n_kv_heads, s.head_dim)
+
+
+MODELS.update({name: q4_k_m_layers(shape) for name, shape in SHAPES.items()})
 EVERY = ("smollm2", "qwen2.5")   # --model all
 
 
