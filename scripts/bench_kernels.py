@@ -19,7 +19,7 @@ Each kernel runs back to back in one submission, repeated until --min-time secon
 one run after the warm-up); the time per run is the wall time divided by the repeats (one
 4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and
 written once) and GFLOP/s. The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
---workgroup, --subgroups, --x-bits (the decode matvec) and --tiles (the prefill matmul); left
+--rpt, --workgroup, --subgroups, --x-bits (the decode matvec) and --tiles (the prefill matmul); left
 out, the builder's rule chooses. The prefill matmul runs as each of --variants (f32; f16: f16
 tiles, where the adapter has shader-f16); with --tiles sweep, over a grid of tile shapes and K
 slices per variant, then a table per matrix (weight type and shape) of GFLOP/s, tiling by
@@ -34,7 +34,7 @@ variant, to choose the defaults in cera.gpu.matmul from.
     python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
     python scripts/bench_kernels.py --model qwen2.5 --only matvec --x-bits 0,8,24
 
-A matvec sweep (--sweep, or lists given to --subgroups, --tpr, --workgroup, --x-bits) times the
+A matvec sweep (--sweep, or lists given to --subgroups, --tpr, --rpt, --workgroup, --x-bits) times the
 builder's choice, then every combination, and ends each model with a table: per matrix the
 builder's configuration and the fastest one. A combination the builder refuses for a matrix
 (integer x for a type without it) is left out there, saying so.
@@ -118,7 +118,8 @@ EVERY = ("smollm2", "qwen2.5")   # --model all
 def describe(device, mat: Matrix, tune: Tuning) -> str:
     """A matvec's knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x24"."""
     t = matvec.tuned(device, Projection(None, mat.wtype, mat.k, mat.m), tune)
-    return f"{'sg' if t.subgroups else 'wg'} tpr {t.tpr} wg {t.workgroup}" + (f" x{t.x_bits}" if t.x_bits else "")
+    return f"{'sg' if t.subgroups else 'wg'} tpr {t.tpr} wg {t.workgroup}" + (f" x{t.x_bits}" if t.x_bits else "") \
+        + (f" rpt {t.rpt}" if t.rpt > 1 else "")
 
 
 @dataclass
@@ -223,7 +224,8 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     return timings
 
 
-def matvec_configs(device, subgroups: str, tprs: str, workgroups: str, x_bits: str, sweep: bool) -> list[Tuning]:
+def matvec_configs(device, subgroups: str, tprs: str, rpts: str, workgroups: str, x_bits: str,
+                   sweep: bool) -> list[Tuning]:
     """The builder's choice, then every combination of the given knobs (--sweep: all of them
     but x's bits), less those with more threads per row than a workgroup has."""
     def ints(text: str, everything: list[int]) -> list[int]:
@@ -234,7 +236,9 @@ def matvec_configs(device, subgroups: str, tprs: str, workgroups: str, x_bits: s
     tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
     wg_list = ints(workgroups, [64, 128, 256]) or [None]
     bits_list = [int(v) for v in x_bits.split(",") if v] or [None]
-    combos = [Tuning(tpr=t, workgroup=g, subgroups=r, x_bits=b) for r, t, g, b in product(chosen, tpr_list, wg_list, bits_list)
+    rpt_list = [int(v) for v in rpts.split(",") if v] or [None]
+    combos = [Tuning(tpr=t, rpt=p, workgroup=g, subgroups=r, x_bits=b)
+              for r, t, p, g, b in product(chosen, tpr_list, rpt_list, wg_list, bits_list)
               if not t or t <= (g or matvec.WORKGROUP)]
     return [Tuning()] + [c for c in combos if c != Tuning()]
 
@@ -338,6 +342,7 @@ def main(argv=None, device=None) -> None:
     ap.add_argument("--wtype", default="", help="time every matrix as this weight type (e.g. IQ2_S) instead "
                     "of the model's")
     ap.add_argument("--tpr", default="", help="matvec threads per row, comma-separated (default: the builder's)")
+    ap.add_argument("--rpt", default="", help="matvec rows per thread, comma-separated: 1, 2 (default: the builder's)")
     ap.add_argument("--workgroup", default="", help="matvec invocations per workgroup, comma-separated powers of two "
                     f"<= {matvec.WORKGROUP} (default: {matvec.WORKGROUP})")
     ap.add_argument("--subgroups", default="", help="matvec reductions, comma-separated: on (subgroup operations), "
@@ -365,7 +370,7 @@ def main(argv=None, device=None) -> None:
         print("no shader-f16 on this adapter: the f16 variant is skipped")
     if not set(filter(None, args.subgroups.split(","))) <= {"on", "off"}:
         ap.error(f"--subgroups: on and/or off, not {args.subgroups!r}")
-    configs = matvec_configs(device, args.subgroups, args.tpr, args.workgroup, args.x_bits, args.sweep)
+    configs = matvec_configs(device, args.subgroups, args.tpr, args.rpt, args.workgroup, args.x_bits, args.sweep)
     bench, rng = Bench(device, args.min_time), np.random.default_rng(0)
     only = set(args.only.split(","))
     names = set(filter(None, args.matrices.split(",")))

@@ -1,7 +1,9 @@
 // out[r] = SCALE * dot(W[r, :], x) (+ bias[r]) for r < M; W is a raw GGUF matrix (M, K).
 //
-// Defines: a weight type flag and K (see quant_blocks.wgsl), M, ROWS (rows per workgroup), TPR
-// (threads per row, a power of two; ROWS * TPR <= 256), optional SCALE (f32), flags:
+// Defines: a weight type flag and K (see quant_blocks.wgsl), M, ROWS, TPR (threads per row, a
+// power of two; ROWS * TPR <= 256), RPT (rows per thread, 1 or 2: a workgroup sums ROWS * RPT
+// rows, a thread's second row ROWS past its first, in the same loop: each x word it reads serves
+// both, and two rows' weights are in flight), optional SCALE (f32), flags:
 //   X_VEC4      x bound as array<vec4<f32>> (K a multiple of 4)
 //   BIAS        out[r] = SCALE * dot + bias[r]      (binding after `out`)
 //   ACCUMULATE  out[r] += result                    (adds into the residual stream)

@@ -181,7 +181,8 @@ fn main(@builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let lane = lid % TPR;
-    let r = (wid.x + wid.y * nwg.x) * ROWS + lid / TPR;
+    let r = (wid.x + wid.y * nwg.x) * ROWS * RPT + lid / TPR;   // the thread's row (RPT 2: and r + ROWS)
+    let r2 = min(r + ROWS, M - 1u);   // RPT 2: the second row (past M the last one again, not stored)
 
     var inv_rms = 1.0;
 #ifdef X_STAGED
@@ -235,14 +236,17 @@ fn main(@builtin(local_invocation_index) lid: u32,
     stage_items(lid);
 
     var acc = Sums(0.0);
+    var acc2 = Sums(0.0);
     if (r < M) {
-        let row_byte = r * ROW_BYTES;
         let items = (ITEMS_PER_ROW + TPR - 1u - lane) / TPR;   // the lane's: lane, lane + TPR, ...
         for (var n = 0u; n < LANE_ITEMS; n++) {
             if (n >= items) {
                 break;
             }
-            acc += item_sums(row_byte, lane + n * TPR);
+            acc += item_sums(r * ROW_BYTES, lane + n * TPR);
+            if (RPT == 2u) {
+                acc2 += item_sums(r2 * ROW_BYTES, lane + n * TPR);   // the same x as row r's, read once
+            }
         }
     }
 #ifdef SUBGROUPS
@@ -250,19 +254,34 @@ fn main(@builtin(local_invocation_index) lid: u32,
 #else
     let sums = row_sum(lid, acc) * inv_rms;
 #endif
-
     if (lane == 0u && r < M) {
-#ifdef GLU
-        var y = SCALE * glu_act(vec4<f32>(sums.x)).x * sums.y;
+        out[r] = row_result(r, sums);
+    }
+    if (RPT == 2u) {
+        workgroupBarrier();   // row_sum's workgroup memory is read before it is written again
+#ifdef SUBGROUPS
+        let sums2 = row_sum(lid, sg_size, acc2) * inv_rms;
 #else
-        var y = SCALE * sums;
+        let sums2 = row_sum(lid, acc2) * inv_rms;
+#endif
+        if (lane == 0u && r + ROWS < M) {
+            out[r + ROWS] = row_result(r + ROWS, sums2);
+        }
+    }
+}
+
+// Row r's output from its dot products (the GLU's pair): scaled, activated, biased or added
+fn row_result(r: u32, sums: Sums) -> f32 {
+#ifdef GLU
+    var y = SCALE * glu_act(vec4<f32>(sums.x)).x * sums.y;
+#else
+    var y = SCALE * sums;
 #endif
 #ifdef BIAS
-        y += bias[r];
+    y += bias[r];
 #endif
 #ifdef ACCUMULATE
-        y += out[r];
+    y += out[r];
 #endif
-        out[r] = y;
-    }
+    return y;
 }

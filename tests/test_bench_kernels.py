@@ -1,5 +1,6 @@
 """scripts/bench_kernels.py, the one maintained A/B script of the weight kernels, on its tiny
-shapes: the builders' knobs from its command line (two matvec thread counts, a matmul tiling),
+shapes: the builders' knobs from its command line (two matvec thread counts, integer x one and
+two rows a thread, a matmul tiling),
 one timed run each, so that it cannot rot."""
 import re
 
@@ -20,3 +21,11 @@ def test_bench_kernels_prints_its_figures(gpu, capsys):
         assert re.search(rf"^  matmul 8 rows {name} f32{FIGURES}  tiles 64x32x32x4x4, \d+ B$", out, re.M), out
         assert re.search(rf"^  {name} +(?:sg|wg) tpr \d+ wg 256 +\d+\.\d   (?:sg|wg) tpr \d+ wg 256", out, re.M), out
     assert re.search(rf"^  prefill attention 8 rows at pos 0 \(2/1x32\){FIGURES}$", out, re.M), out
+
+
+def test_bench_kernels_sweeps_rows_per_thread(gpu, capsys):
+    bench_kernels.main(["--model", "tiny", "--only", "matvec", "--matrices", "attn_q", "--tpr", "4", "--x-bits", "24",
+                        "--rpt", "1,2", "--min-time", "0"], device=gpu.device)
+    out = capsys.readouterr().out
+    for config in ("tpr 4 wg 256 x24", "tpr 4 wg 256 x24 rpt 2"):
+        assert re.search(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) {config}$", out, re.M), out

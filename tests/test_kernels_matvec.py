@@ -55,7 +55,7 @@ def shapes(t):
 
 
 def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, glu=False, norm=False,
-                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=None, x_bits=None):
+                tpr=None, device=None, act=FFN_SILU, subgroups=None, workgroup=None, x_bits=None, rpt=None):
     """Run one matvec on the GPU; return (got, want). norm: fuse an RMSNorm of x; act: the GLU's
     gate activation; x_bits: matvec's knob (None: its default); with 8, want takes x quantized to
     8 bits as the kernel stages it (ops.q8_k of x, normed but for the 1 / rms factor the kernel
@@ -91,7 +91,7 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     device = device or gpu.device
     dispatch = matvec.matvec(gpu.kernels, device, Binding(out_buf), Projection(Binding(upload(gpu, raw, "w")), **spec),
                              Binding(upload(gpu, x_gpu, "x")), **kw,
-                             tune=Tuning(tpr=tpr, workgroup=workgroup, subgroups=subgroups, x_bits=x_bits))
+                             tune=Tuning(tpr=tpr, rpt=rpt, workgroup=workgroup, subgroups=subgroups, x_bits=x_bits))
     if subgroups is not None:
         assert ("sg" in dispatch.label.split(" ")) == subgroups
     default_int = norm and t in quant.X_INT_TYPES and m >= matvec.X_INT_MIN_ROWS \
@@ -99,7 +99,8 @@ def matvec_case(gpu, t, m, k, rng, *, scale=None, bias=False, accumulate=False, 
     bits = x_bits if x_bits is not None else 24 if default_int else 0
     sums = not bits and t in quant.UNIT_AFFINE_TYPES
     staged = norm and matvec.staged_x_fits(device, k, sums, x_bits=bits)
-    assert dispatch.label.endswith(f" x{bits}") == bool(bits), dispatch.label
+    assert (f"x{bits}" in dispatch.label.split()) == bool(bits), dispatch.label
+    assert ("rpt2" in dispatch.label.split()) == (rpt == 2 or rpt is None and matvec.rows_per_thread(bits, k, m) == 2)
     assert (" xs" in dispatch.label) == staged
     return run(gpu, [dispatch], out_buf, m), want, np.abs(w) @ np.abs(x)
 
@@ -396,6 +397,31 @@ def test_matvec_integer_x_threads_per_row(gpu, tpr, subgroups):
             check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} tpr={tpr} {kw}")
 
 
+@pytest.mark.parametrize("tpr", [1, 4, 64])
+def test_matvec_integer_x_two_rows_a_thread(gpu, tpr, subgroups):
+    """Two rows a thread (ROWS apart, one loop): a row count that leaves the last workgroup's
+    second rows partly past M, rows wider than a subgroup (64 threads: two row sums through
+    workgroup memory, one after the other), 24 and 8 bits, a fused norm, a GLU, scale + bias +
+    accumulate; and the rule's choice for a tall matrix."""
+    rng = np.random.default_rng(130 + tpr)
+    for t, m, k in [(T.Q4_K, 67, 1536), (T.Q6_K, 300, 768)]:
+        for bits, kw in [(24, dict(norm=True)), (8, dict(norm=True, glu=True)),
+                         (24, dict(scale=0.375, bias=True, accumulate=True))]:
+            got, want, mag = matvec_case(gpu, t, m, k, rng, subgroups=subgroups, x_bits=bits, tpr=tpr, rpt=2, **kw)
+            check_matvec(got, want, mag * mag if kw.get("glu") else mag, f"{t.name} tpr={tpr} rpt=2 x{bits} {kw}")
+    m, k = matvec.RPT_MIN_ROWS + 3, 3584
+    if matvec.staged_x_fits(gpu.device, k, x_bits=24):   # (a baseline device's 16 KiB do not hold it)
+        got, want, mag = matvec_case(gpu, T.Q4_K, m, k, rng, subgroups=subgroups, norm=True)
+        check_matvec(got, want, mag, f"Q4_K {m}x{k}, the rule's rows per thread")
+
+
+def test_matvec_rows_per_thread_rule():
+    """Two rows a thread where x is in integers, long, and the matrix tall; one otherwise."""
+    assert matvec.rows_per_thread(24, 4096, matvec.RPT_MIN_ROWS) == 2 == matvec.rows_per_thread(8, 3584, 152064)
+    assert matvec.rows_per_thread(24, 4096, matvec.RPT_MIN_ROWS - 1) == 1 == matvec.rows_per_thread(0, 4096, 14336)
+    assert matvec.rows_per_thread(24, 1536, 151936) == 1
+
+
 @pytest.mark.parametrize("workgroup", [4, 32, 64])
 def test_matvec_integer_x_small_workgroups(gpu, workgroup, subgroups):
     """x's integers staged by workgroups of fewer threads than a 256-element block has 16-element
@@ -432,6 +458,8 @@ def test_integer_x_checked(gpu):
     buf = Binding(gpu.device.buffer(4096, "x"))
     with pytest.raises(ValueError, match="no integer x dot product for Q8_0"):
         matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q8_0, 256, 4), buf, tune=Tuning(x_bits=24))
+    with pytest.raises(ValueError, match="3 rows per thread"):
+        matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_K, 256, 4), buf, tune=Tuning(rpt=3))
     with pytest.raises(ValueError, match="x_bits 16: expected one of 0, 8, 24"):
         matvec.matvec(gpu.kernels, gpu.device, buf, Projection(buf, T.Q4_K, 256, 4), buf, tune=Tuning(x_bits=16))
     no_dot = types.SimpleNamespace(features=frozenset(), limits=gpu.device.limits)

@@ -31,6 +31,8 @@ STAGE_SCRATCH = 3 * 4 * WORKGROUP   # matvec.wgsl's reductions' workgroup memory
 # backend quantizes its activations (Q8_K, opt-in: cera.gpu.numerics' int8); 0: f32 x
 X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
+RPT_MIN_ROWS = 2048                          # rows_per_thread: two rows a thread in integer-x matrices this tall
+RPT_MIN_K = 3584                             # and this wide
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,16 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     return tpr
 
 
+def rows_per_thread(bits: int, k: int, m: int) -> int:
+    """Rows a thread sums: two in integer-x matvecs of at least RPT_MIN_ROWS rows of RPT_MIN_K
+    elements, one otherwise. Every workgroup turns all of x into integers first, a cost that grows
+    with x's length; with two rows a thread it pays it once for twice the rows, each x word a
+    thread reads serves both rows, and two rows' weights are in flight. That wins for a 4096- or
+    3584-wide x and loses for a 1536-wide one, whose conversion is cheap and whose matvecs then
+    have half the workgroups; a 1024-row matrix does not gain (docs/PERFORMANCE.md, decisions)."""
+    return 2 if bits and m >= RPT_MIN_ROWS and k >= RPT_MIN_K else 1
+
+
 def use_subgroups(device, wanted: bool | None) -> bool:
     """Whether a kernel reduces with subgroup operations: `wanted`, or (None) where the device
     has the `subgroups` feature."""
@@ -155,7 +167,7 @@ def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False
     reduction (`use_subgroups`), x's bits (`x_int_bits`; floats: x is staged as floats, normed or
     merged), the workgroup size (WORKGROUP) and the threads per row (`threads_per_row`,
     `x_int_threads_per_row`)."""
-    tune.check("matvec", "tpr", "workgroup", "subgroups", "x_bits")
+    tune.check("matvec", "tpr", "rpt", "workgroup", "subgroups", "x_bits")
     t, k, m = weight_type(p.wtype), p.k, p.m
     subgroups = use_subgroups(device, tune.subgroups)
     bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats, int8=int8)
@@ -164,7 +176,10 @@ def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
                               f"(expected a power of two from {tpr} to {WORKGROUP})")
-    return Tuning(tpr=tpr, workgroup=workgroup, subgroups=subgroups, x_bits=bits)
+    rpt = tune.rpt or rows_per_thread(bits, k, m)
+    if rpt not in (1, 2):
+        raise InvalidArgument(f"matvec: {rpt!r} rows per thread (expected 1 or 2)")
+    return Tuning(tpr=tpr, rpt=rpt, workgroup=workgroup, subgroups=subgroups, x_bits=bits)
 
 
 def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, *, norm: Binding | None = None,
@@ -180,7 +195,7 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     UNIT_AFFINE_TYPES type takes quant_units.wgsl's factored dot (unit_affine). With x in integers
     (`x_int_bits`: 24 bits by default where it pays, 8 with `int8`: cera.gpu.numerics) each
     workgroup turns x (normalized or merged as it is staged) into integers per 256-element
-    block, and the rows take integer dot products. `tune` overrides the threads per row, the
+    block, and the rows take integer dot products. `tune` overrides the threads and rows per thread, the
     workgroup size, the reduction and x's bits (cera.gpu.spec.Tuning).
 
     Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot each made
@@ -189,9 +204,9 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     merge = not isinstance(x, Binding)   # attention.Partials
     floats = merge or norm is not None    # x staged as floats, where it fits: merged or normalized
     knobs = tuned(device, p, tune, floats=floats, int8=int8)
-    subgroups, bits, tpr = knobs.subgroups, knobs.x_bits, knobs.tpr
+    subgroups, bits, tpr, rpt = knobs.subgroups, knobs.x_bits, knobs.tpr, knobs.rpt
     rows = knobs.workgroup // tpr
-    defines = dict(K=k, M=m, ROWS=rows, TPR=tpr,
+    defines = dict(K=k, M=m, ROWS=rows, TPR=tpr, RPT=rpt,
                    **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=p.bias is not None, ACCUMULATE=p.accumulate,
                                               GLU=p.glu, GELU=p.gelu, SUBGROUPS=subgroups))
     if p.scale is not None and p.scale != 1.0:
@@ -221,11 +236,12 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
         defines.update(NORM=True, EPS=float(eps), NORM_BINDING=len(bindings))
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + p.tags() + (" xs" if stage and not merge else "") \
-        + (" sg" if subgroups else "") + (" merge" if merge else "") + (f" x{bits}" if bits else "")
+        + (" sg" if subgroups else "") + (" merge" if merge else "") + (f" x{bits}" if bits else "") \
+        + (f" rpt{rpt}" if rpt > 1 else "")
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
     reads = p.weight_bytes + x_bytes + 4 * m * ((p.bias is not None) + p.accumulate)
     shader = "matvec_int.wgsl" if bits else "matvec.wgsl"
-    return kernels.dispatch(shader, bindings, (*grid(-(-m // rows), device.limits), 1), label,
+    return kernels.dispatch(shader, bindings, (*grid(-(-m // (rows * rpt)), device.limits), 1), label,
                             reads=reads, writes=4 * m, **defines)
 
 

@@ -75,6 +75,7 @@ class Tuning:
     The decode matvec (cera.gpu.matvec) reads:
       tpr        threads per row, a power of two <= workgroup (threads_per_row, x_int_threads_per_row)
       workgroup  invocations per workgroup, a power of two <= 256 (256): workgroup / tpr rows each
+      rpt        rows per thread, 1 or 2: each workgroup sums rpt times as many rows (rows_per_thread)
       subgroups  the reduction: subgroup operations (True) or workgroup memory (False) (subgroups
                  where the device has them)
       x_bits     x in 8- or 24-bit integers per 256-element block and integer dot products, or 0:
@@ -83,6 +84,7 @@ class Tuning:
       tiles      the tiling: MatmulTiles for matmul, IntTiles for matmul_int (matmul_tiles,
                  int_tiles)"""
     tpr: int | None = None
+    rpt: int | None = None
     workgroup: int | None = None
     subgroups: bool | None = None
     x_bits: int | None = None
