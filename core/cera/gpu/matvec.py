@@ -165,8 +165,8 @@ def use_subgroups(device, wanted: bool | None) -> bool:
 def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False, int8: bool = False) -> Tuning:
     """`tune` with every knob a matvec of `p` reads resolved, as `matvec` resolves them: the
     reduction (`use_subgroups`), x's bits (`x_int_bits`; floats: x is staged as floats, normed or
-    merged), the workgroup size (WORKGROUP) and the threads per row (`threads_per_row`,
-    `x_int_threads_per_row`)."""
+    merged), the workgroup size (WORKGROUP), the threads per row (`threads_per_row`,
+    `x_int_threads_per_row`) and the rows per thread (`rows_per_thread`)."""
     tune.check("matvec", "tpr", "rpt", "workgroup", "subgroups", "x_bits")
     t, k, m = weight_type(p.wtype), p.k, p.m
     subgroups = use_subgroups(device, tune.subgroups)
@@ -195,8 +195,8 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     UNIT_AFFINE_TYPES type takes quant_units.wgsl's factored dot (unit_affine). With x in integers
     (`x_int_bits`: 24 bits by default where it pays, 8 with `int8`: cera.gpu.numerics) each
     workgroup turns x (normalized or merged as it is staged) into integers per 256-element
-    block, and the rows take integer dot products. `tune` overrides the threads and rows per thread, the
-    workgroup size, the reduction and x's bits (cera.gpu.spec.Tuning).
+    block, and the rows take integer dot products. `tune` overrides the threads per row, the rows
+    per thread, the workgroup size, the reduction and x's bits (cera.gpu.spec.Tuning).
 
     Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot each made
     Qwen2.5-1.5B's decode faster (docs/PERFORMANCE.md, decisions)."""
