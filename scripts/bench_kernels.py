@@ -3,7 +3,8 @@
 
 Times the decode matvec (1 row, cera.gpu.matvec) and the prefill matmul (--rows rows,
 cera.gpu.matmul) for every weight matrix of a layer and the LM head, plus the prefill
-attention, at the real shapes and weight types of:
+attention and decode attention (one row over --depth cached positions of an f16 cache), at the
+real shapes and weight types of:
 
   smollm2   SmolLM2-135M Q4_1: hidden 576, ff 1536, 9/3 heads of 64, vocab 49152 (Q8_0 head)
   qwen2.5   Qwen2.5-1.5B Q4_K_M: hidden 1536, ff 8960, 12/2 heads of 128, vocab 151936
@@ -19,7 +20,8 @@ Each kernel runs back to back in one submission, repeated until --min-time secon
 one run after the warm-up); the time per run is the wall time divided by the repeats (one
 4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and
 written once) and GFLOP/s. The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
---rpt, --workgroup, --subgroups, --x-bits (the decode matvec) and --tiles (the prefill matmul); left
+--rpt, --workgroup, --subgroups, --x-bits (the decode matvec), --tiles (the prefill matmul) and
+--heads (decode attention, beside its --split); left
 out, the builder's rule chooses. The prefill matmul runs as each of --variants (f32; f16: f16
 tiles, where the adapter has shader-f16); with --tiles sweep, over a grid of tile shapes and K
 slices per variant, then a table per matrix (weight type and shape) of GFLOP/s, tiling by
@@ -33,6 +35,7 @@ variant, to choose the defaults in cera.gpu.matmul from.
     python scripts/bench_kernels.py --model qwen2.5 --wtype IQ2_S   # the same shapes, another type
     python scripts/bench_kernels.py --only matvec --sweep           # every matvec reduction, TPR, workgroup
     python scripts/bench_kernels.py --model qwen2.5 --only matvec --x-bits 0,8,24
+    python scripts/bench_kernels.py --model llama-3.1-8b --only decode --heads 1,2,4 --split 64,128
 
 A matvec sweep (--sweep, or lists given to --subgroups, --tpr, --rpt, --workgroup, --x-bits) times the
 builder's choice, then every combination, and ends each model with a table: per matrix the
@@ -224,19 +227,24 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     return timings
 
 
+def int_list(text: str) -> list[int]:
+    """The integers of a comma-separated option ("" -> [])."""
+    return [int(v) for v in text.split(",") if v]
+
+
 def matvec_configs(device, subgroups: str, tprs: str, rpts: str, workgroups: str, x_bits: str,
                    sweep: bool) -> list[Tuning]:
     """The builder's choice, then every combination of the given knobs (--sweep: all of them
     but x's bits), less those with more threads per row than a workgroup has."""
     def ints(text: str, everything: list[int]) -> list[int]:
-        return [int(v) for v in text.split(",") if v] or (everything if sweep else [])
+        return int_list(text) or (everything if sweep else [])
     has = "subgroups" in device.features
     named = {"on": True, "off": False}
     chosen = [named[r] for r in subgroups.split(",") if r] or ([True, False] if sweep and has else [None])
     tpr_list = ints(tprs, [4, 8, 16, 32, 64, 128, 256]) or [None]
     wg_list = ints(workgroups, [64, 128, 256]) or [None]
-    bits_list = [int(v) for v in x_bits.split(",") if v] or [None]
-    rpt_list = [int(v) for v in rpts.split(",") if v] or [None]
+    bits_list = int_list(x_bits) or [None]
+    rpt_list = int_list(rpts) or [None]
     combos = [Tuning(tpr=t, rpt=p, workgroup=g, subgroups=r, x_bits=b)
               for r, t, p, g, b in product(chosen, tpr_list, rpt_list, wg_list, bits_list)
               if not t or t <= (g or matvec.WORKGROUP)]
@@ -314,6 +322,34 @@ def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> Non
            4 * (2 * rows * nh * hd + 2 * ctx * nkv * hd), 4 * keys * nh * hd)
 
 
+def bench_decode_attention(bench: Bench, model: Model, depth: int, split: int, heads: int | None, rng) -> None:
+    """Time decode attention (cera.gpu.attention.attention: split-KV pass and combine, no fused
+    RoPE) of one row over depth + 1 cached positions of an f16 cache, `heads` query heads a
+    workgroup (None: the builder's) and `split` keys a workgroup."""
+    dev = bench.device
+    hd, nh, nkv = model.head_dim, model.n_heads, model.n_kv_heads
+    slots = depth + 1
+    try:
+        hpw = attention.heads_per_workgroup(hd, nh // nkv, split, wanted=heads,
+                                            storage=dev.limits.max_compute_workgroup_storage_size)
+    except (InvalidArgument, Unsupported) as e:
+        print(f"  decode attention at depth {depth}, split {split}: {e}; left out")
+        return
+    caches = [bench.buffer(rng.standard_normal((slots, nkv * hd)).astype(np.float16), name)
+              for name in ("k_cache", "v_cache")]
+    q = bench.buffer(rng.standard_normal(nh * hd).astype(np.float32), "q")
+    out = bench.zeros(4 * nh * hd, "out")
+    step = bench.device.buffer(STEP_BYTES, "step", uniform=True)
+    dev.write(step, pack_step(depth, 1))
+    dispatches = attention.attention(bench.kernels, dev, out, q, *caches, step, head_dim=hd, n_heads=nh,
+                                     n_kv_heads=nkv, max_ctx=slots, split=split, cache_types=("f16", "f16"),
+                                     tune=Tuning(heads=heads))
+    seconds = bench.time(dispatches)
+    report(f"decode attention at depth {depth} ({nh}/{nkv}x{hd} f16)", seconds,
+           2 * 2 * slots * nkv * hd + 4 * 2 * nh * hd, 4 * slots * nh * hd,
+           f"heads {hpw} split {split}" + (" (builder)" if heads is None and split == attention.ATTENTION_SPLIT else ""))
+
+
 def parse_tiles(text: str | None):
     if not text:
         return None
@@ -332,8 +368,15 @@ def main(argv=None, device=None) -> None:
     ap.add_argument("--rows", type=int, default=512, help="prefill chunk rows for matmul and attention")
     ap.add_argument("--pos", type=int, nargs="+", default=[0, 512],
                     help="positions of the prefill attention chunk (0: first chunk)")
-    ap.add_argument("--only", default="matvec,matmul,attention",
-                    help="comma-separated kernels to time: matvec, matmul, attention")
+    ap.add_argument("--only", default="matvec,matmul,attention,decode",
+                    help="comma-separated kernels to time: matvec, matmul, attention (prefill), decode "
+                         "(decode attention)")
+    ap.add_argument("--depth", default="512,4096",
+                    help="decode attention: cached positions before the row, comma-separated")
+    ap.add_argument("--heads", default="", help="decode attention: query heads a workgroup, comma-separated "
+                    "divisors of the GQA group (default: the builder's)")
+    ap.add_argument("--split", default=str(attention.ATTENTION_SPLIT),
+                    help="decode attention: keys a workgroup, comma-separated powers of two")
     ap.add_argument("--matrices", default="", help="comma-separated matrix names (default: all)")
     ap.add_argument("--tiles", default="", help="matmul tiling TILE_MxTILE_TxBKxRMxRT, or 'sweep' (the builder's pick, then every "
                          "candidate that fits); default: the builder's")
@@ -391,6 +434,9 @@ def main(argv=None, device=None) -> None:
                   f"{at.invocations} invocations")
             for pos in args.pos:
                 bench_attention(bench, model, args.rows, pos, rng)
+        if "decode" in only:
+            for depth, split, heads in product(int_list(args.depth), int_list(args.split), int_list(args.heads) or [None]):
+                bench_decode_attention(bench, model, depth, split, heads, rng)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """scripts/bench_kernels.py, the one maintained A/B script of the weight kernels, on its tiny
 shapes: the builders' knobs from its command line (two matvec thread counts, integer x one and
-two rows a thread, a matmul tiling),
+two rows a thread, a matmul tiling, decode attention's heads a workgroup and splits),
 one timed run each, so that it cannot rot."""
 import re
 
@@ -12,7 +12,7 @@ FIGURES = r" +\d+\.\d+ ms +\d+\.\d+ GB/s +\d+\.\d+ GFLOP/s"
 
 def test_bench_kernels_prints_its_figures(gpu, capsys):
     bench_kernels.main(["--model", "tiny", "--rows", "8", "--pos", "0", "--tpr", "4,16", "--tiles", "64x32x32x4x4",
-                        "--variants", "f32", "--min-time", "0"], device=gpu.device)
+                        "--variants", "f32", "--depth", "70", "--min-time", "0"], device=gpu.device)
     out = capsys.readouterr().out
     tprs = re.findall(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) tpr (\d+) wg 256", out, re.M)
     assert {"4", "16"} <= set(tprs), out   # and the builder's, where it is neither
@@ -21,6 +21,8 @@ def test_bench_kernels_prints_its_figures(gpu, capsys):
         assert re.search(rf"^  matmul 8 rows {name} f32{FIGURES}  tiles 64x32x32x4x4, \d+ B$", out, re.M), out
         assert re.search(rf"^  {name} +(?:sg|wg) tpr \d+ wg 256 +\d+\.\d   (?:sg|wg) tpr \d+ wg 256", out, re.M), out
     assert re.search(rf"^  prefill attention 8 rows at pos 0 \(2/1x32\){FIGURES}$", out, re.M), out
+    assert re.search(rf"^  decode attention at depth 70 \(2/1x32 f16\){FIGURES}  heads \d split 64 \(builder\)$", out,
+                     re.M), out
 
 
 def test_bench_kernels_sweeps_rows_per_thread(gpu, capsys):
@@ -29,3 +31,14 @@ def test_bench_kernels_sweeps_rows_per_thread(gpu, capsys):
     out = capsys.readouterr().out
     for config in ("tpr 4 wg 256 x24", "tpr 4 wg 256 x24 rpt 2"):
         assert re.search(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) {config}$", out, re.M), out
+
+
+def test_bench_kernels_sweeps_decode_attention(gpu, capsys):
+    bench_kernels.main(["--model", "tiny", "--only", "decode", "--depth", "100", "--heads", "1,2,3", "--split", "32,64",
+                        "--min-time", "0"], device=gpu.device)
+    out = capsys.readouterr().out
+    for heads in (1, 2):
+        for split in (32, 64):
+            assert re.search(rf"^  decode attention at depth 100 \(2/1x32 f16\){FIGURES}  heads {heads} split {split}$",
+                             out, re.M), out
+    assert "3 heads a workgroup (expected a divisor of the GQA group, 2); left out" in out, out

@@ -7,7 +7,7 @@ from gguf.constants import GGMLQuantizationType as T
 from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
-from cera.errors import InvalidArgument
+from cera.errors import InvalidArgument, Unsupported
 from cera.gpu import attention, matvec, ops as gpu_ops
 from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
@@ -240,6 +240,26 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     cache slots past the live length (and, with a sliding window, before the first row's window)
     and unwritten scratch records hold NaN and must not count. cache: (K's, V's) cache type, the
     oracle reading the same rounded values; softcap: gemma2's soft-capped scores."""
+    check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap)
+
+
+@pytest.mark.parametrize("heads,split", [(1, 64), (2, 64), (3, 128), (6, 128)])
+def test_attention_heads_per_workgroup(gpu, heads, split):
+    """Decode attention with the query heads a workgroup takes set (Tuning's heads; the rule
+    gives Qwen2.5-1.5B's heads one each): the same results as numpy's for each divisor of the
+    GQA group that fits the device."""
+    check_attention(gpu, 128, 12, 2, None, split, 0, F16_CACHE, 0.0, Tuning(heads=heads))
+
+
+def test_heads_per_workgroup_errors():
+    with pytest.raises(InvalidArgument, match="5 heads a workgroup .expected a divisor of the GQA group, 6"):
+        attention.heads_per_workgroup(128, 6, 64, wanted=5)
+    with pytest.raises(Unsupported, match=r"6 heads of 128 with split 256 need \d+ bytes of workgroup memory .the device has 32768"):
+        attention.heads_per_workgroup(128, 6, 256, wanted=6, storage=32768)
+
+
+def check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap, tune=Tuning()):
+    """test_attention's checks, with the builder's `tune`."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
@@ -254,7 +274,8 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     step = device.buffer(STEP_BYTES, "step", uniform=True)
     dispatches = attention.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
-                                  split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap)
+                                  split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap,
+                                  tune=tune)
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),

@@ -20,6 +20,7 @@ from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.matvec import staged_x_fits
 from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.ops import Rope, check_heads
+from cera.gpu.spec import DEFAULT, Tuning
 from cera.kernels import flags
 
 
@@ -51,18 +52,40 @@ def attention_scratch_bytes(*, head_dim: int, n_heads: int, max_ctx: int, max_to
     return 16 * max_tokens * attention_splits(max_ctx, split) * n_heads * (1 + -(-head_dim // 4))
 
 
-def _attention_heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = False) -> int:
-    """The most query heads of a GQA group that one pass-1 workgroup of attention.wgsl can take
-    while its workgroup memory fits ATTENTION_STORAGE and no invocation walks more than
-    ATTENTION_SERIAL_KEYS keys of the value pass (more heads share more K/V loads; fewer leave
-    more invocations per output column, a shorter serial chain). rope: the fused RoPE's rows too."""
+def _value_parts(head_dim: int, hpw: int) -> int:
+    """attention.wgsl's PARTS: the key stripes of its value pass, for hpw heads a workgroup."""
+    return max(1, WORKGROUP // (hpw * -(-head_dim // 4)))
+
+
+def _attention_storage(head_dim: int, hpw: int, split: int, rope: bool) -> int:
+    """Bytes of workgroup memory of an attention.wgsl workgroup of hpw heads (rope: the fused
+    RoPE's rows too)."""
     d4 = -(-head_dim // 4)
+    storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) \
+        + (20 * WORKGROUP if _value_parts(head_dim, hpw) > 1 else 20)
+    return storage + (4 * (hpw + 1) * (head_dim + 1) if rope else 0)
+
+
+def heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = False, wanted: int | None = None,
+                        storage: int = ATTENTION_STORAGE) -> int:
+    """Query heads of a GQA group one pass-1 workgroup of attention.wgsl takes: `wanted` (within
+    the device's `storage` bytes of workgroup memory), or (None) the most whose workgroup memory
+    fits ATTENTION_STORAGE while no invocation walks more than ATTENTION_SERIAL_KEYS keys of the
+    value pass (more heads share more K/V loads; fewer leave more invocations per output column, a
+    shorter serial chain). rope: the fused RoPE's rows too."""
+    if wanted is not None:
+        if wanted < 1 or group % wanted:
+            raise InvalidArgument(f"attention: {wanted!r} heads a workgroup (expected a divisor of the GQA "
+                                  f"group, {group})")
+        need = _attention_storage(head_dim, wanted, split, rope)
+        if need > storage:
+            raise Unsupported(f"attention: {wanted} heads of {head_dim} with split {split} need {need} bytes "
+                              f"of workgroup memory (the device has {storage})")
+        return wanted
     for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
-        parts = max(1, WORKGROUP // (hpw * d4))
-        storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) \
-            + (20 * WORKGROUP if parts > 1 else 20)
-        storage += 4 * (hpw + 1) * (head_dim + 1) if rope else 0
-        if storage <= ATTENTION_STORAGE and (-(-split // parts) <= ATTENTION_SERIAL_KEYS or hpw == 1):
+        serial = -(-split // _value_parts(head_dim, hpw))
+        if _attention_storage(head_dim, hpw, split, rope) <= ATTENTION_STORAGE \
+                and (serial <= ATTENTION_SERIAL_KEYS or hpw == 1):
             return hpw
     raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
 
@@ -102,8 +125,11 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                        n_kv_heads: int, max_ctx: int, scale: float | None = None, max_tokens: int = 1,
                        split: int = ATTENTION_SPLIT, scratch=None, label: str = "attention",
                        window: int = 0, rope: Rope | None = None, kv_offsets: tuple[int, int] = (0, 0),
-                       cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0) -> tuple[Dispatch, Partials]:
-    """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge."""
+                       cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0,
+                       tune: Tuning = DEFAULT) -> tuple[Dispatch, Partials]:
+    """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge. `tune` may
+    set the query heads a workgroup takes (cera.gpu.spec.Tuning's heads)."""
+    tune.check("attention", "heads")
     if head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
     if split < 1 or split & (split - 1) or split > WORKGROUP:
@@ -113,7 +139,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
-    hpw = _attention_heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None)
+    hpw = heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None, tune.heads,
+                              device.limits.max_compute_workgroup_storage_size)
     scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
                                             max_tokens=max_tokens, split=split)
     if scratch is None:

@@ -82,13 +82,17 @@ class Tuning:
                  f32 x (x_int_bits)
     The prefill matmuls (cera.gpu.matmul) read:
       tiles      the tiling: MatmulTiles for matmul, IntTiles for matmul_int (matmul_tiles,
-                 int_tiles)"""
+                 int_tiles)
+    Decode attention (cera.gpu.attention) reads:
+      heads      query heads a workgroup takes, a divisor of the GQA group: they share every K/V
+                 load (heads_per_workgroup)"""
     tpr: int | None = None
     rpt: int | None = None
     workgroup: int | None = None
     subgroups: bool | None = None
     x_bits: int | None = None
     tiles: MatmulTiles | IntTiles | None = None
+    heads: int | None = None
 
     def check(self, kernel: str, *knobs: str) -> None:
         """Refuse the knobs set here that `kernel` does not read (it reads `knobs`)."""
