@@ -325,28 +325,27 @@ def bench_attention(bench: Bench, model: Model, rows: int, pos: int, rng) -> Non
 def bench_decode_attention(bench: Bench, model: Model, depth: int, split: int, heads: int | None, rng) -> None:
     """Time decode attention (cera.gpu.attention.attention: split-KV pass and combine, no fused
     RoPE) of one row over depth + 1 cached positions of an f16 cache, `heads` query heads a
-    workgroup (None: the builder's) and `split` keys a workgroup."""
+    workgroup (None: the builder's) and `split` keys a workgroup. Bytes as the builder counts them."""
     dev = bench.device
     hd, nh, nkv = model.head_dim, model.n_heads, model.n_kv_heads
     slots = depth + 1
-    try:
-        hpw = attention.heads_per_workgroup(hd, nh // nkv, split, wanted=heads,
-                                            storage=dev.limits.max_compute_workgroup_storage_size)
-    except (InvalidArgument, Unsupported) as e:
-        print(f"  decode attention at depth {depth}, split {split}: {e}; left out")
-        return
     caches = [bench.buffer(rng.standard_normal((slots, nkv * hd)).astype(np.float16), name)
               for name in ("k_cache", "v_cache")]
     q = bench.buffer(rng.standard_normal(nh * hd).astype(np.float32), "q")
     out = bench.zeros(4 * nh * hd, "out")
-    step = bench.device.buffer(STEP_BYTES, "step", uniform=True)
+    step = dev.buffer(STEP_BYTES, "step", uniform=True)
     dev.write(step, pack_step(depth, 1))
-    dispatches = attention.attention(bench.kernels, dev, out, q, *caches, step, head_dim=hd, n_heads=nh,
-                                     n_kv_heads=nkv, max_ctx=slots, split=split, cache_types=("f16", "f16"),
-                                     tune=Tuning(heads=heads))
+    try:
+        dispatches = attention.attention(bench.kernels, dev, out, q, *caches, step, head_dim=hd, n_heads=nh,
+                                         n_kv_heads=nkv, max_ctx=slots, split=split, cache_types=("f16", "f16"),
+                                         tune=Tuning(heads=heads))
+    except (InvalidArgument, Unsupported) as e:
+        print(f"  decode attention at depth {depth}, split {split}: {e}; left out")
+        return
     seconds = bench.time(dispatches)
+    hpw = nh // dispatches[0].groups[0]   # the first pass runs n_heads / heads-a-workgroup workgroups across
     report(f"decode attention at depth {depth} ({nh}/{nkv}x{hd} f16)", seconds,
-           2 * 2 * slots * nkv * hd + 4 * 2 * nh * hd, 4 * slots * nh * hd,
+           sum(d.reads + d.writes + d.reads_per_position * slots for d in dispatches), 4 * slots * nh * hd,
            f"heads {hpw} split {split}" + (" (builder)" if heads is None and split == attention.ATTENTION_SPLIT else ""))
 
 
