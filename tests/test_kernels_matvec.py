@@ -422,6 +422,20 @@ def test_matvec_rows_per_thread_rule():
     assert matvec.rows_per_thread(24, 1536, 151936) == 1
 
 
+@pytest.mark.parametrize("k, m", [(3584, 18944), (4096, 14336)])
+def test_matvec_glu_workgroups_rule(k, m):
+    """A GLU of two rows a thread takes threads a row up to GLU_MIN_WORKGROUPS workgroups (and no
+    further than it must); with one row a thread, or for another matrix, the rule is as before."""
+    def workgroups(tpr, rpt):
+        return -(-m // (matvec.WORKGROUP // tpr * rpt))
+
+    plain = matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=2)
+    assert matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=1, glu=True) == plain
+    assert workgroups(plain, 2) < matvec.GLU_MIN_WORKGROUPS
+    tpr = matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=2, glu=True)
+    assert workgroups(tpr, 2) >= matvec.GLU_MIN_WORKGROUPS > workgroups(tpr // 2, 2)
+
+
 @pytest.mark.parametrize("workgroup", [4, 32, 64])
 def test_matvec_integer_x_small_workgroups(gpu, workgroup, subgroups):
     """x's integers staged by workgroups of fewer threads than a 256-element block has 16-element

@@ -33,6 +33,7 @@ X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
 RPT_MIN_ROWS = 2048                          # rows_per_thread: two rows a thread in integer-x matrices this tall
 RPT_MIN_K = 3584                             # and this wide
+GLU_MIN_WORKGROUPS = 384                     # x_int_threads_per_row: a GLU of two rows a thread has this many workgroups
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
     return tpr
 
 
-def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
+def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP, rpt: int = 1,
+                          glu: bool = False) -> int:
     """Threads per row of an integer-x matvec of `bits`-bit x (items of ITEM_UNITS units,
     quant_items_int.wgsl): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
     that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
@@ -132,13 +134,23 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     With 8 bits, 16 threads a row beat 32 for the GLU and the merging output projection, and a
     256-row v projection is slower with fewer threads, hence the floor; with 24 bits the GLU runs
     best with 8, the other projections with 16; the LM head (151936 rows of 24 Q6_K items) runs
-    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions)."""
+    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions).
+
+    A GLU (`glu`: gate and up rows, the most work a workgroup has) of two rows a thread (`rpt`)
+    takes more threads a row until it has GLU_MIN_WORKGROUPS, about three to each of a big GPU's
+    multiprocessors: at 4 threads a row Qwen2.5-7B's 18944-row GLU had 148 workgroups, a few
+    more than an H100's 132, and took 75 us a layer, 55 with 592; Llama-3.1-8B's 112 (one each,
+    some idle) took 48.5-48.7 us, 49.6 with 448, 51.4 with 896. The other matrices have less work a
+    workgroup, and more workgroups made them slower, each normalizing and converting x again
+    (docs/PERFORMANCE.md, decisions)."""
     items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
     most = (1 << 18) * 8 // bits
     tpr = 2
     while tpr < workgroup and tpr * 2 * m <= most and tpr * 4 <= items:
         tpr *= 2
     while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
+        tpr *= 2
+    while glu and rpt > 1 and tpr < workgroup and m * tpr < GLU_MIN_WORKGROUPS * workgroup * rpt and tpr * 2 <= items:
         tpr *= 2
     return tpr
 
@@ -172,13 +184,13 @@ def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False
     subgroups = use_subgroups(device, tune.subgroups)
     bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats, int8=int8)
     workgroup = tune.workgroup or WORKGROUP
-    tpr = tune.tpr or (x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
-    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
-        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
-                              f"(expected a power of two from {tpr} to {WORKGROUP})")
     rpt = tune.rpt or rows_per_thread(bits, k, m)
     if rpt not in (1, 2):
         raise InvalidArgument(f"matvec: {rpt!r} rows per thread (expected 1 or 2)")
+    tpr = tune.tpr or (x_int_threads_per_row(t, k, m, bits, workgroup, rpt, p.glu) if bits else threads_per_row(t, k, m, workgroup))
+    if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
+        raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
+                              f"(expected a power of two from {tpr} to {WORKGROUP})")
     return Tuning(tpr=tpr, rpt=rpt, workgroup=workgroup, subgroups=subgroups, x_bits=bits)
 
 
