@@ -427,7 +427,7 @@ def test_matvec_glu_workgroups_rule(k, m):
     """A GLU of two rows a thread takes threads a row up to GLU_MIN_WORKGROUPS workgroups (and no
     further than it must); with one row a thread, or for another matrix, the rule is as before."""
     def workgroups(tpr, rpt):
-        return -(-m // (matvec.WORKGROUP // tpr * rpt))
+        return matvec.workgroups(m, tpr, rpt)
 
     plain = matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=2)
     assert matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=1, glu=True) == plain

@@ -150,9 +150,15 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
         tpr *= 2
     while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
         tpr *= 2
-    while glu and rpt > 1 and tpr < workgroup and m * tpr < GLU_MIN_WORKGROUPS * workgroup * rpt and tpr * 2 <= items:
+    while glu and rpt > 1 and tpr < workgroup and workgroups(m, tpr, rpt, workgroup) < GLU_MIN_WORKGROUPS \
+            and tpr * 2 <= items:
         tpr *= 2
     return tpr
+
+
+def workgroups(m: int, tpr: int, rpt: int, workgroup: int = WORKGROUP) -> int:
+    """The workgroups of an m-row matvec of `tpr` threads a row and `rpt` rows a thread."""
+    return -(-m // (workgroup // tpr * rpt))
 
 
 def rows_per_thread(bits: int, k: int, m: int) -> int:
@@ -253,7 +259,7 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
     reads = p.weight_bytes + x_bytes + 4 * m * ((p.bias is not None) + p.accumulate)
     shader = "matvec_int.wgsl" if bits else "matvec.wgsl"
-    return kernels.dispatch(shader, bindings, (*grid(-(-m // (rows * rpt)), device.limits), 1), label,
+    return kernels.dispatch(shader, bindings, (*grid(workgroups(m, tpr, rpt, knobs.workgroup), device.limits), 1), label,
                             reads=reads, writes=4 * m, **defines)
 
 
