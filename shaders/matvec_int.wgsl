@@ -5,12 +5,35 @@
 // taking quant_items_int.wgsl's integer dot products over items of ITEM_UNITS units
 // (item_dot_int, K a multiple of 256; cera.gpu.quant.X_INT_TYPES).
 //
+// With flag X_RECORD, x comes in integers already, bound in x's place as a record of
+// x_int_record.wgsl (flag SUMS16) that rms_norm.wgsl (X_INT) wrote once for every matvec of the
+// step that reads it: the rows read it from storage, and no workgroup prepares anything first.
+//
 // Defines: matvec.wgsl's, X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS), and the
-// lengths of x's arrays (cera.gpu.matvec.x_staging). Bindings, dispatch: as matvec.wgsl.
+// lengths of x's arrays (cera.gpu.matvec.x_staging); flag X_RECORD. Bindings, dispatch: as
+// matvec.wgsl.
 #include "matvec_io.wgsl"
 #include "x_int.wgsl"
 #include "quant_items_int.wgsl"
 
+#ifdef X_RECORD
+#include "x_int_record.wgsl"
+
+fn x_group(p: u32, g: u32) -> vec4<u32> {
+    return x[p * (K / 16u) + g];
+}
+
+fn x_sum(g: u32) -> i32 {
+    return bitcast<i32>(x[X_SUMS / 4u + g / 4u][g % 4u]);
+}
+
+fn x_step(b: u32) -> f32 {
+    return bitcast<f32>(x[X_STEPS / 4u + b / 4u][b % 4u]);
+}
+
+fn stage_items(lid: u32) {
+}
+#else
 // x as quant_items_int.wgsl reads it (x_int.wgsl): per 256-element block b its step xd[b];
 // plane p of the integers of elements 16g .. 16g+15 in xq[p * K / 16 + g]; xsum[g] holds the
 // group's sum of q. Their lengths come from cera.gpu.matvec.x_staging.
@@ -18,6 +41,18 @@ var<workgroup> xq: array<vec4<u32>, XQ_LEN>;     // X_PLANES * K / 16
 var<workgroup> xsum: array<i32, XSUM_LEN>;       // K / 16
 var<workgroup> xd: array<f32, XD_LEN>;           // K / 256
 var<workgroup> gmax: array<vec4<f32>, GMAX_LEN>;   // each 16-element group's max |x|, four to a vec4
+
+fn x_group(p: u32, g: u32) -> vec4<u32> {
+    return xq[p * (K / 16u) + g];
+}
+
+fn x_sum(g: u32) -> i32 {
+    return xsum[g];
+}
+
+fn x_step(b: u32) -> f32 {
+    return xd[b];
+}
 
 // Turn x (x4: as the dot products see it) into xq, xsum, xd, a thread per 16-element group: first
 // each group's max |x|, then each group its block's step (the max of its 16 groups') and its
@@ -58,6 +93,7 @@ fn stage_items(lid: u32) {
     }
     workgroupBarrier();
 }
+#endif
 
 const ITEMS_PER_ROW = UNITS_PER_ROW / ITEM_UNITS;
 

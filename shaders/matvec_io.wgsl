@@ -24,6 +24,9 @@ const WG = ROWS * TPR;
 #include "common.wgsl"
 #include "attention_merge.wgsl"
 #else
+#ifdef X_RECORD
+alias X_TYPE = vec4<u32>;   // x already in integers (matvec_int.wgsl)
+#else
 #ifdef X_VEC4
 alias X_TYPE = vec4<f32>;
 
@@ -50,7 +53,9 @@ fn norm4(e: u32) -> vec4<f32> {
 #endif
 #endif
 #endif
+#endif
 
+#ifndef X_RECORD
 // x[e .. e+3] as the dot products see it (times the norm weights with NORM; the 1/rms
 // factor is applied once, to the row sums). With X_STAGED each workgroup first stages it in
 // workgroup memory, zero past K: the row loops then read no x, nor norm weights, from storage.
@@ -72,6 +77,7 @@ fn x4(e: u32) -> vec4<f32> {
     return x_raw(e);
 #endif
 }
+#endif
 #endif
 
 @group(0) @binding(0) var<storage, read> w: array<WeightWords>;      // (M, ROW_BYTES) raw
@@ -98,6 +104,7 @@ fn x4(e: u32) -> vec4<f32> {
 
 #include "weights.wgsl"
 
+#ifndef X_RECORD
 // Which of elements e .. e+3 lie inside the row (all but a float row's tail)
 fn in_row(e: u32) -> vec4<bool> {
     return vec4<u32>(e) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(K);
@@ -111,6 +118,7 @@ fn group_dot(wv: vec4<f32>, e: u32) -> f32 {
     }
     return dot(wv, x4(e));
 }
+#endif
 
 const LANE_ITEMS = (ITEMS_PER_ROW + TPR - 1u) / TPR;   // items of a row's lane 0, the most a lane has
 

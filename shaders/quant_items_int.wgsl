@@ -1,10 +1,11 @@
 // Rows dotted with x in integers (matvec_int.wgsl), per 256-element block: the decode matvec's
 // integer dot products. Defines: quant_blocks.wgsl's, X_PLANES, ITEM_UNITS.
 //
-// The includer stages x per 256-element block b as a step xd[b] and integers q = round(x / xd[b])
-// in X_PLANES signed bytes each (8 bits as llama.cpp's CPU backend quantizes the activations of
-// its k-quant dot products (Q8_K), or 24); xq[p * K / 16 + g] holds byte p of the q of
-// elements 16g .. 16g+15 (four to a word, low byte first) and xsum[g] their sum. A type of
+// The includer holds x per 256-element block b as a step d and integers q = round(x / d) in
+// X_PLANES signed bytes each (8 bits as llama.cpp's CPU backend quantizes the activations of its
+// k-quant dot products (Q8_K), or 24), and defines fn x_group(p, g) -> vec4<u32> (byte p of the
+// q of elements 16g .. 16g+15, four to a word, low byte first), fn x_sum(g) -> i32 (their sum)
+// and fn x_step(b) -> f32 (block b's d). A type of
 // cera.gpu.quant.X_INT_TYPES defines
 //     fn item_dot_int(src, row_byte, p) -> f32     dot(W[row, item p], x as staged)
 // over its items of ITEM_UNITS units (ITEM_UNITS * 16 elements; the define comes from
@@ -12,11 +13,6 @@
 // with every product of quants an exact integer (dot4I8Packed: four 8-bit products a call),
 // summed per plane in integers and across planes in f32.
 #include "quant_blocks.wgsl"
-
-// Plane p of x's group g (elements 16g .. 16g+15)
-fn x_group(p: u32, g: u32) -> vec4<u32> {
-    return xq[p * (K / 16u) + g];
-}
 
 // The dot of 16 packed signed bytes (four words) with plane p of x's group g
 fn dot16_int(w: vec4<u32>, g: u32, p: u32) -> i32 {
@@ -49,9 +45,9 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
     for (var plane = 0u; plane < X_PLANES; plane++) {
         qs += plane_value(sm_lo.x * dot16_int(lo, g, plane) + sm_hi.x * dot16_int(hi, g + 2u, plane), plane);
     }
-    let mins = f32(sm_lo.y) * f32(xsum[g]) + f32(sm_hi.y) * f32(xsum[g + 2u]);
+    let mins = f32(sm_lo.y) * f32(x_sum(g)) + f32(sm_hi.y) * f32(x_sum(g + 2u));
     let dd = unpack2x16float(head.x);
-    return xd[blk] * (dd.x * qs - dd.y * mins);
+    return x_step(blk) * (dd.x * qs - dd.y * mins);
 }
 #endif
 
@@ -84,6 +80,6 @@ fn item_dot_int(src: u32, row_byte: u32, p: u32) -> f32 {
                              dot16_int(q[2], x + 4u, plane), dot16_int(q[3], x + 6u, plane));
         sum += plane_value(dot(scales, dots), plane);
     }
-    return load_f16(src, at[5]) * xd[p / 4u] * sum;
+    return load_f16(src, at[5]) * x_step(p / 4u) * sum;
 }
 #endif

@@ -6,7 +6,9 @@
 // n_heads, N = head_dim. One workgroup per row: dispatch (ROWS_PER_TOKEN, max tokens, 1).
 // Flag X_INT (a hidden-state norm, N = K a multiple of 256, WG 256, not with ACCUMULATE): each
 // row also goes into xi in integers, as quantize_x.wgsl would write them from out (the integer
-// prefill matmul's x; x_int_block.wgsl), with X_PLANES, X_STRIDE (x_int_record.wgsl).
+// prefill matmul's x; x_int_block.wgsl), with X_PLANES, X_STRIDE, flag SUMS16 (x_int_record.wgsl),
+// by X_SPLIT workgroups a row (dispatch (X_SPLIT, rows, 1)), each normalizing its share of the
+// row's 1024-element rounds: a decode step's one row in parallel.
 // Defines: N, ROWS_PER_TOKEN, EPS, WG (a power of two <= 256); flag ACCUMULATE.
 // Bindings: x, w, out, step, [xi].
 #include "common.wgsl"
@@ -36,13 +38,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (wid.y >= step.n_tokens) {
         return;   // uniform: whole workgroup
     }
+#ifdef X_INT
+    let base = wid.y * N;
+#else
     let base = (wid.y * ROWS_PER_TOKEN + wid.x) * N;
+#endif
 
     let scale = norm_scale(lid, base, 0.0);
 
 #ifdef X_INT
-    for (var n = 0u; n < (N + 1023u) / 1024u; n++) {   // four 256-element blocks a round
-        let b = 4u * n + lid / 64u;
+    for (var j = 0u; j < ((N + 1023u) / 1024u + X_SPLIT - 1u) / X_SPLIT; j++) {   // four 256-element blocks a round
+        let b = 4u * (j * X_SPLIT + wid.x) + lid / 64u;
         let i = 256u * b + 4u * (lid % 64u);
         var v = vec4<f32>(0.0);
         if (i < N) {

@@ -29,12 +29,12 @@ fn quantize_blocks(lid: u32, v: vec4<f32>, record: u32, b: u32) {
         for (var p = 0u; p < X_PLANES; p++) {
             xi[record + p * (K / 4u) + 64u * b + l] = x_int_plane(q, p);
         }
-        if (l % 8u == 0u) {   // each 32-element sub-block's sum: 8 invocations'
+        if (l % (X_SUM_ELEMS / 4u) == 0u) {   // each sub-block's sum: X_SUM_ELEMS / 4 invocations'
             var s = 0;
-            for (var i = 0u; i < 8u; i++) {
+            for (var i = 0u; i < X_SUM_ELEMS / 4u; i++) {
                 s += sums[lid + i];
             }
-            xi[record + X_SUMS + 8u * b + l / 8u] = bitcast<u32>(s);
+            xi[record + X_SUMS + 256u / X_SUM_ELEMS * b + l / (X_SUM_ELEMS / 4u)] = bitcast<u32>(s);
         }
         if (l == 0u) {
             xi[record + X_STEPS + b] = bitcast<u32>(x_int_step(inv));

@@ -64,22 +64,31 @@ def test_greedy_matches_llama_cpp(engines, name):
     check_greedy(gpu, golden, name)
 
 
+@pytest.mark.parametrize("record", [False, True], ids=["staged", "record"])
 @pytest.mark.parametrize("bits", [24, 8])
 @pytest.mark.parametrize("name", ["qwen2_q4_k_m", "gemma2_q4_k_m", "gemma3_q4_k_m", "phi3_q4_k_m"])
-def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name, bits):
+def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, name, bits, record):
     """x's bits in decode (24 by default, 8 with Numerics(int8=True)): the Q4_K and Q6_K
     matvecs whose x is staged (a fused norm, attention's merge) take x in integers, the others
-    f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones);
-    greedy decoding agrees with llama.cpp as the f32 path must, and with 24 bits the per-token
-    logits are the numpy reference's to the tolerance decode holds prefill to (tests/test_prefill.py)."""
+    f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones); with
+    `record` (RECORD_MIN_K lowered too) each norm runs apart and writes x's integers once, which
+    the matvecs of its x read. Greedy decoding agrees with llama.cpp as the f32 path must, and
+    with 24 bits the per-token logits are the numpy reference's to the tolerance decode holds
+    prefill to (tests/test_prefill.py)."""
     monkeypatch.setattr(matvec, "X_INT_MIN_ROWS", 0)
+    if record:
+        monkeypatch.setattr(matvec, "RECORD_MIN_K", 0)
     golden = json.loads((GOLDEN / f"synth_{name}.json").read_text())
     g = synth_gguf(name)
     gpu = asyncio.run(Engine.load(g, device, ctx=64, prefill_chunk=1, numerics=replace(GOLDEN_NUMERICS, int8=bits == 8)))
-    matvecs = [s.label for s in gpu.backend.decode_plan.steps if s.label.startswith("matvec")]
-    integer = [label for label in matvecs if label.endswith(f" x{bits}")]
-    assert integer and all(label.split()[1] in ("Q4_K", "Q6_K") and (" xs" in label or "merge" in label)
+    labels = [s.label for s in gpu.backend.decode_plan.steps]
+    matvecs = [label for label in labels if label.startswith("matvec")]
+    integer = [label for label in matvecs if f" x{bits}" in label]
+    kind = " rec" if record else " xs"
+    assert integer and all(label.split()[1] in ("Q4_K", "Q6_K") and (kind in label or "merge" in label)
                            for label in integer)
+    norms = [label for label in labels if label.endswith(f"norm.weight x{bits}")]
+    assert len(norms) == (2 * gpu.backend.cfg.n_layers + 1 if record else 0), norms
     assert all(" x8" not in label and " x24" not in label for label in matvecs if label not in integer)
     assert all(label.split()[1] not in ("Q4_K", "Q6_K") for label in matvecs
                if label not in integer and (" xs" in label or "merge" in label))

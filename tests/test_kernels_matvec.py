@@ -415,6 +415,55 @@ def test_matvec_integer_x_two_rows_a_thread(gpu, tpr, subgroups):
         check_matvec(got, want, mag, f"Q4_K {m}x{k}, the rule's rows per thread")
 
 
+@pytest.mark.parametrize("bits", [24, 8])
+def test_matvec_reads_x_record(gpu, bits, subgroups):
+    """x's record of integers, written once by its norm (matmul.rms_norm_x_int for one row, spread
+    over a workgroup per 1024 elements: 2560 take three, the last partly), then read from storage
+    by the matvecs (X_RECORD): Q4_K and Q6_K rows, a GLU, two rows a thread, a row a thread, scale
+    and bias; against numpy's W @ rms_norm(x) (8 bits: its q8_k). A matvec of f32 x (a type of
+    no integer dot) reads the norm's rows beside it, which are ops.rms_norm's."""
+    rng = np.random.default_rng(150 + bits)
+    k, eps = 2560, 1e-5
+    x = (rng.standard_normal(k) * 3).astype(np.float32)
+    norm_w = (1 + 0.5 * rng.standard_normal(k)).astype(np.float32)
+    normed = ops.rms_norm(x, norm_w, eps)
+    want_x = ops.q8_k(normed) if bits == 8 else normed.astype(np.float64)
+    xb, record = upload(gpu, np.zeros(k, np.float32), "xb"), upload(gpu, np.zeros(matvec.record_words(k, bits), np.uint32))
+    step = gpu.device.buffer(16, "step", uniform=True)
+    gpu.device.write(step, pack_step(0, 1))
+    norm = matmul.rms_norm_x_int(gpu.kernels, Binding(xb), Binding(record), Binding(upload(gpu, x, "x")),
+                                 Binding(upload(gpu, norm_w, "norm_w")), Binding(step), n=k, eps=eps, max_rows=1,
+                                 planes=bits // 8, group=16)
+    assert norm.groups[0] == 3
+    assert_close(run(gpu, [norm], xb, k), normed, atol=1e-5 * np.abs(normed).max(), rtol=1e-5, what="the norm's rows")
+    for t, m, kw in [(T.Q4_K, 67, dict(glu=True, tpr=8, rpt=2)), (T.Q6_K, 70, dict(tpr=1)),
+                     (T.Q4_K, 300, dict(scale=0.375, bias=True)), (T.Q8_0, 9, {})]:
+        raw, w = random_rows(t, m, k, rng)
+        want = w.astype(np.float64) @ (want_x if t in quant.X_INT_TYPES else normed)
+        spec = dict(wtype=t, k=k, m=m, scale=kw.get("scale"))
+        if kw.get("glu"):
+            raw_up, w_up = random_rows(t, m, k, rng)
+            spec["w_up"] = Binding(upload(gpu, raw_up, "w_up"))
+            want = glu_act(want, FFN_SILU) * (w_up.astype(np.float64) @ want_x)
+        if kw.get("bias"):
+            b = rng.standard_normal(m).astype(np.float32)
+            spec["bias"] = Binding(upload(gpu, b, "bias"))
+            want = want * kw["scale"] + b
+        out = upload(gpu, np.zeros(m, np.float32), "out")
+        dispatch = matvec.matvec(gpu.kernels, gpu.device, Binding(out), Projection(Binding(upload(gpu, raw, "w")), **spec),
+                                 Binding(xb), x_ints=Binding(record), int8=bits == 8,
+                                 tune=Tuning(tpr=kw.get("tpr"), rpt=kw.get("rpt"), subgroups=subgroups,
+                                             x_bits=bits if t in quant.X_INT_TYPES else None))
+        assert ("rec" in dispatch.label.split()) == (t in quant.X_INT_TYPES), dispatch.label
+        mag = np.abs(w) @ np.abs(want_x)
+        check_matvec(run(gpu, [norm, dispatch], out, m), want, mag * mag if kw.get("glu") else mag,
+                     f"{t.name} {m}x{k} x{bits} {kw}")
+    raw, _ = random_rows(T.Q4_K, 4, k, rng)
+    with pytest.raises(ValueError, match="no norm or merge"):
+        matvec.matvec(gpu.kernels, gpu.device, Binding(out), Projection(Binding(upload(gpu, raw, "w")), T.Q4_K, k, 4),
+                      Binding(xb), norm=Binding(xb), eps=eps, x_ints=Binding(record), tune=Tuning(x_bits=24))
+
+
 def test_matvec_rows_per_thread_rule():
     """Two rows a thread where x is in integers, long, and the matrix tall; one otherwise."""
     assert matvec.rows_per_thread(24, 4096, matvec.RPT_MIN_ROWS) == 2 == matvec.rows_per_thread(8, 3584, 152064)

@@ -225,9 +225,10 @@ def _tile_dispatch(kernels, device, shader, out, p: Projection, x, step, *, max_
                             writes=4 * split * max_rows * m, **defines)
 
 
-def x_int_stride(k: int) -> int:
-    """u32 words of a row of x in 8-bit integers (shaders/x_int_record.wgsl), a multiple of 4."""
-    return -(-(k // 4 + k // 32 + k // 256) // 4) * 4
+def x_int_stride(k: int, planes: int = 1, group: int = 32) -> int:
+    """u32 words of a row of x in integers of `planes` bytes with a sum every `group` elements
+    (shaders/x_int_record.wgsl; 16: flag SUMS16), a multiple of 4."""
+    return -(-(planes * k // 4 + k // group + k // 256) // 4) * 4
 
 
 def int_tile(device, wtype: int, k: int) -> bool:
@@ -300,18 +301,23 @@ def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "qua
                             reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
 
 
-def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int,
-                   label: str = "rms_norm") -> Dispatch:
-    """out (rows, n) = rms_norm(x) * w, as ops.rms_norm, and xi (rows, x_int_stride(n)) the
-    same rows in 8-bit integers as quantize_x would write them from out (its dispatch fused in:
-    the norm before the integer matmuls of a block); n a multiple of 256."""
+def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int, planes: int = 1,
+                   group: int = 32, label: str = "rms_norm") -> Dispatch:
+    """out (rows, n) = rms_norm(x) * w, as ops.rms_norm, and xi (rows, x_int_stride(n, planes,
+    group)) the same rows in integers of `planes` bytes, as quantize_x would write them from out
+    (its dispatch fused in: the norm before the integer matmuls of a block; with group 16 and
+    three planes, the decode matvecs' x: cera.gpu.matvec's X_RECORD); n a multiple of 256. One
+    row (decode's) is spread over a workgroup per 1024 elements, each summing its squares."""
     if n % 256:
         raise Unsupported(f"rms_norm_x_int: n {n} must be a multiple of 256")
-    row = 4 * n * max_rows
-    return kernels.dispatch("rms_norm.wgsl", [x, w, out, step, xi], (1, max_rows, 1), f"{label} x8",
-                            reads=row + 4 * n, writes=row + 4 * max_rows * x_int_stride(n), N=n, K=n,
-                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_INT=True, X_PLANES=1,
-                            X_STRIDE=x_int_stride(n))
+    if group not in (16, 32):
+        raise InvalidArgument(f"rms_norm_x_int: a sum every {group!r} elements (expected 16 or 32)")
+    row, stride = 4 * n * max_rows, x_int_stride(n, planes, group)
+    split = -(-n // 1024) if max_rows == 1 else 1
+    return kernels.dispatch("rms_norm.wgsl", [x, w, out, step, xi], (split, max_rows, 1), f"{label} x{8 * planes}",
+                            reads=split * row + 4 * n, writes=row + 4 * max_rows * stride, N=n, K=n,
+                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_SPLIT=split,
+                            **flags(X_INT=True, SUMS16=group == 16), X_PLANES=planes, X_STRIDE=stride)
 
 
 def matmul_int(kernels, device, out, p: Projection, xi, step, *, max_rows: int, out_stride: int | None = None,

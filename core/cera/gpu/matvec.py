@@ -15,6 +15,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
 from cera.device import PACKED_DOT, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
+from cera.gpu.matmul import x_int_stride
 from cera.gpu.ops import grid
 from cera.gpu.quant import (UNIT_AFFINE_TYPES, UNIT_ELEMS, X_INT_ITEM_UNITS, X_INT_TYPES, byte_range, row_tiles,
                             units_per_row, weight_flags, weight_type)
@@ -34,6 +35,7 @@ X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in
 RPT_MIN_ROWS = 2048                          # rows_per_thread: two rows a thread in integer-x matrices this tall
 RPT_MIN_K = 3584                             # and this wide
 GLU_MIN_WORKGROUPS = 384                     # x_int_threads_per_row: a GLU of two rows a thread has this many workgroups
+RECORD_MIN_K = 3584                          # uses_record: a normed x this wide has its integers made once
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,20 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     return tpr
 
 
+def record_words(k: int, bits: int) -> int:
+    """u32 words of x's record of `bits`-bit integers as the matvecs read it (X_RECORD): the
+    integer prefill's record (cera.gpu.matmul.x_int_stride) with a sum every 16 elements."""
+    return x_int_stride(k, bits // 8, 16)
+
+
+def uses_record(device, k: int) -> bool:
+    """Whether the decode matvecs of a normed k-element x read its integers from a record the
+    norm writes once (`matvec`'s x_ints; cera.gpu.matmul.rms_norm_x_int), rather than each
+    workgroup normalizing x and turning it into integers itself: for x of RECORD_MIN_K or more
+    elements in whole 256-element blocks, where the device has packed dot products."""
+    return k >= RECORD_MIN_K and k % 256 == 0 and PACKED_DOT in device.features
+
+
 def workgroups(m: int, tpr: int, rpt: int, workgroup: int = WORKGROUP) -> int:
     """The workgroups of an m-row matvec of `tpr` threads a row and `rpt` rows a thread."""
     return -(-m // (workgroup // tpr * rpt))
@@ -201,7 +217,8 @@ def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False
 
 
 def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, *, norm: Binding | None = None,
-           eps: float | None = None, int8: bool = False, tune: Tuning = DEFAULT) -> Dispatch:
+           eps: float | None = None, x_ints: Binding | None = None, int8: bool = False,
+           tune: Tuning = DEFAULT) -> Dispatch:
     """out (m,) = the projection `p` of x (k,) (cera.gpu.spec.Projection: W and W_up raw GGUF rows).
     With `norm` (k,) f32, x is replaced by rms_norm(x, eps) * norm: the RMSNorm before a
     block fused into its first matvec. x may instead be decode attention's `attention.Partials`:
@@ -213,7 +230,9 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     UNIT_AFFINE_TYPES type takes quant_units.wgsl's factored dot (unit_affine). With x in integers
     (`x_int_bits`: 24 bits by default where it pays, 8 with `int8`: cera.gpu.numerics) each
     workgroup turns x (normalized or merged as it is staged) into integers per 256-element
-    block, and the rows take integer dot products. `tune` overrides the threads per row, the rows
+    block, and the rows take integer dot products. `x_ints` is x's record of integers made once
+    for every matvec of it (`uses_record`): a matvec that takes integer x reads it from there and
+    prepares nothing (X_RECORD), the others read x. `tune` overrides the threads per row, the rows
     per thread, the workgroup size, the reduction and x's bits (cera.gpu.spec.Tuning).
 
     Q4_K/Q5_K weights as vec4<u32> with staging and the factored Q4_K dot each made
@@ -221,8 +240,11 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     t, k, m = weight_type(p.wtype), p.k, p.m
     merge = not isinstance(x, Binding)   # attention.Partials
     floats = merge or norm is not None    # x staged as floats, where it fits: merged or normalized
-    knobs = tuned(device, p, tune, floats=floats, int8=int8)
+    knobs = tuned(device, p, tune, floats=floats or x_ints is not None, int8=int8)
     subgroups, bits, tpr, rpt = knobs.subgroups, knobs.x_bits, knobs.tpr, knobs.rpt
+    record = bits and x_ints is not None
+    if record and (norm is not None or merge):
+        raise InvalidArgument("matvec: x's record of integers is x normed already: no norm or merge with it")
     rows = knobs.workgroup // tpr
     defines = dict(K=k, M=m, ROWS=rows, TPR=tpr, RPT=rpt,
                    **weight_flags(t), **flags(X_VEC4=k % 4 == 0, BIAS=p.bias is not None, ACCUMULATE=p.accumulate,
@@ -231,19 +253,19 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
         defines["SCALE"] = float(p.scale)
     sums = not bits and t in UNIT_AFFINE_TYPES   # where staged, with the sums the factored dot reads
     stage = floats and staged_x_fits(device, k, sums, x_bits=bits)
-    staged = x_staging(k, stage and sums, floats=stage, x_bits=bits)
+    staged = x_staging(k, stage and sums, floats=stage, x_bits=0 if record else bits)
     if (merge and not stage) or staged.nbytes + STAGE_SCRATCH > device.limits.max_compute_workgroup_storage_size:
         raise Unsupported(f"matvec: x of {k} elements does not fit this device's workgroup memory "
                           f"({device.limits.max_compute_workgroup_storage_size} bytes)")
     defines.update(flags(X_STAGED=stage, UNIT_AFFINE=stage and sums), **staged.defines())
     if bits:
-        defines.update(X_PLANES=bits // 8, ITEM_UNITS=X_INT_ITEM_UNITS[t])
+        defines.update(X_PLANES=bits // 8, ITEM_UNITS=X_INT_ITEM_UNITS[t], **flags(X_RECORD=record, SUMS16=record))
     if merge:
         if p.glu or norm is not None or k != x.n_heads * x.head_dim or x.head_dim % 4:
             raise Unsupported(f"matvec: merging attention's partials ({x.n_heads} heads of {x.head_dim}) "
                               f"into a {m}x{k} matvec" + (" with a GLU or a norm" if p.glu or norm else ""))
         defines.update(MERGE=True, **x.defines())
-    bindings = [p.w] + ([p.w_up] if p.glu else []) + [x.scratch if merge else x, out] \
+    bindings = [p.w] + ([p.w_up] if p.glu else []) + [x.scratch if merge else x_ints if record else x, out] \
         + ([p.bias] if p.bias is not None else [])
     if merge:
         defines["STEP_BINDING"] = len(bindings)
@@ -255,8 +277,9 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
         bindings.append(norm)
     label = f"matvec {t.name} {m}x{k}" + p.tags() + (" xs" if stage and not merge else "") \
         + (" sg" if subgroups else "") + (" merge" if merge else "") + (f" x{bits}" if bits else "") \
-        + (f" rpt{rpt}" if rpt > 1 else "")
-    x_bytes = 0 if merge else 4 * k * (2 if norm is not None else 1)   # partials: as pass 1 leaves them, uncounted
+        + (f" rpt{rpt}" if rpt > 1 else "") + (" rec" if record else "")
+    x_bytes = 0 if merge else 4 * record_words(k, bits) if record else 4 * k * (2 if norm is not None else 1)
+    # partials: as pass 1 leaves them, uncounted
     reads = p.weight_bytes + x_bytes + 4 * m * ((p.bias is not None) + p.accumulate)
     shader = "matvec_int.wgsl" if bits else "matvec.wgsl"
     return kernels.dispatch(shader, bindings, (*grid(workgroups(m, tpr, rpt, knobs.workgroup), device.limits), 1), label,
@@ -264,12 +287,12 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
 
 
 def matvec_tiled(kernels, device, out: Binding, p: Projection, x: Binding | Partials, *,
-                 norm: Binding | None = None, eps: float | None = None, int8: bool = False,
-                 tune: Tuning = DEFAULT) -> list[Dispatch]:
+                 norm: Binding | None = None, eps: float | None = None, x_ints: Binding | None = None,
+                 int8: bool = False, tune: Tuning = DEFAULT) -> list[Dispatch]:
     """matvec over row tiles (`row_tiles`) of the device's storage bindings: one dispatch per
     tile, W, W_up, out and bias bound at the tile's rows."""
     tiles = row_tiles(p.wtype, p.k, p.m, device.limits)
-    knobs = dict(norm=norm, eps=eps, int8=int8, tune=tune)
+    knobs = dict(norm=norm, eps=eps, x_ints=x_ints, int8=int8, tune=tune)
     if len(tiles) == 1:
         return [matvec(kernels, device, out, p, x, **knobs)]
     return [matvec(kernels, device, byte_range(out, 4 * start, 4 * n, device.limits), p.rows(start, n, device.limits),

@@ -249,18 +249,34 @@ class DecodeBuilder(Builder):
     its splits merged by a narrow model's output projection."""
 
     def normed(self, x, norm):
-        return [], x, norm   # each matvec fuses the norm
+        """Each matvec fuses the norm; where x's integers are made once (`x_ints`), the norm runs
+        apart into xb and writes them too."""
+        if norm is None or self.x_ints is None:
+            return [], x, norm
+        bits = 8 if self.numerics.int8 else max(matvec.X_BITS)
+        return [matmul.rms_norm_x_int(self.kernels, self.act.xb, self.x_ints, x, self.weights.vector(norm),
+                                      self.state.step, n=self.cfg.hidden, eps=self.cfg.eps, max_rows=1,
+                                      planes=bits // 8, group=16, label=norm)], self.act.xb, None
+
+    @cached_property
+    def x_ints(self) -> Binding | None:
+        """act.xbi, where the decode matvecs read a normed x's integers from a record its norm
+        writes (matvec.uses_record)."""
+        return self.act.xbi if self.act.xbi is not None and matvec.uses_record(self.device, self.cfg.hidden) else None
 
     def proj(self, out, m, x, *, norm=None, **kw):
+        steps, x, norm = self.normed(x, norm)
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
+        ints = self.x_ints if x is self.act.xb else None   # xb is written by `normed` alone
         with _naming(m.name):
-            steps = matvec.matvec_tiled(self.kernels, self.device, out, m.projection(**kw), x,
-                                        int8=self.numerics.int8, **fused)
+            steps += matvec.matvec_tiled(self.kernels, self.device, out, m.projection(**kw), x, x_ints=ints,
+                                         int8=self.numerics.int8, **fused)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 
     def qkv(self, i):
         cfg, b, a = self.cfg, f"blk.{i}.", self.act
-        kv, norm = cfg.kv_dim(i), b + "attn_norm.weight"
+        steps, x, norm = self.normed(a.x, b + "attn_norm.weight")   # once, for every run
+        kv = cfg.kv_dim(i)
         offset = {"q": 0, "k": 4 * cfg.q_dim, "v": 4 * (cfg.q_dim + kv)}
         size = {"q": 4 * cfg.q_dim, "k": 4 * kv, "v": 4 * kv}
         runs = self.weights.qkv_runs(i)
@@ -268,14 +284,13 @@ class DecodeBuilder(Builder):
             runs, out = ["q", "k", "v"], {"q": a.q, "k": a.k, "v": a.v}
         else:              # q | k | v in one buffer, a matvec per run of one type
             out = {p: Binding(a.qkv.buffer, offset[p], size[p]) for p in "qkv"}
-        steps = []
         for run in runs:
             m, bias = self.weights.stacked(i, run)
             part = Binding(out[run[0]].buffer, out[run[0]].offset, sum(size[p] for p in run))
-            steps += self.proj(part, m, a.x, norm=norm, bias=bias)
+            steps += self.proj(part, m, x, norm=norm, bias=bias)
             if len(run) > 1:   # a stacked matrix has no adapters: each projection in it brings its own
                 for p in run:
-                    steps += self.adapt(out[p], f"{b}attn_{p}.weight", a.x, norm=norm)
+                    steps += self.adapt(out[p], f"{b}attn_{p}.weight", x, norm=norm)
         return (steps, *(out[p] for p in "qkv"))
 
     def attend(self, i, q, k, v):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from cera.config import ModelConfig
 from cera.device import Binding, Device
-from cera.gpu import attention, matmul
+from cera.gpu import attention, matmul, matvec
 from cera.gpu.numerics import cache_row_bytes
 
 STEP_FORMAT = "<4I"   # struct Step (shaders/common.wgsl) { pos: u32, n_tokens: u32, chain: u32, draw: u32 }
@@ -57,7 +57,8 @@ class Activations:
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
     xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (matmul.quantize_x)
-    xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (matmul.rms_norm_x_int)
+    xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (matmul.rms_norm_x_int);
+                                      # decode's (one row): as its matvecs read them (matvec.record_words)
     parts: Binding | None = None      # (SPLIT_MAX, rows, hidden): K's parts of a split matmul (matmul.k_parts)
 
     @staticmethod
@@ -72,6 +73,8 @@ class Activations:
             a["xi"] = (r, matmul.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
             if h % 256 == 0:
                 a["xbi"] = (r, matmul.x_int_stride(h))
+        if rows == 1 and h >= matvec.RECORD_MIN_K and h % 256 == 0:
+            a["xbi"] = (r, matvec.record_words(h, max(matvec.X_BITS)))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),
