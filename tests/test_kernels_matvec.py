@@ -471,18 +471,18 @@ def test_matvec_rows_per_thread_rule():
     assert matvec.rows_per_thread(24, 1536, 151936) == 1
 
 
-@pytest.mark.parametrize("k, m", [(3584, 18944), (4096, 14336)])
-def test_matvec_glu_workgroups_rule(k, m):
-    """A GLU of two rows a thread takes threads a row up to GLU_MIN_WORKGROUPS workgroups (and no
-    further than it must); with one row a thread, or for another matrix, the rule is as before."""
-    def workgroups(tpr, rpt):
-        return matvec.workgroups(m, tpr, rpt)
-
-    plain = matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=2)
-    assert matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=1, glu=True) == plain
-    assert workgroups(plain, 2) < matvec.GLU_MIN_WORKGROUPS
-    tpr = matvec.x_int_threads_per_row(T.Q4_K, k, m, 24, rpt=2, glu=True)
-    assert workgroups(tpr, 2) >= matvec.GLU_MIN_WORKGROUPS > workgroups(tpr // 2, 2)
+@pytest.mark.parametrize("t, k, m, rpt", [(T.Q4_K, 4096, 14336, 2), (T.Q4_K, 3584, 18944, 2), (T.Q6_K, 4096, 128256, 2),
+                                         (T.Q6_K, 4096, 1024, 1), (T.Q4_K, 256, 5, 1)])
+def test_matvec_record_threads_rule(t, k, m, rpt):
+    """A matvec reading x's record takes threads a row up to about RECORD_THREADS in all (a
+    thread's rows counted once), no more than the row has items, and at least as many as the
+    staged rule gives the same matrix."""
+    items = quant.units_per_row(t, k) // quant.X_INT_ITEM_UNITS[t]
+    tpr = matvec.record_threads_per_row(t, k, m, rpt)
+    threads = lambda tpr: tpr * -(-m // rpt)
+    assert threads(tpr) <= matvec.RECORD_THREADS and tpr <= items
+    assert tpr == matvec.WORKGROUP or 2 * tpr > items or threads(2 * tpr) > matvec.RECORD_THREADS
+    assert tpr >= matvec.x_int_threads_per_row(t, k, m, 24)
 
 
 @pytest.mark.parametrize("workgroup", [4, 32, 64])

@@ -34,8 +34,8 @@ X_BITS = (0, 8, 24)
 X_INT_MIN_ROWS = 1024                        # x_int_bits' default: integer x in matrices this tall or taller
 RPT_MIN_ROWS = 2048                          # rows_per_thread: two rows a thread in integer-x matrices this tall
 RPT_MIN_K = 3584                             # and this wide
-GLU_MIN_WORKGROUPS = 384                     # x_int_threads_per_row: a GLU of two rows a thread has this many workgroups
 RECORD_MIN_K = 3584                          # uses_record: a normed x this wide has its integers made once
+RECORD_THREADS = 1 << 19                     # record_threads_per_row: about this many threads a matvec
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,7 @@ def threads_per_row(wtype: int, k: int, m: int, workgroup: int = WORKGROUP) -> i
     return tpr
 
 
-def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP, rpt: int = 1,
-                          glu: bool = False) -> int:
+def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int = WORKGROUP) -> int:
     """Threads per row of an integer-x matvec of `bits`-bit x (items of ITEM_UNITS units,
     quant_items_int.wgsl): at least two items a thread and at most 2^18 threads in all for 8 bits, a third of
     that for 24 (three bytes of x to convert for every element), where threads_per_row takes one
@@ -136,15 +135,7 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
     With 8 bits, 16 threads a row beat 32 for the GLU and the merging output projection, and a
     256-row v projection is slower with fewer threads, hence the floor; with 24 bits the GLU runs
     best with 8, the other projections with 16; the LM head (151936 rows of 24 Q6_K items) runs
-    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions).
-
-    A GLU (`glu`: gate and up rows, the most work a workgroup has) of two rows a thread (`rpt`)
-    takes more threads a row until it has GLU_MIN_WORKGROUPS, about three to each of a big GPU's
-    multiprocessors: at 4 threads a row Qwen2.5-7B's 18944-row GLU had 148 workgroups, a few
-    more than an H100's 132, and took 75 us a layer, 55 with 592; Llama-3.1-8B's 112 (one each,
-    some idle) took 48.5-48.7 us, 49.6 with 448, 51.4 with 896. The other matrices have less work a
-    workgroup, and more workgroups made them slower, each normalizing and converting x again
-    (docs/PERFORMANCE.md, decisions)."""
+    best with 2, the least this starts from (docs/PERFORMANCE.md, decisions)."""
     items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
     most = (1 << 18) * 8 // bits
     tpr = 2
@@ -152,8 +143,20 @@ def x_int_threads_per_row(wtype: int, k: int, m: int, bits: int, workgroup: int 
         tpr *= 2
     while tpr < workgroup and tpr * m < 1 << 13 and tpr * 2 <= items:
         tpr *= 2
-    while glu and rpt > 1 and tpr < workgroup and workgroups(m, tpr, rpt, workgroup) < GLU_MIN_WORKGROUPS \
-            and tpr * 2 <= items:
+    return tpr
+
+
+def record_threads_per_row(wtype: int, k: int, m: int, rpt: int, workgroup: int = WORKGROUP) -> int:
+    """Threads per row of a matvec reading x's record of integers (X_RECORD): about
+    RECORD_THREADS in all, a thread's `rpt` rows counted once, and no more than the row has items.
+    Its workgroups prepare nothing, so many small ones cost little and even out the GPU's
+    multiprocessors, where x_int_threads_per_row keeps few fat ones: on an H100, four times
+    x_int_threads_per_row's took the Llama-3.1-8B shape's step from 4.263 to 3.780 ms and
+    Qwen2.5-7B's from 3.623 to 3.514 (their GLUs 448 -> 1792 and 592 -> 2368 workgroups);
+    eight times, no further (docs/PERFORMANCE.md, decisions)."""
+    items = units_per_row(wtype, k) // X_INT_ITEM_UNITS[T(wtype)]
+    tpr = 2
+    while tpr < workgroup and tpr * 2 * -(-m // rpt) <= RECORD_THREADS and tpr * 2 <= items:
         tpr *= 2
     return tpr
 
@@ -179,11 +182,11 @@ def workgroups(m: int, tpr: int, rpt: int, workgroup: int = WORKGROUP) -> int:
 
 def rows_per_thread(bits: int, k: int, m: int) -> int:
     """Rows a thread sums: two in integer-x matvecs of at least RPT_MIN_ROWS rows of RPT_MIN_K
-    elements, one otherwise. Every workgroup turns all of x into integers first, a cost that grows
-    with x's length; with two rows a thread it pays it once for twice the rows, each x word a
-    thread reads serves both rows, and two rows' weights are in flight. That wins for a 4096- or
-    3584-wide x and loses for a 1536-wide one, whose conversion is cheap and whose matvecs then
-    have half the workgroups; a 1024-row matrix does not gain (docs/PERFORMANCE.md, decisions)."""
+    elements, one otherwise. Each x word a thread reads serves both rows, and two rows' weights
+    are in flight; where every workgroup turns all of x into integers first, it pays that once for
+    twice the rows. That wins for a 4096- or 3584-wide x, staged or read from a record, and loses
+    for a 1536-wide one, whose conversion is cheap and whose matvecs then have half the
+    workgroups; a 1024-row matrix does not gain (docs/PERFORMANCE.md, decisions)."""
     return 2 if bits and m >= RPT_MIN_ROWS and k >= RPT_MIN_K else 1
 
 
@@ -196,20 +199,23 @@ def use_subgroups(device, wanted: bool | None) -> bool:
     return has if wanted is None else wanted
 
 
-def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False, int8: bool = False) -> Tuning:
+def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False, record: bool = False,
+          int8: bool = False) -> Tuning:
     """`tune` with every knob a matvec of `p` reads resolved, as `matvec` resolves them: the
     reduction (`use_subgroups`), x's bits (`x_int_bits`; floats: x is staged as floats, normed or
-    merged), the workgroup size (WORKGROUP), the threads per row (`threads_per_row`,
-    `x_int_threads_per_row`) and the rows per thread (`rows_per_thread`)."""
+    merged, or `record`: its integers are in a record), the workgroup size (WORKGROUP), the
+    threads per row (`threads_per_row`, `x_int_threads_per_row`, with a record
+    `record_threads_per_row`) and the rows per thread (`rows_per_thread`)."""
     tune.check("matvec", "tpr", "rpt", "workgroup", "subgroups", "x_bits")
     t, k, m = weight_type(p.wtype), p.k, p.m
     subgroups = use_subgroups(device, tune.subgroups)
-    bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats, int8=int8)
+    bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats or record, int8=int8)
     workgroup = tune.workgroup or WORKGROUP
     rpt = tune.rpt or rows_per_thread(bits, k, m)
     if rpt not in (1, 2):
         raise InvalidArgument(f"matvec: {rpt!r} rows per thread (expected 1 or 2)")
-    tpr = tune.tpr or (x_int_threads_per_row(t, k, m, bits, workgroup, rpt, p.glu) if bits else threads_per_row(t, k, m, workgroup))
+    tpr = tune.tpr or (record_threads_per_row(t, k, m, rpt, workgroup) if bits and record
+                       else x_int_threads_per_row(t, k, m, bits, workgroup) if bits else threads_per_row(t, k, m, workgroup))
     if workgroup & (workgroup - 1) or not tpr <= workgroup <= WORKGROUP:
         raise InvalidArgument(f"matvec: a workgroup of {workgroup} invocations for {tpr} threads per row "
                               f"(expected a power of two from {tpr} to {WORKGROUP})")
@@ -240,7 +246,7 @@ def matvec(kernels, device, out: Binding, p: Projection, x: Binding | Partials, 
     t, k, m = weight_type(p.wtype), p.k, p.m
     merge = not isinstance(x, Binding)   # attention.Partials
     floats = merge or norm is not None    # x staged as floats, where it fits: merged or normalized
-    knobs = tuned(device, p, tune, floats=floats or x_ints is not None, int8=int8)
+    knobs = tuned(device, p, tune, floats=floats, record=x_ints is not None, int8=int8)
     subgroups, bits, tpr, rpt = knobs.subgroups, knobs.x_bits, knobs.tpr, knobs.rpt
     record = bits and x_ints is not None
     if record and (norm is not None or merge):
