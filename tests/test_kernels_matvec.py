@@ -418,7 +418,8 @@ def test_matvec_integer_x_two_rows_a_thread(gpu, tpr, subgroups):
 @pytest.mark.parametrize("bits", [24, 8])
 def test_matvec_reads_x_record(gpu, bits, subgroups):
     """x's record of integers, written once by its norm (matmul.rms_norm_x_int for one row, spread
-    over a workgroup per 1024 elements: 2560 take three, the last partly), then read from storage
+    over a workgroup per 1024 elements: 2560 take three, the last partly; word for word what
+    quantize_x writes of the norm's rows, the record of an x that is not normed), then read from storage
     by the matvecs (X_RECORD): Q4_K and Q6_K rows, a GLU, two rows a thread, a row a thread, scale
     and bias; against numpy's W @ rms_norm(x) (8 bits: its q8_k). A matvec of f32 x (a type of
     no integer dot) reads the norm's rows beside it, which are ops.rms_norm's."""
@@ -436,6 +437,11 @@ def test_matvec_reads_x_record(gpu, bits, subgroups):
                                  planes=bits // 8, group=16)
     assert norm.groups[0] == 3
     assert_close(run(gpu, [norm], xb, k), normed, atol=1e-5 * np.abs(normed).max(), rtol=1e-5, what="the norm's rows")
+    words = run(gpu, [], record, matvec.record_words(k, bits), np.uint32)
+    again = upload(gpu, np.zeros_like(words), "again")   # quantize_x of the norm's rows: an x that is not normed
+    quantized = matmul.quantize_x(gpu.kernels, Binding(again), Binding(xb), Binding(step), k=k, max_rows=1,
+                                  planes=bits // 8, group=16)
+    np.testing.assert_array_equal(run(gpu, [quantized], again, words.shape, np.uint32), words)
     for t, m, kw in [(T.Q4_K, 67, dict(glu=True, tpr=8, rpt=2)), (T.Q6_K, 70, dict(tpr=1)),
                      (T.Q4_K, 300, dict(scale=0.375, bias=True)), (T.Q8_0, 9, {})]:
         raw, w = random_rows(t, m, k, rng)

@@ -291,14 +291,18 @@ def int_tiles(limits, glu: bool, max_rows: int, m: int) -> IntTiles:
     return max(fitting, key=lambda t: _workgroups(t, m, max_rows))
 
 
-def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, label: str = "quantize_x") -> Dispatch:
-    """xi (rows, x_int_stride(k)) = x (rows, k) f32 in 8-bit integers (shaders/quantize_x.wgsl)
-    for rows < step.n_tokens <= max_rows; k a multiple of 256."""
+def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, planes: int = 1, group: int = 32,
+               label: str = "quantize_x") -> Dispatch:
+    """xi (rows, x_int_stride(k, planes, group)) = x (rows, k) f32 in integers of `planes` bytes
+    (shaders/quantize_x.wgsl; 8 bits with a sum every 32 elements for the integer prefill, 24 with
+    one every 16 for the decode matvecs' X_RECORD) for rows < step.n_tokens <= max_rows; k a
+    multiple of 256."""
     if k % 256:
         raise Unsupported(f"quantize_x: k {k} must be a multiple of 256")
-    stride = x_int_stride(k)
-    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k}",
-                            reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=1, X_STRIDE=stride)
+    stride = x_int_stride(k, planes, group)
+    return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k} x{8 * planes}",
+                            reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=planes,
+                            X_STRIDE=stride, **flags(SUMS16=group == 16))
 
 
 def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int, planes: int = 1,

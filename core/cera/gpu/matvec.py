@@ -168,11 +168,19 @@ def record_words(k: int, bits: int) -> int:
 
 
 def uses_record(device, k: int) -> bool:
-    """Whether the decode matvecs of a normed k-element x read its integers from a record the
-    norm writes once (`matvec`'s x_ints; cera.gpu.matmul.rms_norm_x_int), rather than each
-    workgroup normalizing x and turning it into integers itself: for x of RECORD_MIN_K or more
-    elements in whole 256-element blocks, where the device has packed dot products."""
+    """Whether the decode matvecs of a k-element x read its integers from a record made once for
+    all of them (`matvec`'s x_ints): by its norm (cera.gpu.matmul.rms_norm_x_int) rather than each
+    workgroup normalizing x and turning it into integers itself, or by quantize_x for an x that is
+    not normed (the down projections', attention's output) rather than the matvec reading f32 x:
+    for x of RECORD_MIN_K or more elements in whole 256-element blocks, where the device has
+    packed dot products."""
     return k >= RECORD_MIN_K and k % 256 == 0 and PACKED_DOT in device.features
+
+
+def record_bits(device, p: Projection, int8: bool = False) -> int:
+    """The bits of x's integers where a matvec of `p` reads them from a record (`uses_record`), 0
+    where it reads x."""
+    return tuned(device, p, record=True, int8=int8).x_bits if uses_record(device, p.k) else 0
 
 
 def workgroups(m: int, tpr: int, rpt: int, workgroup: int = WORKGROUP) -> int:

@@ -4,8 +4,9 @@
 `Plan`; they walk the model with the same per-layer builders (`Builder.layer`: attention or
 short conv, then the FFN) and differ only in how a step runs for their row count, which their
 `Builder` subclass says:
-  decode (one row)    a projection is a matvec with the block's RMSNorm fused in; q, k, v of
-                      one type are one stacked matvec; attention is split-KV, its pass turning
+  decode (one row)    a projection is a matvec with the block's RMSNorm fused in (for a wide x,
+                      matvec.uses_record: the norm apart, writing x's integers once for every
+                      matvec of it); q, k, v of one type are one stacked matvec; attention is split-KV, its pass turning
                       q and k (RoPE, QK-norm) and writing the cache itself; a narrow
                       attention's output projection merges its splits (no combine dispatch:
                       5 dispatches a layer), a wide one's reads a combine's output
@@ -267,9 +268,16 @@ class DecodeBuilder(Builder):
     def proj(self, out, m, x, *, norm=None, **kw):
         steps, x, norm = self.normed(x, norm)
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
+        p = m.projection(**kw)
         ints = self.x_ints if x is self.act.xb else None   # xb is written by `normed` alone
+        bits = matvec.record_bits(self.device, p, self.numerics.int8) if ints is None and norm is None \
+            and isinstance(x, Binding) and self.act.xi is not None else 0
+        if bits:   # a plain x (the down projection's, attention's output): its integers first
+            ints = Binding(self.act.xi.buffer, 0, 4 * matvec.record_words(p.k, bits))
+            steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1, planes=bits // 8,
+                                           group=16, label=f"{m.name} x"))
         with _naming(m.name):
-            steps += matvec.matvec_tiled(self.kernels, self.device, out, m.projection(**kw), x, x_ints=ints,
+            steps += matvec.matvec_tiled(self.kernels, self.device, out, p, x, x_ints=ints,
                                          int8=self.numerics.int8, **fused)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
 

@@ -56,7 +56,8 @@ class Activations:
     conv_out: Binding | None = None   # (rows, hidden)
     lora_t: Binding | None = None     # (rows, rank) A x' of a LoRA pair (rank: the largest loaded)
     up: Binding | None = None         # (rows, ff) up projection of an FFN whose GLU runs apart (LoRA on gate/up)
-    xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (matmul.quantize_x)
+    xi: Binding | None = None         # (rows, x_int_stride) u32: a matmul's x in integers (matmul.quantize_x);
+                                      # decode's: a matvec's x that is not normed (matvec.record_words)
     xbi: Binding | None = None        # (rows, x_int_stride(hidden)) u32: xb in integers (matmul.rms_norm_x_int);
                                       # decode's (one row): as its matvecs read them (matvec.record_words)
     parts: Binding | None = None      # (SPLIT_MAX, rows, hidden): K's parts of a split matmul (matmul.k_parts)
@@ -75,6 +76,9 @@ class Activations:
                 a["xbi"] = (r, matmul.x_int_stride(h))
         if rows == 1 and h >= matvec.RECORD_MIN_K and h % 256 == 0:
             a["xbi"] = (r, matvec.record_words(h, max(matvec.X_BITS)))
+        widest = max(cfg.ff, cfg.q_dim)
+        if rows == 1 and widest >= matvec.RECORD_MIN_K:
+            a["xi"] = (r, matvec.record_words(-(-widest // 256) * 256, max(matvec.X_BITS)))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),
