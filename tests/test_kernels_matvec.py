@@ -421,8 +421,9 @@ def test_matvec_reads_x_record(gpu, bits, subgroups):
     over a workgroup per 1024 elements: 2560 take three, the last partly; word for word what
     quantize_x writes of the norm's rows, the record of an x that is not normed), then read from storage
     by the matvecs (X_RECORD): Q4_K and Q6_K rows, a GLU, two rows a thread, a row a thread, scale
-    and bias; against numpy's W @ rms_norm(x) (8 bits: its q8_k). A matvec of f32 x (a type of
-    no integer dot) reads the norm's rows beside it, which are ops.rms_norm's."""
+    and bias, a device with no workgroup memory to stage x; against numpy's W @ rms_norm(x) (8
+    bits: its q8_k). A matvec of f32 x (a type of no integer dot) reads the norm's rows beside it,
+    which are ops.rms_norm's."""
     rng = np.random.default_rng(150 + bits)
     k, eps = 2560, 1e-5
     x = (rng.standard_normal(k) * 3).astype(np.float32)
@@ -442,8 +443,10 @@ def test_matvec_reads_x_record(gpu, bits, subgroups):
     quantized = matmul.quantize_x(gpu.kernels, Binding(again), Binding(xb), Binding(step), k=k, max_rows=1,
                                   planes=bits // 8, group=16)
     np.testing.assert_array_equal(run(gpu, [quantized], again, words.shape, np.uint32), words)
+    no_room = cramped(gpu, matvec.STAGE_SCRATCH)   # no x staged: a record needs none
     for t, m, kw in [(T.Q4_K, 67, dict(glu=True, tpr=8, rpt=2)), (T.Q6_K, 70, dict(tpr=1)),
-                     (T.Q4_K, 300, dict(scale=0.375, bias=True)), (T.Q8_0, 9, {})]:
+                     (T.Q4_K, 300, dict(scale=0.375, bias=True)), (T.Q6_K, matvec.X_INT_MIN_ROWS, dict(device=no_room)),
+                     (T.Q8_0, 9, {})]:
         raw, w = random_rows(t, m, k, rng)
         want = w.astype(np.float64) @ (want_x if t in quant.X_INT_TYPES else normed)
         spec = dict(wtype=t, k=k, m=m, scale=kw.get("scale"))
@@ -456,10 +459,10 @@ def test_matvec_reads_x_record(gpu, bits, subgroups):
             spec["bias"] = Binding(upload(gpu, b, "bias"))
             want = want * kw["scale"] + b
         out = upload(gpu, np.zeros(m, np.float32), "out")
-        dispatch = matvec.matvec(gpu.kernels, gpu.device, Binding(out), Projection(Binding(upload(gpu, raw, "w")), **spec),
-                                 Binding(xb), x_ints=Binding(record), int8=bits == 8,
-                                 tune=Tuning(tpr=kw.get("tpr"), rpt=kw.get("rpt"), subgroups=subgroups,
-                                             x_bits=bits if t in quant.X_INT_TYPES else None))
+        dispatch = matvec.matvec(gpu.kernels, kw.get("device", gpu.device), Binding(out),
+                                 Projection(Binding(upload(gpu, raw, "w")), **spec), Binding(xb), x_ints=Binding(record),
+                                 int8=bits == 8, tune=Tuning(tpr=kw.get("tpr"), rpt=kw.get("rpt"), subgroups=subgroups,
+                                                             x_bits=bits if m < matvec.X_INT_MIN_ROWS and t in quant.X_INT_TYPES else None))
         assert ("rec" in dispatch.label.split()) == (t in quant.X_INT_TYPES), dispatch.label
         mag = np.abs(w) @ np.abs(want_x)
         check_matvec(run(gpu, [norm, dispatch], out, m), want, mag * mag if kw.get("glu") else mag,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cera.gpu import matvec
 from cera.gpu.model import greedy_batches
 from cera.gpu.state import GREEDY_BATCH
 from golden import EXACT_TYPES, NMSE_EXACT, NMSE_QUANT, TIE_SIGMAS, nmse
@@ -104,15 +105,18 @@ def test_cache_type_menu_gives_the_native_text(page, models, cache, name):
     assert f16["kv_cache"] * VALUE_BYTES[cache] == memory["kv_cache"] * VALUE_BYTES["f16"]
 
 
-def test_integer_x_decode_in_the_page_gives_the_native_text(engine_page, models):
+@pytest.mark.parametrize("record", [False, True], ids=["staged", "record"])
+def test_integer_x_decode_in_the_page_gives_the_native_text(engine_page, models, record):
     """24-bit integer x in the page's decode matvecs (matvec.X_INT_MIN_ROWS lowered in the worker,
     so that the synthetic model's short Q4_K/Q6_K matrices take it, on SwiftShader's packed dot
-    products): the native host's greedy text, token for token (f32 x there)."""
+    products; with `record`, RECORD_MIN_K too: x's integers made once by its norm or quantize_x):
+    the native host's greedy text, token for token (f32 x there)."""
     path, url = models["gemma3_q4_k_m"]
     prompt = "Hello world, and the rest of it"
     native = native_generate(path, prompt, 12, False)
     rows = python_in_worker(engine_page, "from cera.gpu import matvec\n"
-                                         "rows, matvec.X_INT_MIN_ROWS = matvec.X_INT_MIN_ROWS, 0\nstr(rows)")
+                                         "rows, matvec.X_INT_MIN_ROWS = matvec.X_INT_MIN_ROWS, 0\n"
+                                         f"matvec.RECORD_MIN_K = {0 if record else 'matvec.RECORD_MIN_K'}\nstr(rows)")
     try:
         engine_page.evaluate("(url) => engine.reload(url)", url)
         result = generate(engine_page, prompt, 12)
@@ -122,8 +126,10 @@ from cera_web.session import sessions
 json.dumps([s.label for s in sessions[0].engine.backend.decode_plan.steps if s.label.startswith("matvec")])
 """)
     finally:
-        python_in_worker(engine_page, f"from cera.gpu import matvec\nmatvec.X_INT_MIN_ROWS = {rows}\n'{rows}'")
-    assert any(label.endswith(" x24") for label in labels), labels
+        python_in_worker(engine_page, f"from cera.gpu import matvec\nmatvec.X_INT_MIN_ROWS = {rows}\n"
+                                      f"matvec.RECORD_MIN_K = {matvec.RECORD_MIN_K}\n'{rows}'")
+    assert any(" x24" in label for label in labels), labels
+    assert any(label.endswith(" rec") for label in labels) == record, labels
     assert result["tokens"] == native["tokens"]
 
 

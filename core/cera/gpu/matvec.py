@@ -74,11 +74,13 @@ def staged_x_fits(device, k: int, sums: bool = False, floats: bool = True, x_bit
     return x_staging(k, sums, floats, x_bits).nbytes + STAGE_SCRATCH <= device.limits.max_compute_workgroup_storage_size
 
 
-def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False) -> int:
+def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: bool, int8: bool = False,
+               record: bool = False) -> int:
     """The bits of x's integers in a matvec's dot products (matvec_int.wgsl), or 0 for f32 x: `wanted`, or
     (None) 24 bits, 8 with `int8`, where x is staged as floats anyway (`floats`: a fused norm or
-    a merge), the matrix has X_INT_MIN_ROWS rows or more, and the type, the device's compiler and
-    its workgroup memory allow.
+    a merge) or its integers are in a record (`record`, nothing staged), the matrix has
+    X_INT_MIN_ROWS rows or more, and the type, the device's compiler and (staged) its workgroup
+    memory allow.
 
     24 bits (the default) keep f32 x's precision: x in steps of 1/8355711 of its block's largest
     |x| (f32's own rounding of that element is 1/16777216 of it), and each of the three bytes
@@ -89,13 +91,13 @@ def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: b
 
     Integer dots are faster than f32 x where x is staged; the 256-row v projections are faster
     with f32 x (every workgroup converts all of x, for few rows), hence X_INT_MIN_ROWS; the down
-    projections, whose x is not staged, are slower with integer x, so they keep f32 x
-    (docs/PERFORMANCE.md, decisions)."""
+    projections, whose x is not staged, are slower with integer x converted in every workgroup,
+    so they keep f32 x unless its integers come in a record (docs/PERFORMANCE.md, decisions)."""
     t = T(wtype)
     if wanted is None:
         bits = 8 if int8 else 24
-        fits = floats and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
-            and staged_x_fits(device, k, x_bits=bits)
+        fits = (floats or record) and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
+            and (record or staged_x_fits(device, k, x_bits=bits))
         return bits if fits else 0
     if wanted not in X_BITS:
         raise InvalidArgument(f"matvec: x_bits {wanted!r}: expected one of {', '.join(map(str, X_BITS))}")
@@ -171,9 +173,12 @@ def uses_record(device, k: int) -> bool:
     """Whether the decode matvecs of a k-element x read its integers from a record made once for
     all of them (`matvec`'s x_ints): by its norm (cera.gpu.matmul.rms_norm_x_int) rather than each
     workgroup normalizing x and turning it into integers itself, or by quantize_x for an x that is
-    not normed (the down projections', attention's output) rather than the matvec reading f32 x:
-    for x of RECORD_MIN_K or more elements in whole 256-element blocks, where the device has
-    packed dot products."""
+    not normed (the down projections', attention's output; cera.gpu.plan takes these only in
+    models whose normed x has records) rather than the matvec reading f32 x: for x of
+    RECORD_MIN_K or more elements in whole 256-element blocks, where the device has packed dot
+    products. On an H100, the Llama-3.1-8B shape's step 4.497 -> 3.594 ms with all of them;
+    Qwen2.5-1.5B's 8960-wide downs gained nothing (1.545 vs 1.544 ms) for 28 more dispatches a
+    token (docs/PERFORMANCE.md, decisions)."""
     return k >= RECORD_MIN_K and k % 256 == 0 and PACKED_DOT in device.features
 
 
@@ -217,7 +222,7 @@ def tuned(device, p: Projection, tune: Tuning = DEFAULT, *, floats: bool = False
     tune.check("matvec", "tpr", "rpt", "workgroup", "subgroups", "x_bits")
     t, k, m = weight_type(p.wtype), p.k, p.m
     subgroups = use_subgroups(device, tune.subgroups)
-    bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats or record, int8=int8)
+    bits = x_int_bits(device, t, k, m, tune.x_bits, floats=floats, int8=int8, record=record)
     workgroup = tune.workgroup or WORKGROUP
     rpt = tune.rpt or rows_per_thread(bits, k, m)
     if rpt not in (1, 2):

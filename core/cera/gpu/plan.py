@@ -271,8 +271,8 @@ class DecodeBuilder(Builder):
         p = m.projection(**kw)
         ints = self.x_ints if x is self.act.xb else None   # xb is written by `normed` alone
         bits = matvec.record_bits(self.device, p, self.numerics.int8) if ints is None and norm is None \
-            and isinstance(x, Binding) and self.act.xi is not None else 0
-        if bits:   # a plain x (the down projection's, attention's output): its integers first
+            and isinstance(x, Binding) and self.x_ints is not None else 0
+        if bits:   # a plain x (the down projection's, attention's output) of a model whose normed x has records
             ints = Binding(self.act.xi.buffer, 0, 4 * matvec.record_words(p.k, bits))
             steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1, planes=bits // 8,
                                            group=16, label=f"{m.name} x"))

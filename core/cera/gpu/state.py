@@ -74,11 +74,9 @@ class Activations:
             a["xi"] = (r, matmul.x_int_stride(-(-max(h, cfg.ff, cfg.q_dim) // 256) * 256))
             if h % 256 == 0:
                 a["xbi"] = (r, matmul.x_int_stride(h))
-        if rows == 1 and h >= matvec.RECORD_MIN_K and h % 256 == 0:
+        if rows == 1 and h >= matvec.RECORD_MIN_K and h % 256 == 0:   # decode's records of x (matvec.uses_record)
             a["xbi"] = (r, matvec.record_words(h, max(matvec.X_BITS)))
-        widest = max(cfg.ff, cfg.q_dim)
-        if rows == 1 and widest >= matvec.RECORD_MIN_K:
-            a["xi"] = (r, matvec.record_words(-(-widest // 256) * 256, max(matvec.X_BITS)))
+            a["xi"] = (r, matvec.record_words(-(-max(cfg.ff, cfg.q_dim) // 256) * 256, max(matvec.X_BITS)))
         if cfg.attention_layers:
             kv = max(cfg.kv_dim(i) for i in cfg.attention_layers)
             a.update(qkv=(r, cfg.q_dim + 2 * kv), q=(r, cfg.q_dim), k=(r, kv), v=(r, kv),
