@@ -6,8 +6,9 @@
 // (item_dot_int, K a multiple of 256; cera.gpu.quant.X_INT_TYPES).
 //
 // With flag X_RECORD, x comes in integers already, bound in x's place as a record of
-// x_int_record.wgsl (flag SUMS16) that rms_norm.wgsl (X_INT) wrote once for every matvec of the
-// step that reads it: the rows read it from storage, and no workgroup prepares anything first.
+// x_int_record.wgsl (flag SUMS16) that rms_norm.wgsl (X_INT) or quantize_x.wgsl wrote once for
+// every matvec of the step that reads it: the rows read it from storage, and no workgroup
+// prepares anything first.
 //
 // Defines: matvec.wgsl's, X_PLANES, ITEM_UNITS (cera.gpu.quant.X_INT_ITEM_UNITS), and the
 // lengths of x's arrays (cera.gpu.matvec.x_staging); flag X_RECORD. Bindings, dispatch: as

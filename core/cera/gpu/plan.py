@@ -6,7 +6,8 @@ short conv, then the FFN) and differ only in how a step runs for their row count
 `Builder` subclass says:
   decode (one row)    a projection is a matvec with the block's RMSNorm fused in (for a wide x,
                       matvec.uses_record: the norm apart, writing x's integers once for every
-                      matvec of it); q, k, v of one type are one stacked matvec; attention is split-KV, its pass turning
+                      matvec of it, as quantize_x does for an x not normed); q, k, v of one
+                      type are one stacked matvec; attention is split-KV, its pass turning
                       q and k (RoPE, QK-norm) and writing the cache itself; a narrow
                       attention's output projection merges its splits (no combine dispatch:
                       5 dispatches a layer), a wide one's reads a combine's output
