@@ -19,7 +19,9 @@ Weights are random valid blocks (tests/quantdata.py): timing does not depend on 
 Each kernel runs back to back in one submission, repeated until --min-time seconds pass (0:
 one run after the warm-up); the time per run is the wall time divided by the repeats (one
 4-byte readback closes each submission). Prints ms, GB/s (weights + activations read and
-written once) and GFLOP/s. The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
+written once) and GFLOP/s. Where a model's decode reads x's integers from a record
+(cera.gpu.matvec.uses_record: the 7-8B shapes), so do its matvecs here, the record made once
+before the timing, as the plan makes it once per token ("rec" in the configuration). The builders' knobs are cera.gpu.spec.Tuning's fields, each an option of the same name: --tpr,
 --rpt, --workgroup, --subgroups, --x-bits (the decode matvec), --tiles (the prefill matmul) and
 --heads (decode attention, beside its --split); left
 out, the builder's rule chooses. The prefill matmul runs as each of --variants (f32; f16: f16
@@ -118,11 +120,12 @@ MODELS.update({name: q4_k_m_layers(shape) for name, shape in SHAPES.items()})
 EVERY = ("smollm2", "qwen2.5")   # --model all
 
 
-def describe(device, mat: Matrix, tune: Tuning) -> str:
-    """A matvec's knobs as the builder resolves them for `mat`, e.g. "sg tpr 32 wg 256 x24"."""
-    t = matvec.tuned(device, Projection(None, mat.wtype, mat.k, mat.m), tune)
+def describe(device, mat: Matrix, tune: Tuning, record: bool = False) -> str:
+    """A matvec's knobs as the builder resolves them for `mat` (x's integers in a record with
+    `record`), e.g. "sg tpr 32 wg 256 x24"."""
+    t = matvec.tuned(device, Projection(None, mat.wtype, mat.k, mat.m), tune, record=record)
     return f"{'sg' if t.subgroups else 'wg'} tpr {t.tpr} wg {t.workgroup}" + (f" x{t.x_bits}" if t.x_bits else "") \
-        + (f" rpt {t.rpt}" if t.rpt > 1 else "")
+        + (f" rpt {t.rpt}" if t.rpt > 1 else "") + (" rec" if record and t.x_bits else "")
 
 
 @dataclass
@@ -153,6 +156,10 @@ class Bench:
         raw = np.tile(raw, (-(-m // raw.shape[0]), 1))[:m]
         return self.buffer(np.ascontiguousarray(raw), "w"), raw.nbytes
 
+    def run(self, dispatches) -> None:
+        """Run `dispatches` once, to their end."""
+        asyncio.run(self.device.run(self.device.schedule(list(dispatches)), Binding(self.sync, 0, 4)))
+
     def time(self, dispatches) -> float:
         """Seconds per run of `dispatches`."""
         dev = self.device
@@ -178,8 +185,11 @@ def report(what: str, seconds: float, nbytes: int, flops: int, note: str = "") -
 
 
 def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs: list[Tuning], halves,
-                 rng) -> list[Timing]:
-    """Time the kernels of `only` for one matrix; return the matvec timings (builder's first)."""
+                 rng, record: bool = False) -> list[Timing]:
+    """Time the kernels of `only` for one matrix; return the matvec timings (builder's first).
+    With `record`, the matvecs that take integer x read it from a record of x made before the
+    timing (matmul.quantize_x), as decode's do in a model whose x has records
+    (cera.gpu.matvec.uses_record)."""
     dev = bench.device
     w, wbytes = bench.weights(mat.wtype, mat.m, mat.k, rng)
     w_up = bench.weights(mat.wtype, mat.m, mat.k, rng)[0] if mat.glu else None
@@ -192,10 +202,15 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
     timings = []
     if "matvec" in only:
         dev.write(step, pack_step(0, 1))
+        ints = None
+        if record:   # x's record, made once here as the plan makes it once per token (not timed)
+            ints = Binding(bench.zeros(4 * matvec.record_words(mat.k, max(matvec.X_BITS)), "x record"))
+            bench.run([matmul.quantize_x(bench.kernels, ints, Binding(x), Binding(step), k=mat.k, max_rows=1,
+                                         planes=max(matvec.X_BITS) // 8, group=16)])
         for tune in configs:
             try:
-                config = describe(dev, mat, tune)
-                dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), p, Binding(x), tune=tune)
+                config = describe(dev, mat, tune, record)
+                dispatches = matvec.matvec_tiled(bench.kernels, dev, Binding(out), p, Binding(x), x_ints=ints, tune=tune)
             except (InvalidArgument, Unsupported) as e:
                 print(f"  matvec {tag}: {e}; left out")
                 continue
@@ -420,11 +435,13 @@ def main(argv=None, device=None) -> None:
         model = MODELS[key]
         print(f"{model.name}:")
         timings = []
+        hidden = model.matrices[0].k   # attn_q's x
         for mat in model.matrices:
             if args.wtype:
                 mat = replace(mat, wtype=T[args.wtype.upper()])
             if not names or mat.name in names:
-                timings += bench_matrix(bench, mat, args.rows, only, tiles, configs, halves, rng)
+                record = matvec.uses_record(device, hidden) and matvec.uses_record(device, mat.k)
+                timings += bench_matrix(bench, mat, args.rows, only, tiles, configs, halves, rng, record)
         if len(configs) > 1 and timings:
             sweep_table(timings)
         if "attention" in only:

@@ -33,6 +33,18 @@ def test_bench_kernels_sweeps_rows_per_thread(gpu, capsys):
         assert re.search(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) {config}$", out, re.M), out
 
 
+def test_bench_kernels_reads_x_records_where_decode_does(gpu, capsys, monkeypatch):
+    """Where the model's x has records (RECORD_MIN_K lowered for the tiny shapes), an integer-x
+    matvec reads x's record, as decode's would; without, it converts x itself."""
+    argv = ["--model", "tiny", "--only", "matvec", "--matrices", "attn_q", "--x-bits", "24", "--min-time", "0"]
+    bench_kernels.main(argv, device=gpu.device)
+    assert re.search(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) tpr \d+ wg 256 x24$", capsys.readouterr().out, re.M)
+    monkeypatch.setattr(bench_kernels.matvec, "RECORD_MIN_K", 0)
+    bench_kernels.main(argv, device=gpu.device)
+    out = capsys.readouterr().out
+    assert re.search(rf"^  matvec attn_q Q4_K 96x256{FIGURES}  (?:sg|wg) tpr \d+ wg 256 x24 rec$", out, re.M), out
+
+
 def test_bench_kernels_sweeps_decode_attention(gpu, capsys):
     bench_kernels.main(["--model", "tiny", "--only", "decode", "--depth", "100", "--heads", "1,2,3", "--split", "32,64",
                         "--min-time", "0"], device=gpu.device)
