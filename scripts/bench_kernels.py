@@ -204,9 +204,10 @@ def bench_matrix(bench: Bench, mat: Matrix, rows: int, only: set, tiles, configs
         dev.write(step, pack_step(0, 1))
         ints = None
         if record:   # x's record, made once here as the plan makes it once per token (not timed)
-            ints = Binding(bench.zeros(4 * matvec.record_words(mat.k, max(matvec.X_BITS)), "x record"))
+            bits = max(matvec.X_BITS)
+            ints = Binding(bench.zeros(4 * matvec.record_words(mat.k, bits), "x record"))
             bench.run([matmul.quantize_x(bench.kernels, ints, Binding(x), Binding(step), k=mat.k, max_rows=1,
-                                         planes=max(matvec.X_BITS) // 8, group=16)])
+                                         **matvec.record_layout(bits))])
         for tune in configs:
             try:
                 config = describe(dev, mat, tune, record)

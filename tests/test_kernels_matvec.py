@@ -435,13 +435,13 @@ def test_matvec_reads_x_record(gpu, bits, subgroups):
     gpu.device.write(step, pack_step(0, 1))
     norm = matmul.rms_norm_x_int(gpu.kernels, Binding(xb), Binding(record), Binding(upload(gpu, x, "x")),
                                  Binding(upload(gpu, norm_w, "norm_w")), Binding(step), n=k, eps=eps, max_rows=1,
-                                 planes=bits // 8, group=16)
+                                 **matvec.record_layout(bits))
     assert norm.groups[0] == 3
     assert_close(run(gpu, [norm], xb, k), normed, atol=1e-5 * np.abs(normed).max(), rtol=1e-5, what="the norm's rows")
     words = run(gpu, [], record, matvec.record_words(k, bits), np.uint32)
     again = upload(gpu, np.zeros_like(words), "again")   # quantize_x of the norm's rows: an x that is not normed
     quantized = matmul.quantize_x(gpu.kernels, Binding(again), Binding(xb), Binding(step), k=k, max_rows=1,
-                                  planes=bits // 8, group=16)
+                                  **matvec.record_layout(bits))
     np.testing.assert_array_equal(run(gpu, [quantized], again, words.shape, np.uint32), words)
     no_room = cramped(gpu, matvec.STAGE_SCRATCH)   # no x staged: a record needs none
     for t, m, kw in [(T.Q4_K, 67, dict(glu=True, tpr=8, rpt=2)), (T.Q6_K, 70, dict(tpr=1)),

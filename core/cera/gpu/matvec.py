@@ -95,7 +95,7 @@ def x_int_bits(device, wtype: int, k: int, m: int, wanted: int | None, floats: b
     so they keep f32 x unless its integers come in a record (docs/PERFORMANCE.md, decisions)."""
     t = T(wtype)
     if wanted is None:
-        bits = 8 if int8 else 24
+        bits = int_bits(int8)
         fits = (floats or record) and m >= X_INT_MIN_ROWS and t in X_INT_TYPES and PACKED_DOT in device.features \
             and (record or staged_x_fits(device, k, x_bits=bits))
         return bits if fits else 0
@@ -163,10 +163,21 @@ def record_threads_per_row(wtype: int, k: int, m: int, rpt: int, workgroup: int 
     return tpr
 
 
+def int_bits(int8: bool = False) -> int:
+    """x's bits where a matvec takes integer x by default: 24, or 8 with `int8` (`x_int_bits`)."""
+    return 8 if int8 else 24
+
+
+def record_layout(bits: int) -> dict:
+    """The shape of x's record of `bits`-bit integers as the matvecs read it (X_RECORD), as
+    cera.gpu.matmul's x_int_stride, quantize_x and rms_norm_x_int take it: the integer prefill's
+    record with a sum every 16 elements (the matvecs' groups; flag SUMS16)."""
+    return dict(planes=bits // 8, group=16)
+
+
 def record_words(k: int, bits: int) -> int:
-    """u32 words of x's record of `bits`-bit integers as the matvecs read it (X_RECORD): the
-    integer prefill's record (cera.gpu.matmul.x_int_stride) with a sum every 16 elements."""
-    return x_int_stride(k, bits // 8, 16)
+    """u32 words of x's record of `bits`-bit integers (`record_layout`)."""
+    return x_int_stride(k, **record_layout(bits))
 
 
 def uses_record(device, k: int) -> bool:

@@ -255,10 +255,10 @@ class DecodeBuilder(Builder):
         apart into xb and writes them too."""
         if norm is None or self.x_ints is None:
             return [], x, norm
-        bits = 8 if self.numerics.int8 else max(matvec.X_BITS)
+        layout = matvec.record_layout(matvec.int_bits(self.numerics.int8))
         return [matmul.rms_norm_x_int(self.kernels, self.act.xb, self.x_ints, x, self.weights.vector(norm),
-                                      self.state.step, n=self.cfg.hidden, eps=self.cfg.eps, max_rows=1,
-                                      planes=bits // 8, group=16, label=norm)], self.act.xb, None
+                                      self.state.step, n=self.cfg.hidden, eps=self.cfg.eps, max_rows=1, **layout,
+                                      label=norm)], self.act.xb, None
 
     @cached_property
     def x_ints(self) -> Binding | None:
@@ -275,8 +275,8 @@ class DecodeBuilder(Builder):
             and isinstance(x, Binding) and self.x_ints is not None else 0
         if bits:   # a plain x (the down projection's, attention's output) of a model whose normed x has records
             ints = Binding(self.act.xi.buffer, 0, 4 * matvec.record_words(p.k, bits))
-            steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1, planes=bits // 8,
-                                           group=16, label=f"{m.name} x"))
+            steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1,
+                                           **matvec.record_layout(bits), label=f"{m.name} x"))
         with _naming(m.name):
             steps += matvec.matvec_tiled(self.kernels, self.device, out, p, x, x_ints=ints,
                                          int8=self.numerics.int8, **fused)
