@@ -18,12 +18,14 @@
 //      `rot`, and the split holding p also turns the step's key and writes key and value to
 //      slot p, which its own later loads see (storageBarrier). Workgroups of other splits never
 //      read slot p; workgroups sharing a kv head in that split write the same values.
-//   2. SCORE_LANES invocations score each (head, key), a stripe of its vec4 columns each (so
-//      that neighbours load neighbouring bytes of a key), and their sums go to sc and red;  barriers
+//   2. SCORE_LANES invocations score each key, a stripe of its vec4 columns each (so that
+//      neighbours load neighbouring bytes of a key), against all HPW heads (each load of the
+//      key serves them all), and their sums go to sc and red;                       barriers
 //   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
 //   4. sc <- exp(sc - m);                                                            barrier
-//   5. invocation (part, head, vec4 column) sums p_j * v_j and p_j over the split's keys part,
-//      part + PARTS, ...; with PARTS > 1 the parts are added up through workgroup memory.
+//   5. invocation (part, vec4 column c) sums p_j * v_j and p_j over the split's keys part,
+//      part + PARTS, ... for all HPW heads (each load of a value serving them all); the parts are
+//      then added up through workgroup memory, a head at a time.                    barriers
 // Keys past p, and before the window, are never read (those slots may hold anything).
 // Loops count up by one to a constant (matvec.wgsl says why).
 //
@@ -46,8 +48,7 @@ const D4 = (HEAD_DIM + 3u) / 4u;               // vec4 columns of a head
 const REC = 1u + D4;                           // vec4 per scratch record
 const SLOT = N_KV_HEADS * HEAD_DIM;            // floats per cache slot
 const OUT4 = HPW * D4;                         // vec4 outputs of a workgroup
-const PARTS = max(1u, WG / OUT4);              // key stripes of the value pass
-const PSLOTS = max(1u, min(WG, (PARTS - 1u) * WG));   // parts' sums (WG when PARTS > 1, else unused)
+const PARTS = WG / D4;                         // key stripes of the value pass (HEAD_DIM <= 256: >= 4)
 const KEY_TRIPS = (SPLIT + PARTS - 1u) / PARTS;       // keys one invocation of the value pass takes at most
 const NEG_BIG = -3.0e38;
 
@@ -81,8 +82,8 @@ var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores, then exp(score - m
 var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPLIT] = head hh's max
 const LANES = min(D4, SCORE_LANES);                // invocations a key's score takes
 var<workgroup> score_part: array<f32, HPW * SPLIT * LANES>;   // their partial sums
-var<workgroup> part_o: array<vec4<f32>, PSLOTS>;   // per-part sums of p_j * v_j ...
-var<workgroup> part_l: array<f32, PSLOTS>;         // ... and of p_j
+var<workgroup> part_o: array<vec4<f32>, PARTS * D4>;   // per-part sums of p_j * v_j, a head at a time ...
+var<workgroup> part_l: array<f32, PARTS * HPW>;        // ... and of p_j
 #ifdef ROPE
 var<workgroup> rot: array<f32, (HPW + 1u) * HEAD_DIM>;   // the HPW query heads, then the step's key
 var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factors
@@ -204,6 +205,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = max(k0, first) - k0;       // keys lo .. n_live-1 of the split are seen
     let h0 = wid.x * HPW;               // first query head of the workgroup
     let kv_off = (h0 / GROUP) * HEAD_DIM;   // its kv head's offset inside a cache slot
+    let c = lid % D4;                   // the value pass's vec4 column ...
+    let part = lid / D4;                // ... and key stripe
 
     // 1. The query rows, pre-scaled.
 #ifdef ROPE
@@ -219,26 +222,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 #endif
 
-    // 2. Scores of (head hh, key k0 + j): LANES invocations a key, columns lane, lane + LANES, ...
-    for (var n = 0u; n < (HPW * SPLIT * LANES + WG - 1u) / WG; n++) {
+    // 2. Scores of key k0 + j against every head: LANES invocations a key, columns lane,
+    // lane + LANES, ..., each column of the key loaded once for the HPW heads.
+    for (var n = 0u; n < (SPLIT * LANES + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
-        if (i >= HPW * SPLIT * LANES) {
+        if (i >= SPLIT * LANES) {
             break;
         }
-        let j = (i / LANES) % SPLIT;
-        var s4 = vec4<f32>(0.0);
+        let j = i / LANES;
+        var s4: array<vec4<f32>, HPW>;
+        for (var hh = 0u; hh < HPW; hh++) {
+            s4[hh] = vec4<f32>(0.0);   // each trip (naga declares the array once, at the entry)
+        }
         if (j >= lo && j < n_live) {
-            let q0 = (i / (SPLIT * LANES)) * D4;
             let base = (k0 + j) * SLOT + kv_off;
             for (var col = 0u; col < (D4 + LANES - 1u) / LANES; col++) {   // columns i % LANES, + LANES, ...
                 let c = i % LANES + col * LANES;
                 if (c >= D4) {
                     break;
                 }
-                s4 = fma(qs[q0 + c], k_load4(base, c), s4);
+                let k = k_load4(base, c);
+                for (var hh = 0u; hh < HPW; hh++) {
+                    s4[hh] = fma(qs[hh * D4 + c], k, s4[hh]);
+                }
             }
         }
-        score_part[i] = s4.x + s4.y + s4.z + s4.w;
+        for (var hh = 0u; hh < HPW; hh++) {
+            score_part[(hh * SPLIT + j) * LANES + i % LANES] = s4[hh].x + s4[hh].y + s4[hh].z + s4[hh].w;
+        }
     }
     workgroupBarrier();
     for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
@@ -287,55 +298,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     workgroupBarrier();
 
-    // 5. o and l of (head hh, vec4 column c) over keys part, part + PARTS, ...
-    let rec0 = (t * N_SPLITS + wid.y) * N_HEADS + h0;   // record of head h0
-    for (var n = 0u; n < (OUT4 * PARTS + WG - 1u) / WG; n++) {
-        let i = n * WG + lid;
-        if (i >= OUT4 * PARTS) {
-            break;
-        }
-        let o = i % OUT4;
-        let hh = o / D4;
-        let c = o % D4;
-        var acc = vec4<f32>(0.0);
-        var l = 0.0;
+    // 5. o and l of every head's vec4 column c over keys part, part + PARTS, ..., each value
+    // column loaded once for the HPW heads; then the parts are added up through workgroup
+    // memory, a head at a time.
+    var acc: array<vec4<f32>, HPW>;
+    var l: array<f32, HPW>;
+    if (part < PARTS) {
         // keys lo + part, + PARTS, ... below n_live, in a fixed number of trips (so the compiler
         // can unroll them and issue their loads together): a trip past n_live reads key lo
         // with weight 0, which adds exactly nothing
         for (var trip = 0u; trip < KEY_TRIPS; trip++) {
-            let j = lo + i / OUT4 + trip * PARTS;
+            let j = lo + part + trip * PARTS;
             let live = j < n_live;
             let key = select(lo, j, live);
-            let p = select(0.0, sc[hh * SPLIT + key], live);
-            acc = fma(vec4<f32>(p), v_load4((k0 + key) * SLOT + kv_off, c), acc);
-            l += p;
-        }
-        if (PARTS == 1u) {
-            let rec = (rec0 + hh) * REC;
-            scratch[rec + 1u + c] = acc;
-            if (c == 0u) {
-                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            let v = v_load4((k0 + key) * SLOT + kv_off, c);
+            for (var hh = 0u; hh < HPW; hh++) {
+                let p = select(0.0, sc[hh * SPLIT + key], live);
+                acc[hh] = fma(vec4<f32>(p), v, acc[hh]);
+                l[hh] += p;
             }
-        } else {
-            part_o[i] = acc;
-            part_l[i] = l;
+        }
+        if (c == 0u) {
+            for (var hh = 0u; hh < HPW; hh++) {
+                part_l[part * HPW + hh] = l[hh];
+            }
         }
     }
-    if (PARTS > 1u) {
+    let rec0 = (t * N_SPLITS + wid.y) * N_HEADS + h0;   // record of head h0
+    for (var hh = 0u; hh < HPW; hh++) {
+        if (hh > 0u) {
+            workgroupBarrier();   // the last head's parts read before part_o is written again
+        }
+        if (part < PARTS) {
+            part_o[part * D4 + c] = acc[hh];
+        }
         workgroupBarrier();
-        if (lid < OUT4) {   // OUT4 * PARTS <= WG here
-            let hh = lid / D4;
-            let c = lid % D4;
-            var acc = vec4<f32>(0.0);
-            var l = 0.0;
-            for (var part = 0u; part < PARTS; part++) {
-                acc += part_o[part * OUT4 + lid];
-                l += part_l[part * OUT4 + lid];
+        if (lid < D4) {
+            var o = vec4<f32>(0.0);
+            var sum_l = 0.0;
+            for (var pp = 0u; pp < PARTS; pp++) {
+                o += part_o[pp * D4 + lid];
+                sum_l += part_l[pp * HPW + hh];
             }
             let rec = (rec0 + hh) * REC;
-            scratch[rec + 1u + c] = acc;
-            if (c == 0u) {
-                scratch[rec] = vec4<f32>(red[hh * SPLIT], l, 0.0, 0.0);
+            scratch[rec + 1u + lid] = o;
+            if (lid == 0u) {
+                scratch[rec] = vec4<f32>(red[hh * SPLIT], sum_l, 0.0, 0.0);
             }
         }
     }

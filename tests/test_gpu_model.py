@@ -72,7 +72,8 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     matvecs whose x is staged (a fused norm, attention's merge) take x in integers, the others
     f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones); with
     `record` (RECORD_MIN_K lowered too) each norm runs apart and writes x's integers once, which
-    the matvecs of its x read. Greedy decoding agrees with llama.cpp as the f32 path must, and
+    the matvecs of its x read, the downs' x is quantized once, and attention's combine writes its
+    output's integers for the output projection. Greedy decoding agrees with llama.cpp as the f32 path must, and
     with 24 bits the per-token logits are the numpy reference's to the tolerance decode holds
     prefill to (tests/test_prefill.py)."""
     monkeypatch.setattr(matvec, "X_INT_MIN_ROWS", 0)
@@ -91,7 +92,9 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     norms = [label for label in labels if label.endswith(f"norm.weight x{bits}")]
     assert len(norms) == (2 * gpu.backend.cfg.n_layers + 1 if record else 0), norms
     quantized = [i for i, label in enumerate(labels) if ".weight x " in label]   # an x that is not normed, in a record
-    assert bool(quantized) == record and all(labels[i + 1] in integer for i in quantized)   # downs, projections
+    assert bool(quantized) == record and all(labels[i + 1] in integer for i in quantized)   # the downs
+    combines = [label for label in labels if ".combine" in label]   # a wide attention's: its output's record too
+    assert (combines and all(label.endswith(f".combine x{bits}") for label in combines)) if record else not combines
     assert all(" x8" not in label and " x24" not in label for label in matvecs if label not in integer)
     assert all(label.split()[1] not in ("Q4_K", "Q6_K") for label in matvecs
                if label not in integer and (" xs" in label or "merge" in label))

@@ -8,7 +8,7 @@ from cera import ops
 from cera.config import FFN_GELU, FFN_SILU
 from cera.device import Binding
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu import attention, matvec, ops as gpu_ops
+from cera.gpu import attention, matmul, matvec, ops as gpu_ops
 from cera.gpu.spec import Projection, Tuning
 from cera.gpu.state import STEP_BYTES, pack_step
 from gpu_util import (CACHES, F16_CACHE, F32_CACHE, HALF_EDGES, MIXED_CACHES, Q8_CACHE, Q8_EDGES, Q8_MIXED_CACHES,
@@ -94,6 +94,7 @@ ROPE_CASES = [  # head_dim, n_heads, n_kv_heads, neox, n_rot, freq_factors, qk_n
     (256, 4, 1, True, None, False, True, 0.125, 1.0),   # linear scaling (Gemma-3 4B+ global layers)
     (96, 4, 4, True, None, True, False, 1.0, 1.19),     # Phi-3.5-mini LongRoPE factors and attention factor
     (128, 6, 2, True, 96, True, False, 1.0, 1.19),      # Phi-4-mini: the factor scales the rotated dims only
+    (128, 32, 8, False, None, True, False, 1.0, 1.0),   # Llama-3.1-8B: 4 heads a workgroup of decode attention
 ]
 
 
@@ -210,6 +211,7 @@ def test_q8_0_scale_quotients_are_rounded_as_f32_division(gpu):
 ATTENTION_SHAPES = [  # head_dim, n_heads, n_kv_heads, scale (None: 1/sqrt(head_dim)), split, window
     (64, 9, 3, None, attention.ATTENTION_SPLIT, 0),      # SmolLM2
     (128, 12, 2, None, attention.ATTENTION_SPLIT, 0),    # Qwen2.5-1.5B
+    (128, 32, 8, None, attention.ATTENTION_SPLIT, 0),    # Llama-3.1-8B: a workgroup takes 4 heads
     (80, 4, 4, 0.0078125, attention.ATTENTION_SPLIT, 0),  # a Granite-like attention.scale
     (256, 4, 2, None, attention.ATTENTION_SPLIT, 0),
     (18, 6, 2, None, attention.ATTENTION_SPLIT, 0),      # not a multiple of 4: the scalar path
@@ -231,7 +233,7 @@ SOFTCAP_CASES = [
                          [(*shape, F32_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
                          [(*shape, F16_CACHE, 0.0) for shape in ATTENTION_SHAPES] +
                          [(*shape, Q8_CACHE, 0.0) for shape in ATTENTION_SHAPES if shape[0] % 32 == 0] +
-                         [(*ATTENTION_SHAPES[i], cache, 0.0) for i in (0, 4) for cache in MIXED_CACHES] +
+                         [(*ATTENTION_SHAPES[i], cache, 0.0) for i in (0, 5) for cache in MIXED_CACHES] +
                          [(*ATTENTION_SHAPES[0], cache, 0.0) for cache in Q8_MIXED_CACHES] +
                          [(*shape, cache, cap) for shape, cap in SOFTCAP_CASES for cache in (F32_CACHE, F16_CACHE)] +
                          [(*SOFTCAP_CASES[0][0], Q8_CACHE, SOFTCAP_CASES[0][1])])
@@ -243,7 +245,7 @@ def test_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cac
     check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap)
 
 
-@pytest.mark.parametrize("heads,split", [(1, 64), (2, 64), (3, 128), (6, 64)])
+@pytest.mark.parametrize("heads,split", [(1, 64), (2, 64), (3, 128), (6, 32)])
 def test_attention_heads_per_workgroup(gpu, heads, split):
     """Decode attention with the query heads a workgroup takes set (Tuning's heads; the rule
     gives Qwen2.5-1.5B's heads one each): the same results as numpy's for each divisor of the
@@ -251,15 +253,42 @@ def test_attention_heads_per_workgroup(gpu, heads, split):
     check_attention(gpu, 128, 12, 2, None, split, 0, F16_CACHE, 0.0, Tuning(heads=heads))
 
 
+def test_heads_per_workgroup_rule():
+    """A workgroup takes the most heads of a GQA group that leave a split 8 workgroups or more and
+    fit 16 KiB of workgroup memory (the Llama-3.1-8B shape's 4), one head where none do:
+    Qwen2.5-7B's group of 7 (28 heads: 4 a split), Qwen2.5-1.5B's of 6 and SmolLM2's of 3."""
+    assert attention.heads_per_workgroup(128, 32, 4, 64, rope=True) == 4
+    assert attention.heads_per_workgroup(128, 64, 8, 64, rope=True) == 4       # 8 need 25 KiB
+    assert attention.heads_per_workgroup(128, 32, 4, 256, rope=True) == 1      # 4 of 256 keys need 33 KiB
+    assert attention.heads_per_workgroup(128, 28, 7, 64, rope=True) == 1
+    assert attention.heads_per_workgroup(128, 12, 6, 64, rope=True) == 1
+    assert attention.heads_per_workgroup(64, 9, 3, 64, rope=True) == 1
+
+
 def test_heads_per_workgroup_errors():
     with pytest.raises(InvalidArgument, match="5 heads a workgroup .expected a divisor of the GQA group, 6"):
-        attention.heads_per_workgroup(128, 6, 64, wanted=5)
+        attention.heads_per_workgroup(128, 12, 6, 64, wanted=5)
     with pytest.raises(Unsupported, match=r"6 heads of 128 with split 256 need \d+ bytes of workgroup memory .the device has 32768"):
-        attention.heads_per_workgroup(128, 6, 256, wanted=6, storage=32768)
+        attention.heads_per_workgroup(128, 12, 6, 256, wanted=6, storage=32768)
 
 
-def check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap, tune=Tuning()):
-    """test_attention's checks, with the builder's `tune`."""
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,bits", [(128, 8, 2, 24), (64, 12, 4, 24), (256, 4, 1, 8)])
+def test_attention_combine_writes_x_record(gpu, head_dim, n_heads, n_kv_heads, bits):
+    """Decode attention whose combine writes its output in integers too (attention.attention's xi, a
+    block of 256 / head_dim heads a workgroup): the output as numpy's, and the record word for word
+    what quantize_x writes of that output, for one and several rows; a head that does not tile
+    256-element blocks is refused."""
+    check_attention(gpu, head_dim, n_heads, n_kv_heads, None, attention.ATTENTION_SPLIT, 0, F16_CACHE, 0.0,
+                    record_bits=bits)
+    with pytest.raises(Unsupported, match="no integer record of 4 heads of 80"):
+        attention.attention(gpu.kernels, gpu.device, *(zeros(gpu, 1) for _ in range(5)), head_dim=80, n_heads=4,
+                            n_kv_heads=4, max_ctx=64, xi=zeros(gpu, 1))
+
+
+def check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, cache, softcap, tune=Tuning(),
+                    record_bits=0):
+    """test_attention's checks, with the builder's `tune`; with `record_bits`, the combine's record
+    of the output in integers of that many bits checked against quantize_x's."""
     device, kernels = gpu.device, gpu.kernels
     max_tokens, max_ctx = 5, 1024
     scale = 1.0 / np.sqrt(head_dim) if scale is None else scale
@@ -272,10 +301,16 @@ def check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, ca
                                                    max_tokens=max_tokens, split=split)
     scratch = upload(gpu, np.full(scratch_bytes // 4, np.nan, np.float32))
     step = device.buffer(STEP_BYTES, "step", uniform=True)
+    q_dim = n_heads * head_dim
+    words = max_tokens * matvec.record_words(q_dim, record_bits) if record_bits else 0
+    xi, again = (upload(gpu, np.zeros(max(words, 1), np.uint32)) for _ in range(2))
+    record = dict(xi=xi, **matvec.record_layout(record_bits)) if record_bits else {}
     dispatches = attention.attention(kernels, device, out, qb, kc, vc, step, head_dim=head_dim, n_heads=n_heads,
                                   n_kv_heads=n_kv_heads, scale=scale, max_tokens=max_tokens, max_ctx=max_ctx,
                                   split=split, scratch=scratch, window=window, cache_types=cache, softcap=softcap,
-                                  tune=tune)
+                                  tune=tune, **record)
+    quantized = matmul.quantize_x(kernels, again, out, step, k=q_dim, max_rows=max_tokens,
+                                  **matvec.record_layout(record_bits)) if record_bits else None
     # (pos, n_tokens): KV lengths 1000, 300, 1, 2, split-1, split, split+1; then several rows across a
     # split edge and up to the last slot. Long first, so shorter steps find stale records past them.
     cases = [(999, 1), (299, 1), (0, 1), (1, 1), (split - 2, 1), (split - 1, 1), (split, 1),
@@ -295,6 +330,11 @@ def check_attention(gpu, head_dim, n_heads, n_kv_heads, scale, split, window, ca
                             softcap)
         assert_close(got[:n_tokens], ref, 1e-4, 1e-4, f"attention pos {pos} n_tokens {n_tokens}")
         assert not got[n_tokens:].any(), "rows past step.n_tokens must stay untouched"
+        if quantized is not None:
+            live = n_tokens * words // max_tokens
+            submit(gpu, [quantized])
+            np.testing.assert_array_equal(read(gpu, xi, (words,), np.uint32)[:live],
+                                          read(gpu, again, (words,), np.uint32)[:live], f"record pos {pos}")
 
 
 @pytest.mark.parametrize("head_dim,n_heads,n_kv_heads,neox,n_rot,with_ff,qk_norm,freq_scale,attn_factor,cache",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cera.config import MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
+from cera.gpu.matmul import x_int_stride
 from cera.gpu.matvec import staged_x_fits
 from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.ops import Rope, check_heads
@@ -26,9 +27,11 @@ from cera.kernels import flags
 
 ATTENTION_SPLIT = 64           # keys per split of decode attention (a workgroup's share of a row)
 ATTENTION_STORAGE = DEFAULT_WORKGROUP_STORAGE   # attention.wgsl's workgroup memory budget
-# Most keys one invocation walks in attention.wgsl's value pass: more (two heads a workgroup)
-# was slower on an H200 (docs/PERFORMANCE.md, decisions).
-ATTENTION_SERIAL_KEYS = 8
+# The fewest workgroups a split of decode attention is given when a workgroup takes several query
+# heads of a GQA group: the Llama-3.1-8B shape (32 heads, 4 a workgroup) gained at depth 4096,
+# Qwen2.5-1.5B (12 heads, 3) and SmolLM2 (9, 3) lost at 512, Qwen2.5-7B (28, 7) at 4096
+# (docs/PERFORMANCE.md, decisions).
+ATTENTION_SPLIT_WORKGROUPS = 8
 # Invocations that score one key in attention.wgsl (each a stripe of its vec4 columns, so that a
 # key's bytes are loaded side by side, not a cache slot apart; docs/PERFORMANCE.md, decisions).
 ATTENTION_SCORE_LANES = 4
@@ -52,27 +55,21 @@ def attention_scratch_bytes(*, head_dim: int, n_heads: int, max_ctx: int, max_to
     return 16 * max_tokens * attention_splits(max_ctx, split) * n_heads * (1 + -(-head_dim // 4))
 
 
-def _value_parts(head_dim: int, hpw: int) -> int:
-    """attention.wgsl's PARTS: the key stripes of its value pass, for hpw heads a workgroup."""
-    return max(1, WORKGROUP // (hpw * -(-head_dim // 4)))
-
-
 def _attention_storage(head_dim: int, hpw: int, split: int, rope: bool) -> int:
     """Bytes of workgroup memory of an attention.wgsl workgroup of hpw heads (rope: the fused
     RoPE's rows too)."""
     d4 = -(-head_dim // 4)
-    storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) \
-        + (20 * WORKGROUP if _value_parts(head_dim, hpw) > 1 else 20)
+    parts = WORKGROUP // d4
+    storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) + 16 * parts * d4 + 4 * parts * hpw
     return storage + (4 * (hpw + 1) * (head_dim + 1) if rope else 0)
 
 
-def heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = False, wanted: int | None = None,
-                        storage: int = ATTENTION_STORAGE) -> int:
-    """Query heads of a GQA group one pass-1 workgroup of attention.wgsl takes: `wanted` (within
-    the device's `storage` bytes of workgroup memory), or (None) the most whose workgroup memory
-    fits ATTENTION_STORAGE while no invocation walks more than ATTENTION_SERIAL_KEYS keys of the
-    value pass (more heads share more K/V loads; fewer leave more invocations per output column, a
-    shorter serial chain). rope: the fused RoPE's rows too."""
+def heads_per_workgroup(head_dim: int, n_heads: int, group: int, split: int, rope: bool = False,
+                        wanted: int | None = None, storage: int = ATTENTION_STORAGE) -> int:
+    """Query heads of a GQA group one workgroup of attention.wgsl takes (each load of a key or
+    value serves them all): `wanted` (within the device's `storage` bytes of workgroup memory), or
+    (None) the most that leave a split ATTENTION_SPLIT_WORKGROUPS workgroups or more and whose
+    workgroup memory fits ATTENTION_STORAGE. rope: the fused RoPE's rows too."""
     if wanted is not None:
         if wanted < 1 or group % wanted:
             raise InvalidArgument(f"attention: {wanted!r} heads a workgroup (expected a divisor of the GQA "
@@ -82,10 +79,9 @@ def heads_per_workgroup(head_dim: int, group: int, split: int, rope: bool = Fals
             raise Unsupported(f"attention: {wanted} heads of {head_dim} with split {split} need {need} bytes "
                               f"of workgroup memory (the device has {storage})")
         return wanted
-    for hpw in sorted((n for n in range(1, group + 1) if group % n == 0), reverse=True):
-        serial = -(-split // _value_parts(head_dim, hpw))
-        if _attention_storage(head_dim, hpw, split, rope) <= ATTENTION_STORAGE \
-                and (serial <= ATTENTION_SERIAL_KEYS or hpw == 1):
+    for hpw in range(group, 0, -1):
+        if group % hpw == 0 and (hpw == 1 or n_heads // hpw >= ATTENTION_SPLIT_WORKGROUPS) \
+                and _attention_storage(head_dim, hpw, split, rope) <= ATTENTION_STORAGE:
             return hpw
     raise Unsupported(f"attention: no workgroup fits head_dim {head_dim} with split {split}")
 
@@ -139,7 +135,7 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
-    hpw = heads_per_workgroup(head_dim, n_heads // n_kv_heads, split, rope is not None, tune.heads,
+    hpw = heads_per_workgroup(head_dim, n_heads, n_heads // n_kv_heads, split, rope is not None, tune.heads,
                               device.limits.max_compute_workgroup_storage_size)
     scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
                                             max_tokens=max_tokens, split=split)
@@ -156,7 +152,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
         reads, writes = q_bytes + 8 * kv, slot_bytes
     return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
-                            label + (" rope" if rope is not None else ""), reads=reads, writes=writes,
+                            label + (" rope" if rope is not None else "") + (f" hpw{hpw}" if hpw > 1 else ""),
+                            reads=reads, writes=writes,
                             reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
                             SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
                             **partials.attention_defines(), **fused, **softcap_define(softcap),
@@ -164,7 +161,8 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
-              label: str = "attention", **kw) -> list[Dispatch]:
+              label: str = "attention", xi: Binding | None = None, planes: int = 3, group: int = 16,
+              **kw) -> list[Dispatch]:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
     with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
     (splits wholly before the window are skipped by both passes).
@@ -175,20 +173,40 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     With `rope` (decode: one row), q is instead the row's raw q | k | v, k and v at
     `kv_offsets` floats from q, and the first dispatch does rope_kv's work itself: [QK-norm,]
     RoPE of q and of the key, the key and value written to slot step.pos.
+    With `xi`, the combine also writes out in integers there, as cera.gpu.matmul.quantize_x
+    would of `planes` bytes with a sum every `group` elements (`record_fits`).
 
     Two dispatches: attention.wgsl scores and sums each split of `split` keys (a power of two)
     in its own workgroups, ceil(max_ctx / split) splits x (n_heads / heads per workgroup) x
     max_tokens, splits past a row's position exiting at once; attention_combine.wgsl merges
-    the live splits, n_heads x max_tokens workgroups. `scratch` holds the partials between
-    them (attention_scratch_bytes); layers run in sequence, so a plan can share one scratch
-    across its layers. Without one the builder allocates its own. (Decode skips the second
-    dispatch: its output projection merges the partials itself, attention_partials.)"""
+    the live splits, n_heads x max_tokens workgroups (with xi a 256-element block of out each).
+    `scratch` holds the partials between them (attention_scratch_bytes); layers run in
+    sequence, so a plan can share one scratch across its layers. Without one the builder
+    allocates its own. (Decode skips the second dispatch: its output projection merges the
+    partials itself, attention_partials.)"""
+    head_dim, n_heads = kw["head_dim"], kw["n_heads"]
+    if xi is not None and not record_fits(head_dim, n_heads * head_dim):
+        raise Unsupported(f"attention: no integer record of {n_heads} heads of {head_dim} (a head must divide 256, "
+                          f"and the heads make whole 256-element blocks)")
     first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, max_tokens=max_tokens,
                                   label=label, **kw)
-    combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step], (p.n_heads, max_tokens, 1),
-                               f"{label}.combine", writes=4 * p.n_heads * p.head_dim * max_tokens,
-                               **p.attention_defines())
+    q_dim, record = n_heads * head_dim, {}
+    groups = (n_heads, max_tokens, 1)
+    if xi is not None:
+        stride = x_int_stride(q_dim, planes, group)
+        record = dict(K=q_dim, X_PLANES=planes, X_STRIDE=stride, **flags(X_RECORD=True, SUMS16=group == 16))
+        groups = (q_dim // 256, max_tokens, 1)
+    combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step] + ([xi] if xi is not None else []),
+                               groups, f"{label}.combine" + (f" x{8 * planes}" if xi is not None else ""),
+                               writes=4 * q_dim * max_tokens + (4 * max_tokens * record["X_STRIDE"] if record else 0),
+                               **p.attention_defines(), **record)
     return [first, combine]
+
+
+def record_fits(head_dim: int, q_dim: int) -> bool:
+    """Whether attention_combine.wgsl can write its output's integers (X_RECORD): heads that
+    tile 256-element blocks."""
+    return 256 % head_dim == 0 and head_dim % 4 == 0 and q_dim % 256 == 0
 
 
 def window_define(window: int) -> dict:

@@ -183,9 +183,9 @@ def record_words(k: int, bits: int) -> int:
 def uses_record(device, k: int) -> bool:
     """Whether the decode matvecs of a k-element x read its integers from a record made once for
     all of them (`matvec`'s x_ints): by its norm (cera.gpu.matmul.rms_norm_x_int) rather than each
-    workgroup normalizing x and turning it into integers itself, or by quantize_x for an x that is
-    not normed (the down projections', attention's output; cera.gpu.plan takes these only in
-    models whose normed x has records) rather than the matvec reading f32 x: for x of
+    workgroup normalizing x and turning it into integers itself, or by quantize_x (or attention's
+    combine) for an x that is not normed (the down projections', attention's output; cera.gpu.plan
+    takes these only in models whose normed x has records) rather than the matvec reading f32 x: for x of
     RECORD_MIN_K or more elements in whole 256-element blocks, where the device has packed dot
     products. On an H100, the Llama-3.1-8B shape's step 4.497 -> 3.594 ms with all of them;
     Qwen2.5-1.5B's 8960-wide downs gained nothing (1.545 vs 1.544 ms) for 28 more dispatches a

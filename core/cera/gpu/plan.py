@@ -10,7 +10,8 @@ short conv, then the FFN) and differ only in how a step runs for their row count
                       type are one stacked matvec; attention is split-KV, its pass turning
                       q and k (RoPE, QK-norm) and writing the cache itself; a narrow
                       attention's output projection merges its splits (no combine dispatch:
-                      5 dispatches a layer), a wide one's reads a combine's output
+                      5 dispatches a layer), a wide one's reads a combine's output (with
+                      records, the combine writes the output's integers too)
   prefill (a chunk)   the RMSNorm runs once into `xb`, then register-tiled matmuls; RoPE and
                       the cache write, then one flash-style attention dispatch over the chunk's rows
 With LoRA adapters (cera.lora), a builder is made per adapter set: every adapted projection
@@ -83,6 +84,14 @@ class Plan:
 Adapters = dict[str, list[tuple[Matrix, Matrix, float]]]   # target tensor -> (A, B, s) per adapter, in order
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """A plain x whose integers the dispatch that wrote it wrote too (decode attention's combine):
+    the matvecs of x read `ints`, as quantize_x would have written them."""
+    x: Binding
+    ints: Binding
+
+
 class Builder:
     """The per-layer builders, for steps of `act.rows` tokens. Subclasses say how a projection,
     the q/k/v projections and attention run for their row count. `adapters`: the LoRA pairs
@@ -112,7 +121,8 @@ class Builder:
         """q, k, v = Wq, Wk, Wv (+ biases) applied to attn_norm(x): (steps, q, k, v)."""
         raise NotImplementedError
 
-    def attend(self, i: int, q: Binding, k: Binding, v: Binding) -> tuple[list[Step], Binding | attention.Partials]:
+    def attend(self, i: int, q: Binding, k: Binding, v: Binding) \
+            -> tuple[list[Step], Binding | attention.Partials | Recorded]:
         """Causal attention of rope(q) over layer i's cache, after rope(k) and v are written to
         it at the step's positions: (steps, what the output projection reads: act.att, or the
         partials it merges itself)."""
@@ -206,7 +216,7 @@ class Builder:
             steps = self.proj(a.hb, gate, a.x, norm=b + "ffn_norm.weight", w_up=up.binding, act=self.cfg.ffn_act)
         return steps + self.residual(w.matrix(b + "ffn_down.weight"), a.hb, b + "post_ffw_norm.weight")
 
-    def residual(self, m: Matrix, y: Binding | attention.Partials, post_norm: str) -> list[Step]:
+    def residual(self, m: Matrix, y: Binding | attention.Partials | Recorded, post_norm: str) -> list[Step]:
         """x += residual_scale * m y; with post-norms (gemma), m y goes to xb and
         x += rms_norm(xb) * weight `post_norm` is a dispatch of its own."""
         cfg, a = self.cfg, self.act
@@ -271,16 +281,26 @@ class DecodeBuilder(Builder):
         fused = dict(norm=self.weights.vector(norm), eps=self.cfg.eps) if norm else {}
         p = m.projection(**kw)
         ints = self.x_ints if x is self.act.xb else None   # xb is written by `normed` alone
-        bits = matvec.record_bits(self.device, p, self.numerics.int8) if ints is None and norm is None \
-            and isinstance(x, Binding) and self.x_ints is not None else 0
-        if bits:   # a plain x (the down projection's, attention's output) of a model whose normed x has records
-            ints = Binding(self.act.xi.buffer, 0, 4 * matvec.record_words(p.k, bits))
+        if isinstance(x, Recorded):
+            x, ints = x.x, x.ints
+        elif ints is None and norm is None and isinstance(x, Binding) and self.plain_bits(m):
+            bits = self.plain_bits(m)
+            ints = self.plain_ints(p.k, bits)
             steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1,
                                            **matvec.record_layout(bits), label=f"{m.name} x"))
         with _naming(m.name):
             steps += matvec.matvec_tiled(self.kernels, self.device, out, p, x, x_ints=ints,
                                          int8=self.numerics.int8, **fused)
         return steps + self.adapt(out, m.name, x, norm=norm, scale=kw.get("scale"))
+
+    def plain_bits(self, m: Matrix) -> int:
+        """The bits of the record a matvec of m reads a plain x (the down projection's,
+        attention's output) from, in a model whose normed x has records; 0: it reads x."""
+        return matvec.record_bits(self.device, m.projection(), self.numerics.int8) if self.x_ints is not None else 0
+
+    def plain_ints(self, k: int, bits: int) -> Binding:
+        """act.xi as the record of a plain x of k elements in `bits`-bit integers."""
+        return Binding(self.act.xi.buffer, 0, 4 * matvec.record_words(k, bits))
 
     def qkv(self, i):
         cfg, b, a = self.cfg, f"blk.{i}.", self.act
@@ -305,7 +325,8 @@ class DecodeBuilder(Builder):
     def attend(self, i, q, k, v):
         """Split-KV attention's first pass, its partials left for the output projection to
         merge (no combine dispatch) where attention.merge_in_projection says so, else both
-        passes. Where q, k, v are ranges of one buffer (the stacked matvec's), the first pass
+        passes, the combine writing the output's integers too where the projection reads them
+        from a record (`plain_bits`: a Recorded output). Where q, k, v are ranges of one buffer (the stacked matvec's), the first pass
         turns q and k itself and writes the cache (attention.attention's rope); else rope_kv
         first."""
         cfg = self.cfg
@@ -320,6 +341,11 @@ class DecodeBuilder(Builder):
         else:
             steps.append(self.rope_kv(i, q, k, v))
         if not attention.merge_in_projection(self.device, cfg.head_dim, cfg.q_dim):
+            bits = self.plain_bits(self.weights.matrix(f"blk.{i}.attn_output.weight"))
+            if bits and attention.record_fits(cfg.head_dim, cfg.q_dim):   # the combine writes its integers too
+                ints = self.plain_ints(cfg.q_dim, bits)
+                return steps + attention.attention(self.kernels, self.device, self.act.att, q_in, *caches, xi=ints,
+                                                   **matvec.record_layout(bits), **shape), Recorded(self.act.att, ints)
             return steps + attention.attention(self.kernels, self.device, self.act.att, q_in, *caches, **shape), \
                 self.act.att
         first, partials = attention.attention_partials(self.kernels, self.device, q_in, *caches, **shape)
