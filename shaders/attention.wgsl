@@ -237,13 +237,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (j >= lo && j < n_live) {
             let base = (k0 + j) * SLOT + kv_off;
             for (var col = 0u; col < (D4 + LANES - 1u) / LANES; col++) {   // columns i % LANES, + LANES, ...
-                let c = i % LANES + col * LANES;
-                if (c >= D4) {
+                let kc = i % LANES + col * LANES;
+                if (kc >= D4) {
                     break;
                 }
-                let k = k_load4(base, c);
+                let k = k_load4(base, kc);
                 for (var hh = 0u; hh < HPW; hh++) {
-                    s4[hh] = fma(qs[hh * D4 + c], k, s4[hh]);
+                    s4[hh] = fma(qs[hh * D4 + kc], k, s4[hh]);
                 }
             }
         }

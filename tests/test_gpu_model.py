@@ -73,9 +73,9 @@ def test_integer_x_decode_matches_llama_cpp(device, synth_gguf, monkeypatch, nam
     f32 x (X_INT_MIN_ROWS lowered: these models' matrices are shorter than the real ones); with
     `record` (RECORD_MIN_K lowered too) each norm runs apart and writes x's integers once, which
     the matvecs of its x read, the downs' x is quantized once, and attention's combine writes its
-    output's integers for the output projection. Greedy decoding agrees with llama.cpp as the f32 path must, and
-    with 24 bits the per-token logits are the numpy reference's to the tolerance decode holds
-    prefill to (tests/test_prefill.py)."""
+    output's integers for the output projection. Greedy decoding agrees with llama.cpp as the f32
+    path must, and with 24 bits the per-token logits are the numpy reference's to the tolerance
+    decode holds prefill to (tests/test_prefill.py)."""
     monkeypatch.setattr(matvec, "X_INT_MIN_ROWS", 0)
     if record:   # attention made wide too: its output, not normed, reaches the projection in a record
         monkeypatch.setattr(matvec, "RECORD_MIN_K", 0)

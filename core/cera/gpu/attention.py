@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from cera.config import MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
-from cera.gpu.matmul import x_int_stride
+from cera.gpu.matmul import x_record_defines
 from cera.gpu.matvec import staged_x_fits
 from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.ops import Rope, check_heads
@@ -160,9 +160,9 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                             **cache_flags(cache_types, head_dim)), partials
 
 
-def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: int = 1,
-              label: str = "attention", xi: Binding | None = None, planes: int = 3, group: int = 16,
-              **kw) -> list[Dispatch]:
+def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,
+              max_tokens: int = 1, label: str = "attention", xi: Binding | None = None, planes: int = 3,
+              group: int = 16, **kw) -> list[Dispatch]:
     """out = causal GQA attention of q over cache slots 0..step.pos + t for row t, split-KV;
     with a sliding `window` (a local layer), over slots p - window + 1 .. p for position p
     (splits wholly before the window are skipped by both passes).
@@ -184,22 +184,21 @@ def attention(kernels, device, out, q, k_cache, v_cache, step, *, max_tokens: in
     sequence, so a plan can share one scratch across its layers. Without one the builder
     allocates its own. (Decode skips the second dispatch: its output projection merges the
     partials itself, attention_partials.)"""
-    head_dim, n_heads = kw["head_dim"], kw["n_heads"]
-    if xi is not None and not record_fits(head_dim, n_heads * head_dim):
+    q_dim = n_heads * head_dim
+    if xi is not None and not record_fits(head_dim, q_dim):
         raise Unsupported(f"attention: no integer record of {n_heads} heads of {head_dim} (a head must divide 256, "
                           f"and the heads make whole 256-element blocks)")
-    first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, max_tokens=max_tokens,
-                                  label=label, **kw)
-    q_dim, record = n_heads * head_dim, {}
-    groups = (n_heads, max_tokens, 1)
-    if xi is not None:
-        stride = x_int_stride(q_dim, planes, group)
-        record = dict(K=q_dim, X_PLANES=planes, X_STRIDE=stride, **flags(X_RECORD=True, SUMS16=group == 16))
-        groups = (q_dim // 256, max_tokens, 1)
-    combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step] + ([xi] if xi is not None else []),
-                               groups, f"{label}.combine" + (f" x{8 * planes}" if xi is not None else ""),
-                               writes=4 * q_dim * max_tokens + (4 * max_tokens * record["X_STRIDE"] if record else 0),
-                               **p.attention_defines(), **record)
+    first, p = attention_partials(kernels, device, q, k_cache, v_cache, step, head_dim=head_dim, n_heads=n_heads,
+                                  max_tokens=max_tokens, label=label, **kw)
+    writes = 4 * q_dim * max_tokens
+    if xi is None:
+        combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step], (n_heads, max_tokens, 1),
+                                   f"{label}.combine", writes=writes, **p.attention_defines())
+    else:
+        record = x_record_defines(q_dim, planes, group)
+        combine = kernels.dispatch("attention_combine.wgsl", [p.scratch, out, step, xi], (q_dim // 256, max_tokens, 1),
+                                   f"{label}.combine x{8 * planes}", writes=writes + 4 * max_tokens * record["X_STRIDE"],
+                                   **p.attention_defines(), **record, **flags(X_RECORD=True))
     return [first, combine]
 
 

@@ -231,6 +231,13 @@ def x_int_stride(k: int, planes: int = 1, group: int = 32) -> int:
     return -(-(planes * k // 4 + k // group + k // 256) // 4) * 4
 
 
+def x_record_defines(k: int, planes: int, group: int) -> dict:
+    """The defines of x_int_record.wgsl for a writer of rows of k elements in integers of
+    `planes` bytes with a sum every `group` elements (quantize_x, rms_norm_x_int, attention's
+    combine)."""
+    return dict(K=k, X_PLANES=planes, X_STRIDE=x_int_stride(k, planes, group), **flags(SUMS16=group == 16))
+
+
 def int_tile(device, wtype: int, k: int) -> bool:
     """Whether the prefill matmul of `wtype` rows of k can take x in integers on `device`."""
     return T(wtype) in INT_TILE_TYPES and k % 256 == 0 and PACKED_DOT in device.features
@@ -299,10 +306,9 @@ def quantize_x(kernels, xi, x, step, *, k: int, max_rows: int, planes: int = 1, 
     multiple of 256."""
     if k % 256:
         raise Unsupported(f"quantize_x: k {k} must be a multiple of 256")
-    stride = x_int_stride(k, planes, group)
+    record = x_record_defines(k, planes, group)
     return kernels.dispatch("quantize_x.wgsl", [x, xi, step], (-(-k // 1024), max_rows, 1), f"{label} {k} x{8 * planes}",
-                            reads=4 * max_rows * k, writes=4 * max_rows * stride, K=k, X_PLANES=planes,
-                            X_STRIDE=stride, **flags(SUMS16=group == 16))
+                            reads=4 * max_rows * k, writes=4 * max_rows * record["X_STRIDE"], **record)
 
 
 def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows: int, planes: int = 1,
@@ -316,12 +322,11 @@ def rms_norm_x_int(kernels, out, xi, x, w, step, *, n: int, eps: float, max_rows
         raise Unsupported(f"rms_norm_x_int: n {n} must be a multiple of 256")
     if group not in (16, 32):
         raise InvalidArgument(f"rms_norm_x_int: a sum every {group!r} elements (expected 16 or 32)")
-    row, stride = 4 * n * max_rows, x_int_stride(n, planes, group)
+    row, record = 4 * n * max_rows, x_record_defines(n, planes, group)
     split = -(-n // 1024) if max_rows == 1 else 1
     return kernels.dispatch("rms_norm.wgsl", [x, w, out, step, xi], (split, max_rows, 1), f"{label} x{8 * planes}",
-                            reads=split * row + 4 * n, writes=row + 4 * max_rows * stride, N=n, K=n,
-                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_SPLIT=split,
-                            **flags(X_INT=True, SUMS16=group == 16), X_PLANES=planes, X_STRIDE=stride)
+                            reads=split * row + 4 * n, writes=row + 4 * max_rows * record["X_STRIDE"], N=n,
+                            ROWS_PER_TOKEN=1, EPS=float(eps), WG=256, X_SPLIT=split, **flags(X_INT=True), **record)
 
 
 def matmul_int(kernels, device, out, p: Projection, xi, step, *, max_rows: int, out_stride: int | None = None,

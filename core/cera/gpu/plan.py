@@ -283,8 +283,7 @@ class DecodeBuilder(Builder):
         ints = self.x_ints if x is self.act.xb else None   # xb is written by `normed` alone
         if isinstance(x, Recorded):
             x, ints = x.x, x.ints
-        elif ints is None and norm is None and isinstance(x, Binding) and self.plain_bits(m):
-            bits = self.plain_bits(m)
+        elif ints is None and norm is None and isinstance(x, Binding) and (bits := self.plain_bits(m)):
             ints = self.plain_ints(p.k, bits)
             steps.append(matmul.quantize_x(self.kernels, ints, x, self.state.step, k=p.k, max_rows=1,
                                            **matvec.record_layout(bits), label=f"{m.name} x"))
@@ -326,9 +325,9 @@ class DecodeBuilder(Builder):
         """Split-KV attention's first pass, its partials left for the output projection to
         merge (no combine dispatch) where attention.merge_in_projection says so, else both
         passes, the combine writing the output's integers too where the projection reads them
-        from a record (`plain_bits`: a Recorded output). Where q, k, v are ranges of one buffer (the stacked matvec's), the first pass
-        turns q and k itself and writes the cache (attention.attention's rope); else rope_kv
-        first."""
+        from a record (`plain_bits`: a Recorded output). Where q, k, v are ranges of one buffer
+        (the stacked matvec's), the first pass turns q and k itself and writes the cache
+        (attention.attention's rope); else rope_kv first."""
         cfg = self.cfg
         shape = dict(head_dim=cfg.head_dim, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads[i], max_ctx=self.ctx,
                      scratch=self.state.attention_scratch, scale=cfg.attention_scale, window=cfg.layer_window[i],
