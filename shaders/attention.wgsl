@@ -20,10 +20,10 @@
 //      read slot p; workgroups sharing a kv head in that split write the same values.
 //   2. SCORE_LANES invocations score each key, a stripe of its vec4 columns each (so that
 //      neighbours load neighbouring bytes of a key), against all HPW heads (each load of the
-//      key serves them all), and their sums go to sc and red;                       barriers
-//   3. each head's max of red by a tree of log2(SPLIT) halvings;                     barriers
-//   4. sc <- exp(sc - m);                                                            barrier
-//   5. invocation (part, vec4 column c) sums p_j * v_j and p_j over the split's keys part,
+//      key serves them all), and their sums go to sc;                               barriers
+//   3. the invocation of each score reads its head's SPLIT scores for their max m and writes
+//      exp(score - m) to prob (a loop in place of a tree of log2(SPLIT) barriers);  barrier
+//   4. invocation (part, vec4 column c) sums p_j * v_j and p_j over the split's keys part,
 //      part + PARTS, ... for all HPW heads (each load of a value serving them all); the parts are
 //      then added up through workgroup memory, a head at a time.                    barriers
 // Keys past p, and before the window, are never read (those slots may hold anything).
@@ -78,8 +78,9 @@ const NORM_BINDING = ROPE_BINDING;
 @group(0) @binding(4) var<uniform> step: Step;
 
 var<workgroup> qs: array<vec4<f32>, OUT4>;         // the HPW query rows * SCALE, zero-padded
-var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores, then exp(score - m)
-var<workgroup> red: array<f32, HPW * SPLIT>;       // the max tree; red[hh * SPLIT] = head hh's max
+var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores
+var<workgroup> prob: array<f32, HPW * SPLIT>;      // exp(score - m)
+var<workgroup> head_max: array<f32, HPW>;          // m of each head
 const LANES = min(D4, SCORE_LANES);                // invocations a key's score takes
 var<workgroup> score_part: array<f32, HPW * SPLIT * LANES>;   // their partial sums
 var<workgroup> part_o: array<vec4<f32>, PARTS * D4>;   // per-part sums of p_j * v_j, a head at a time ...
@@ -269,36 +270,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
         }
         sc[i] = s;
-        red[i] = s;
     }
     workgroupBarrier();
 
-    // 3. Each head's max over its SPLIT scores.
-    for (var halving = 1u; halving <= countTrailingZeros(SPLIT); halving++) {
-        let w = SPLIT >> halving;
-        for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
-            let i = n * WG + lid;
-            if (i >= HPW * SPLIT) {
-                break;
-            }
-            if (i % SPLIT < w) {
-                red[i] = max(red[i], red[i + w]);
-            }
-        }
-        workgroupBarrier();
-    }
-
-    // 4. Probabilities relative to the split's max (unseen keys: exp(-huge) = 0, unread).
+    // 3. Probabilities relative to the head's max over the split (unseen keys: exp(-huge) = 0,
+    // unread); every invocation of a head reads the same scores, which workgroup memory serves
+    // to all of them at once.
     for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
         if (i >= HPW * SPLIT) {
             break;
         }
-        sc[i] = exp(sc[i] - red[i - i % SPLIT]);
+        let head = i - i % SPLIT;
+        var m = NEG_BIG;
+        for (var j = 0u; j < SPLIT; j++) {
+            m = max(m, sc[head + j]);
+        }
+        prob[i] = exp(sc[i] - m);
+        if (i == head) {
+            head_max[i / SPLIT] = m;
+        }
     }
     workgroupBarrier();
 
-    // 5. o and l of every head's vec4 column c over keys part, part + PARTS, ..., each value
+    // 4. o and l of every head's vec4 column c over keys part, part + PARTS, ..., each value
     // column loaded once for the HPW heads; then the parts are added up through workgroup
     // memory, a head at a time.
     var acc: array<vec4<f32>, HPW>;
@@ -313,7 +308,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let key = select(lo, j, live);
             let v = v_load4((k0 + key) * SLOT + kv_off, c);
             for (var hh = 0u; hh < HPW; hh++) {
-                let p = select(0.0, sc[hh * SPLIT + key], live);
+                let p = select(0.0, prob[hh * SPLIT + key], live);
                 acc[hh] = fma(vec4<f32>(p), v, acc[hh]);
                 l[hh] += p;
             }
@@ -343,7 +338,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let rec = (rec0 + hh) * REC;
             scratch[rec + 1u + lid] = o;
             if (lid == 0u) {
-                scratch[rec] = vec4<f32>(red[hh * SPLIT], sum_l, 0.0, 0.0);
+                scratch[rec] = vec4<f32>(head_max[hh], sum_l, 0.0, 0.0);
             }
         }
     }

@@ -60,7 +60,7 @@ def _attention_storage(head_dim: int, hpw: int, split: int, rope: bool) -> int:
     RoPE's rows too)."""
     d4 = -(-head_dim // 4)
     parts = WORKGROUP // d4
-    storage = 16 * hpw * d4 + 4 * hpw * split * (2 + min(d4, ATTENTION_SCORE_LANES)) + 16 * parts * d4 + 4 * parts * hpw
+    storage = 16 * hpw * d4 + 4 * hpw * (1 + split * (2 + min(d4, ATTENTION_SCORE_LANES))) + 16 * parts * d4 + 4 * parts * hpw
     return storage + (4 * (hpw + 1) * (head_dim + 1) if rope else 0)
 
 
