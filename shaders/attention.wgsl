@@ -20,17 +20,20 @@
 //      read slot p; workgroups sharing a kv head in that split write the same values.
 //   2. SCORE_LANES invocations score each key, a stripe of its vec4 columns each (so that
 //      neighbours load neighbouring bytes of a key), against all HPW heads (each load of the
-//      key serves them all), and their sums go to sc;                               barriers
+//      key serves them all), and their sums go to sc, added by shuffles with SUBGROUPS (a
+//      key's lanes are an aligned run of a subgroup), else through workgroup memory;  barriers
 //   3. the invocation of each score reads its head's SPLIT scores for their max m and writes
 //      exp(score - m) to prob (a loop in place of a tree of log2(SPLIT) barriers);  barrier
 //   4. invocation (part, vec4 column c) sums p_j * v_j and p_j over the split's keys part,
 //      part + PARTS, ... for all HPW heads (each load of a value serving them all); the parts are
-//      then added up through workgroup memory, a head at a time.                    barriers
+//      then added up through workgroup memory, a head at a time (a butterfly of subgroup
+//      shuffles over a column's parts measured slower: docs/PERFORMANCE.md, tried).  barriers
 // Keys past p, and before the window, are never read (those slots may hold anything).
 // Loops count up by one to a constant (matvec.wgsl says why).
 //
 // Defines: HEAD_DIM (<= 256), N_HEADS, N_KV_HEADS, SCALE, SPLIT (a power of two), N_SPLITS, MAX_WG,
-// HPW, SCORE_LANES, optional WINDOW, optional SOFTCAP (gemma2); flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
+// HPW, SCORE_LANES, optional WINDOW, optional SOFTCAP (gemma2); flag SUBGROUPS (the device has
+// the feature, and LANES is a power of two); flag VEC4 (HEAD_DIM % 4 == 0: q and the caches move as vec4);
 // flags K_F16, V_F16: that cache holds f16 halves (half.wgsl); K_Q8, V_Q8: q8_0 blocks
 // (q8_cache.wgsl; HEAD_DIM % 32 == 0); else f32.
 // With flag ROPE (one row: decode), rope_rotate.wgsl's defines, K_OFF and V_OFF (floats from q
@@ -40,6 +43,9 @@
 // k_cache, v_cache (max_ctx, N_KV_HEADS, HEAD_DIM),
 // scratch (rows, N_SPLITS, N_HEADS, 1 + D4) vec4: per (row, split, head) a record of
 // (m, l, 0, 0) then o as D4 vec4 (zero past HEAD_DIM); step.
+#ifdef SUBGROUPS
+enable subgroups;
+#endif
 #include "common.wgsl"
 
 const WG = MAX_WG;
@@ -82,7 +88,9 @@ var<workgroup> sc: array<f32, HPW * SPLIT>;        // scores
 var<workgroup> prob: array<f32, HPW * SPLIT>;      // exp(score - m)
 var<workgroup> head_max: array<f32, HPW>;          // m of each head
 const LANES = min(D4, SCORE_LANES);                // invocations a key's score takes
+#ifndef SUBGROUPS
 var<workgroup> score_part: array<f32, HPW * SPLIT * LANES>;   // their partial sums
+#endif
 var<workgroup> part_o: array<vec4<f32>, PARTS * D4>;   // per-part sums of p_j * v_j, a head at a time ...
 var<workgroup> part_l: array<f32, PARTS * HPW>;        // ... and of p_j
 #ifdef ROPE
@@ -95,6 +103,15 @@ var<workgroup> inv_rms: array<f32, HPW + 1u>;            // their QK-norm factor
 #endif
 
 #include "attention_window.wgsl"
+
+// A key's score as the softmax takes it: soft-capped with SOFTCAP.
+fn capped(s: f32) -> f32 {
+#ifdef SOFTCAP
+    return soft_cap(s);
+#else
+    return s;
+#endif
+}
 
 #ifdef ROPE
 const ELEM_ROUNDS = ((HPW + 1u) * HEAD_DIM + WG - 1u) / WG;   // rounds over the most rows staged
@@ -224,12 +241,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
 
     // 2. Scores of key k0 + j against every head: LANES invocations a key, columns lane,
-    // lane + LANES, ..., each column of the key loaded once for the HPW heads.
+    // lane + LANES, ..., each column of the key loaded once for the HPW heads; their sums are
+    // added up by shuffles with SUBGROUPS (a key's lanes are an aligned run, and subgroups have
+    // 4 or more), else through workgroup memory.
     for (var n = 0u; n < (SPLIT * LANES + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
+#ifndef SUBGROUPS
         if (i >= SPLIT * LANES) {
             break;
         }
+#endif
         let j = i / LANES;
         var s4: array<vec4<f32>, HPW>;
         for (var hh = 0u; hh < HPW; hh++) {
@@ -249,9 +270,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
         for (var hh = 0u; hh < HPW; hh++) {
-            score_part[(hh * SPLIT + j) * LANES + i % LANES] = s4[hh].x + s4[hh].y + s4[hh].z + s4[hh].w;
+            var s = s4[hh].x + s4[hh].y + s4[hh].z + s4[hh].w;
+#ifdef SUBGROUPS
+            for (var b = 0u; b < countTrailingZeros(LANES); b++) {   // every lane, past the split's too
+                s += subgroupShuffleXor(s, 1u << b);
+            }
+            if (i % LANES == 0u && j < SPLIT) {
+                sc[hh * SPLIT + j] = select(NEG_BIG, capped(s), j >= lo && j < n_live);
+            }
+#else
+            score_part[(hh * SPLIT + j) * LANES + i % LANES] = s;
+#endif
         }
     }
+#ifndef SUBGROUPS
     workgroupBarrier();
     for (var n = 0u; n < (HPW * SPLIT + WG - 1u) / WG; n++) {
         let i = n * WG + lid;
@@ -259,18 +291,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             break;
         }
         let j = i % SPLIT;
-        var s = NEG_BIG;
-        if (j >= lo && j < n_live) {
-            s = 0.0;
-            for (var l = 0u; l < LANES; l++) {
-                s += score_part[i * LANES + l];
-            }
-#ifdef SOFTCAP
-            s = soft_cap(s);
-#endif
+        var s = 0.0;
+        for (var l = 0u; l < LANES; l++) {
+            s += score_part[i * LANES + l];
         }
-        sc[i] = s;
+        sc[i] = select(NEG_BIG, capped(s), j >= lo && j < n_live);
     }
+#endif
     workgroupBarrier();
 
     // 3. Probabilities relative to the head's max over the split (unseen keys: exp(-huge) = 0,

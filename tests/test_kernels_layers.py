@@ -253,6 +253,17 @@ def test_attention_heads_per_workgroup(gpu, heads, split):
     check_attention(gpu, 128, 12, 2, None, split, 0, F16_CACHE, 0.0, Tuning(heads=heads))
 
 
+@pytest.mark.parametrize("subgroups", [True, False])
+@pytest.mark.parametrize("head_dim,n_heads,n_kv_heads", [(128, 32, 8), (64, 9, 3), (18, 6, 2)])
+def test_attention_score_lanes_reduction(gpu, subgroups, head_dim, n_heads, n_kv_heads):
+    """A key's score lanes added up by subgroup shuffles or through workgroup memory, each against
+    numpy: the Llama-3.1-8B shape (4 heads a workgroup), SmolLM2's and the scalar path's heads of 18."""
+    if subgroups and "subgroups" not in gpu.device.features:
+        pytest.skip("this device has no subgroups")
+    check_attention(gpu, head_dim, n_heads, n_kv_heads, None, attention.ATTENTION_SPLIT, 0, F16_CACHE, 0.0,
+                    Tuning(subgroups=subgroups))
+
+
 def test_heads_per_workgroup_rule():
     """A workgroup takes the most heads of a GQA group that leave a split 8 workgroups or more and
     fit 16 KiB of workgroup memory (the Llama-3.1-8B shape's 4), one head where none do:
@@ -434,6 +445,10 @@ def test_attention_errors(gpu):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, **shape)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
+    if "subgroups" in device.features:
+        with pytest.raises(Unsupported, match=r"subgroups need a power of two lanes a key, not 3 \(head_dim 12\)"):
+            attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=12, tune=Tuning(subgroups=True),
+                                **shape)
     with pytest.raises(ValueError, match="split 48 must be a power of two"):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
     with pytest.raises(InvalidArgument, match="window -1 must be >= 0"):

@@ -18,7 +18,7 @@ from cera.config import MAX_HEAD_DIM
 from cera.device import DEFAULT_WORKGROUP_STORAGE, Binding, Dispatch
 from cera.errors import InvalidArgument, Unsupported
 from cera.gpu.matmul import x_record_defines
-from cera.gpu.matvec import staged_x_fits
+from cera.gpu.matvec import staged_x_fits, use_subgroups
 from cera.gpu.numerics import F32_CACHE, cache_flags, cache_row_bytes
 from cera.gpu.ops import Rope, check_heads
 from cera.gpu.spec import DEFAULT, Tuning
@@ -124,8 +124,10 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
                        cache_types: tuple[str, str] = F32_CACHE, softcap: float = 0.0,
                        tune: Tuning = DEFAULT) -> tuple[Dispatch, Partials]:
     """Pass 1 of `attention`: its dispatch, and the partials it leaves for a merge. `tune` may
-    set the query heads a workgroup takes (cera.gpu.spec.Tuning's heads)."""
-    tune.check("attention", "heads")
+    set the query heads a workgroup takes and whether a key's score lanes add up their sums with
+    subgroup shuffles (cera.gpu.spec.Tuning's heads and subgroups; shuffles need a power of two
+    lanes, and are taken where the device has subgroups)."""
+    tune.check("attention", "heads", "subgroups")
     if head_dim > MAX_HEAD_DIM:
         raise Unsupported(f"attention: head_dim {head_dim} is above the kernel's maximum {MAX_HEAD_DIM}")
     if split < 1 or split & (split - 1) or split > WORKGROUP:
@@ -135,6 +137,10 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         raise InvalidArgument(f"attention: RoPE is fused for one row (decode), not {max_tokens}")
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
+    lanes = min(-(-head_dim // 4), ATTENTION_SCORE_LANES)   # LANES of attention.wgsl
+    if tune.subgroups and lanes & (lanes - 1):
+        raise Unsupported(f"attention: subgroups need a power of two lanes a key, not {lanes} (head_dim {head_dim})")
+    subgroups = use_subgroups(device, tune.subgroups) and not lanes & (lanes - 1)
     hpw = heads_per_workgroup(head_dim, n_heads, n_heads // n_kv_heads, split, rope is not None, tune.heads,
                               device.limits.max_compute_workgroup_storage_size)
     scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
@@ -152,12 +158,13 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
         fused = dict(ROPE=True, K_OFF=kv_offsets[0], V_OFF=kv_offsets[1], ROPE_BINDING=5, **rope.defines(head_dim))
         reads, writes = q_bytes + 8 * kv, slot_bytes
     return kernels.dispatch("attention.wgsl", bindings, (n_heads // hpw, n_splits, max_tokens),
-                            label + (" rope" if rope is not None else "") + (f" hpw{hpw}" if hpw > 1 else ""),
+                            label + (" rope" if rope is not None else "") + (f" hpw{hpw}" if hpw > 1 else "")
+                            + (" sg" if subgroups else ""),
                             reads=reads, writes=writes,
                             reads_per_position=slot_bytes * max_tokens, N_KV_HEADS=n_kv_heads,
                             SCALE=float(scale), HPW=hpw, SCORE_LANES=ATTENTION_SCORE_LANES,
                             **partials.attention_defines(), **fused, **softcap_define(softcap),
-                            **cache_flags(cache_types, head_dim)), partials
+                            **cache_flags(cache_types, head_dim), **flags(SUBGROUPS=subgroups)), partials
 
 
 def attention(kernels, device, out, q, k_cache, v_cache, step, *, head_dim: int, n_heads: int,

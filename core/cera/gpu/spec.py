@@ -85,7 +85,9 @@ class Tuning:
                  int_tiles)
     Decode attention (cera.gpu.attention) reads:
       heads      query heads a workgroup takes, a divisor of the GQA group: they share every K/V
-                 load (heads_per_workgroup)"""
+                 load (heads_per_workgroup)
+      subgroups  a key's score lanes added up by subgroup shuffles (True) or through workgroup
+                 memory (False) (shuffles where the device has subgroups)"""
     tpr: int | None = None
     rpt: int | None = None
     workgroup: int | None = None
