@@ -3,7 +3,7 @@
 # Vulkan/GL loader debs, Python 3.12 wheels (wgpu, gguf, ..., pytest), llama.cpp's source (from the
 # llama-cpp-python sdist) with Vulkan headers and glslc for its Vulkan build, Chromium with its
 # shared libraries and fonts split into chunks that fit one device call each, the static site
-# (dist/web) and the shape-clone headers of the two catalogue models.
+# (dist/web) and the shape-clone headers of the two catalogue models and of three 7-8B shapes.
 #   bash scripts/h200/prepare.sh            (from the project's root, after scripts/setup.sh)
 # Writes .h200/ (git-ignored through .git/info/exclude); README.md beside this says what next.
 set -euo pipefail
@@ -53,6 +53,9 @@ fi
 [ -f dist/web/index.html ] || $PY pyodide_build
 for m in smollm2-135m-instruct:smollm2 qwen2.5-coder-1.5b-instruct:qwen15; do   # catalogue name:header name
   [ -s $H/${m#*:}.hdr ] || $PY scripts/shape_clone.py header "$($PY -c "from cera import catalogue; print(catalogue.fetch('${m%%:*}'))")" $H/${m#*:}.hdr
+done
+for m in llama-3.1-8b:llama8b qwen2.5-7b:qwen7b mistral-7b:mistral7b; do   # the 7-8B shapes (synthesized headers)
+  [ -s $H/${m#*:}.hdr ] || $PY scripts/shape_clone.py synth ${m%%:*} $H/${m#*:}.hdr
 done
 du -sh $H/* dist/web
 echo "next: scripts/h200/README.md, step 2"
