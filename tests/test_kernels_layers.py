@@ -445,10 +445,8 @@ def test_attention_errors(gpu):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=320, **shape)
     with pytest.raises(ValueError, match="multiple of n_kv_heads"):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, n_heads=6, n_kv_heads=4, max_ctx=64)
-    if "subgroups" in device.features:
-        with pytest.raises(Unsupported, match=r"subgroups need a power of two lanes a key, not 3 \(head_dim 12\)"):
-            attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=12, tune=Tuning(subgroups=True),
-                                **shape)
+    with pytest.raises(Unsupported, match=r"subgroups need a power of two lanes a key, not 3 \(head_dim 12\)"):
+        attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=12, tune=Tuning(subgroups=True), **shape)
     with pytest.raises(ValueError, match="split 48 must be a power of two"):
         attention.attention(kernels, device, buf, buf, buf, buf, buf, head_dim=64, split=48, **shape)
     with pytest.raises(InvalidArgument, match="window -1 must be >= 0"):

@@ -138,9 +138,10 @@ def attention_partials(kernels, device, q, k_cache, v_cache, step, *, head_dim: 
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     n_splits = attention_splits(max_ctx, split)
     lanes = min(-(-head_dim // 4), ATTENTION_SCORE_LANES)   # LANES of attention.wgsl
-    if tune.subgroups and lanes & (lanes - 1):
+    shuffles = not lanes & (lanes - 1)                       # a power of two: a butterfly adds them
+    if tune.subgroups and not shuffles:
         raise Unsupported(f"attention: subgroups need a power of two lanes a key, not {lanes} (head_dim {head_dim})")
-    subgroups = use_subgroups(device, tune.subgroups) and not lanes & (lanes - 1)
+    subgroups = use_subgroups(device, tune.subgroups) and shuffles
     hpw = heads_per_workgroup(head_dim, n_heads, n_heads // n_kv_heads, split, rope is not None, tune.heads,
                               device.limits.max_compute_workgroup_storage_size)
     scratch_bytes = attention_scratch_bytes(head_dim=head_dim, n_heads=n_heads, max_ctx=max_ctx,
